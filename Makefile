@@ -1,0 +1,39 @@
+# The two commands of the README: `make demo` and `make test`. Both install what is missing.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: install system-deps demo test lint bench clean
+
+system-deps:
+	@if ! command -v mariadbd >/dev/null && [ ! -x /usr/sbin/mariadbd ] || [ ! -f /usr/share/java/mariadb-java-client.jar ]; then \
+		echo "installing Debian packages: mariadb-server mariadb-client libmariadb-java"; \
+		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
+			mariadb-server mariadb-client libmariadb-java default-jre-headless >/dev/null; \
+	fi
+
+$(STAMP): pyproject.toml
+	@[ -x $(BIN)/python ] || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+install: system-deps $(STAMP)
+
+demo: install
+	$(BIN)/python -m pipelines.demo
+
+test: install
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check .
+
+bench: install
+	$(BIN)/python bench/snapshot.py
+
+clean:
+	rm -rf $(VENV) demo-lake .demo bench/out

@@ -1,0 +1,168 @@
+"""Reading one chunk consistently without locks (watermarks, as in DBLog / Flink CDC).
+
+Algorithm for a chunk C of table T on key column k:
+  1. LW := SHOW MASTER STATUS
+  2. S  := SELECT the rows of C (one autocommit statement, so its read view
+           lies between LW and HW)
+  3. HW := SHOW MASTER STATUS
+  4. replay the binlog changes of T in (LW, HW] whose key falls in C onto S.
+
+Invariants (tested in tests/test_chunk_reader.py):
+- With a primary key, the result equals C's rows as of HW: for every key touched
+  in (LW, HW] the last image in the window (or its absence, after a delete)
+  replaces whatever S saw; untouched keys are the same at the SELECT and at HW.
+- Without a primary key (chunk key only) rows have no identity, so a window
+  with in-range changes is not folded: the chunk is read again until a window
+  is quiet for it, and fails after ``max_attempts`` with a clear message.
+- Result rows carry ``_cdc_op`` = 'r' and ``_cdc_seq`` = HW's sequence number,
+  or the replayed change's own sequence number for rows the window wrote.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from cdc_core.binlog import ConnectionSettings, RowChange, read_changes
+from cdc_core.chunking import Chunk
+from cdc_core.positions import BinlogPosition, master_position
+from cdc_core.table_schema import TableSchema, quote_ident
+from cdc_core.types import arrow_schema, binlog_value, rows_to_arrow, select_expr, snapshot_array
+
+log = logging.getLogger(__name__)
+
+CDC_OP, CDC_SEQ = "_cdc_op", "_cdc_seq"
+_INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint"}
+
+Fetch = Callable[[str], pa.Table]
+
+
+class ChunkNotQuiet(RuntimeError):
+    """A key-less chunk kept changing under every read attempt."""
+
+
+@dataclass
+class ChunkResult:
+    chunk: Chunk
+    table: pa.Table
+    low_watermark: BinlogPosition
+    high_watermark: BinlogPosition
+    window_changes: int
+    attempts: int
+
+
+def output_schema(schema: TableSchema) -> pa.Schema:
+    """Arrow schema of a Delta table: source columns then the reserved _cdc_ columns."""
+    base = arrow_schema(schema)
+    return base.append(pa.field(CDC_OP, pa.string())).append(pa.field(CDC_SEQ, pa.int64()))
+
+
+def chunk_select_sql(schema: TableSchema, chunk: Chunk, literal: Callable[[object], str]) -> str:
+    """The chunk's SELECT with its bounds inlined (the bulk reader takes no parameters)."""
+    cols = ", ".join(select_expr(c) for c in schema.columns)
+    cond, params = chunk.where()
+    for p in params:
+        cond = cond.replace("%s", literal(p), 1)
+    return f"SELECT {cols} FROM {quote_ident(schema.database)}.{quote_ident(schema.table)} WHERE {cond}"
+
+
+class ChunkReader:
+    """Reads chunks of one source; holds a control connection for watermarks."""
+
+    def __init__(self, conn: ConnectionSettings, control, fetch: Fetch, server_id: int, max_attempts: int = 20):
+        self.conn = conn
+        self.control = control  # a pymysql connection (autocommit)
+        self.fetch = fetch
+        self.server_id = server_id
+        self.max_attempts = max_attempts
+
+    def read(self, schema: TableSchema, chunk: Chunk) -> ChunkResult:
+        """Read ``chunk`` as of its high watermark (see the module invariants)."""
+        target = output_schema(schema)
+        keyed = bool(schema.primary_key)
+        sql = chunk_select_sql(schema, chunk, self.control.literal)
+        for attempt in range(1, self.max_attempts + 1):
+            with self.control.cursor() as cur:
+                lw = master_position(cur)
+                raw = self.fetch(sql)
+                hw = master_position(cur)
+            table = self._canonical(schema, raw, target, hw)
+            window = [] if hw <= lw else list(
+                read_changes(self.conn, self.server_id, lw, hw, {(schema.database, schema.table)})
+            )
+            inside = self._keys_in_range(schema, chunk, window)
+            changes = [ch for ch in window if any(img is not None and img[chunk.key] in inside
+                                                  for img in (ch.before, ch.after))]
+            if not changes:
+                return ChunkResult(chunk, table, lw, hw, 0, attempt)
+            if keyed:
+                folded = fold(schema, table, changes, target, lambda img, inside=inside: img[chunk.key] in inside)
+                return ChunkResult(chunk, folded, lw, hw, len(changes), attempt)
+            time.sleep(min(0.05 * attempt, 0.5))
+        raise ChunkNotQuiet(
+            f"{schema.qualified_name} chunk {chunk.index}: rows changed during each of {self.max_attempts} reads; "
+            "a table without a primary key needs a quiet moment per chunk (add a primary key for lock-free reads)"
+        )
+
+    def _canonical(self, schema: TableSchema, raw: pa.Table, target: pa.Schema, hw: BinlogPosition) -> pa.Table:
+        arrays = [snapshot_array(c, raw.column(c.name)) for c in schema.columns]
+        n = raw.num_rows
+        arrays += [pa.array(["r"] * n, pa.string()), pa.array([hw.seq()] * n, pa.int64())]
+        return pa.Table.from_arrays(arrays, schema=target)
+
+    def _keys_in_range(self, schema: TableSchema, chunk: Chunk, changes: list[RowChange]) -> set:
+        """Chunk-key values of ``changes`` that lie in the chunk (compared by the server
+        for non-integer keys, so string keys follow the column's collation)."""
+        values = {img[chunk.key] for ch in changes for img in (ch.before, ch.after) if img is not None}
+        if schema.column(chunk.key).data_type in _INTEGER_TYPES:
+            return {v for v in values if (chunk.lo is None or v >= chunk.lo) and (chunk.hi is None or v < chunk.hi)}
+        return self._server_in_range(schema, chunk, values)
+
+    def _server_in_range(self, schema: TableSchema, chunk: Chunk, values: set) -> set:
+        col = schema.column(chunk.key)
+        conv = "%s"
+        if col.collation:
+            conv = f"CONVERT(%s USING {col.collation.split('_')[0]}) COLLATE {col.collation}"
+        inside = set()
+        with self.control.cursor() as cur:
+            for v in values:
+                conds, params = ["1=1"], []
+                if chunk.lo is not None:
+                    conds.append(f"{conv} >= %s")
+                    params += [v, chunk.lo]
+                if chunk.hi is not None:
+                    conds.append(f"{conv} < %s")
+                    params += [v, chunk.hi]
+                cur.execute("SELECT " + " AND ".join(conds), params)
+                if cur.fetchone()[0]:
+                    inside.add(v)
+        return inside
+
+
+def fold(schema: TableSchema, table: pa.Table, changes: list[RowChange], target: pa.Schema,
+         in_chunk: Callable[[dict], bool]) -> pa.Table:
+    """Replace the rows of every in-chunk key touched by ``changes`` with its last image
+    in them; images outside the chunk (a key moved in or out) are not this chunk's."""
+    pk = schema.primary_key
+    cols = {c.name: c for c in schema.columns}
+
+    def key_of(img: dict) -> tuple:
+        return tuple(binlog_value(cols[k], img[k]) for k in pk)
+
+    final: dict[tuple, dict | None] = {}
+    for ch in changes:
+        if ch.before is not None and in_chunk(ch.before):
+            final[key_of(ch.before)] = None
+        if ch.after is not None and in_chunk(ch.after):
+            row = {name: binlog_value(cols[name], ch.after.get(name)) for name in cols}
+            row[CDC_OP], row[CDC_SEQ] = ch.op, ch.seq
+            final[key_of(ch.after)] = row
+    keys = list(zip(*(table.column(k).to_pylist() for k in pk))) if table.num_rows else []
+    keep = pa.array([k not in final for k in keys], pa.bool_())
+    kept = table.filter(keep) if table.num_rows else table
+    written = rows_to_arrow(schema, [r for r in final.values() if r is not None], target)
+    return pa.concat_tables([kept, written.select(target.names)]).cast(target)

@@ -1,0 +1,157 @@
+"""binlake configuration: the YAML contract of DESIGN.md, validated with pydantic.
+
+``${VAR}`` anywhere in the file is replaced from the environment before parsing.
+Unknown keys and wrong types are errors that name the key; secrets never appear in
+error messages or ``repr``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message names the key and never holds a secret."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=False, frozen=True)
+
+
+class PipelineConfig(_Strict):
+    name: str
+    parallelism: int = Field(4, ge=1)
+    schema_change_behavior: Literal["exception", "evolve", "try_evolve", "lenient", "ignore"] = "lenient"
+
+
+class StartupConfig(_Strict):
+    mode: Literal["initial", "snapshot", "latest", "earliest", "specific", "timestamp"] = "initial"
+    file: str | None = None
+    pos: int | None = None
+    gtid: str | None = None
+    timestamp_ms: int | None = None
+
+
+class SnapshotConfig(_Strict):
+    chunk_size: int = Field(8096, ge=1)
+    chunk_key_columns: dict[str, str] = {}
+
+
+class SourceConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(3306, ge=1, le=65535)
+    user: str
+    password: SecretStr = SecretStr("")
+    server_id: int = Field(5400, ge=1, le=2**32 - 1)
+    server_time_zone: str = "UTC"
+    tables: list[str]
+    exclude_tables: list[str] = []
+    startup: StartupConfig = StartupConfig()
+    snapshot: SnapshotConfig = SnapshotConfig()
+
+    @field_validator("tables", "exclude_tables")
+    @classmethod
+    def _regexes_compile(cls, patterns: list[str]) -> list[str]:
+        for p in patterns:
+            try:
+                re.compile(p)
+            except re.error as e:
+                raise ValueError(f"invalid regex {p!r}: {e}") from None
+        return patterns
+
+    def captures(self, qualified_name: str) -> bool:
+        """Whether ``db.table`` is captured: matches ``tables`` and no ``exclude_tables``."""
+        return any(re.fullmatch(p, qualified_name) for p in self.tables) and not any(
+            re.fullmatch(p, qualified_name) for p in self.exclude_tables
+        )
+
+
+class SinkConfig(_Strict):
+    path: str = "./lake"
+    storage_options: dict[str, str] = {}
+
+
+class StreamConfig(_Strict):
+    max_batch_rows: int = Field(10000, ge=1)
+    max_batch_seconds: float = Field(1.0, gt=0)
+    heartbeat_seconds: float = Field(30, gt=0)
+
+
+class RouteConfig(_Strict):
+    source: str
+    sink: str
+
+
+class SparkConfig(_Strict):
+    master: str | None = None  # default: BINLAKE_SPARK_MASTER or local[*]
+    conf: dict[str, str] = {}
+
+
+class BinlakeConfig(_Strict):
+    pipeline: PipelineConfig
+    source: SourceConfig
+    sink: SinkConfig = SinkConfig()
+    stream: StreamConfig = StreamConfig()
+    routes: list[RouteConfig] = []
+    spark: SparkConfig = SparkConfig()
+
+
+def _substitute(node: object, where: str = "") -> object:
+    """Replace ``${VAR}`` in string values after YAML parsing, so a secret never
+    reaches a YAML error message."""
+    if isinstance(node, dict):
+        return {k: _substitute(v, f"{where}.{k}" if where else str(k)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_substitute(v, f"{where}[{i}]") for i, v in enumerate(node)]
+    if isinstance(node, str):
+        missing = sorted({m for m in _VAR.findall(node) if m not in os.environ})
+        if missing:
+            raise ConfigError(f"{where}: environment variable(s) not set: {', '.join(missing)}")
+        return _VAR.sub(lambda m: os.environ[m.group(1)], node)
+    return node
+
+
+def _format_errors(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"])
+        if e["type"] == "extra_forbidden":
+            lines.append(f"{key}: unknown key")
+        elif e["type"] == "missing":
+            lines.append(f"{key}: required key missing")
+        else:
+            # The message, never the input value: the value may be a secret.
+            lines.append(f"{key}: {e['msg']}")
+    return "; ".join(lines)
+
+
+def parse_config(data: object) -> BinlakeConfig:
+    """Validate an already-loaded mapping into a BinlakeConfig (ConfigError on problems)."""
+    if not isinstance(data, dict):
+        raise ConfigError("configuration must be a mapping with pipeline, source, sink, ...")
+    try:
+        return BinlakeConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format_errors(e)) from None
+
+
+def load_config(path: str | Path) -> BinlakeConfig:
+    """Read, substitute ``${VAR}`` and validate the YAML config at ``path``."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {p}: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}") from None
+    return parse_config(_substitute(data))

@@ -1,0 +1,97 @@
+"""Source table descriptions read from information_schema (snapshot planning and
+the chunk reader); the binlog path carries its own table-map metadata."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Column:
+    """One source column, with what the type mapping needs to know."""
+
+    name: str
+    data_type: str  # lower-case information_schema DATA_TYPE: int, varchar, decimal...
+    column_type: str  # full COLUMN_TYPE: "int(10) unsigned", "enum('a','b')"...
+    nullable: bool = True
+    precision: int | None = None  # NUMERIC_PRECISION (DECIMAL), or length of BIT(n)
+    scale: int | None = None
+    datetime_precision: int | None = None
+    char_length: int | None = None  # CHARACTER_MAXIMUM_LENGTH (BINARY(n) padding)
+    collation: str | None = None
+
+    @property
+    def unsigned(self) -> bool:
+        return "unsigned" in self.column_type
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """ENUM/SET members in definition order."""
+        inner = self.column_type[self.column_type.index("(") + 1 : self.column_type.rindex(")")]
+        return tuple(m.replace("''", "'") for m in re.findall(r"'((?:[^']|'')*)'", inner))
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    """Columns in ordinal order and the primary key (empty when there is none)."""
+
+    database: str
+    table: str
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...]
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.database}.{self.table}"
+
+    def column(self, name: str) -> Column:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(f"{self.qualified_name} has no column {name!r}")
+
+
+def list_tables(cursor) -> list[str]:
+    """Every base table on the server as "db.table", system schemas excluded."""
+    cursor.execute(
+        "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' "
+        "AND TABLE_SCHEMA NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys') "
+        "ORDER BY TABLE_SCHEMA, TABLE_NAME"
+    )
+    return [f"{db}.{t}" for db, t in cursor.fetchall()]
+
+
+def describe_table(cursor, database: str, table: str) -> TableSchema:
+    """Read a table's columns and primary key from information_schema."""
+    cursor.execute(
+        "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, NUMERIC_SCALE, "
+        "DATETIME_PRECISION, CHARACTER_MAXIMUM_LENGTH, COLLATION_NAME FROM information_schema.COLUMNS "
+        "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+        (database, table),
+    )
+    columns = []
+    for name, dtype, ctype, nullable, prec, scale, dtprec, clen, coll in cursor.fetchall():
+        dtype = dtype.lower()
+        if dtype == "bit":  # information_schema gives BIT(n)'s n as NUMERIC_PRECISION
+            prec = int(re.search(r"\((\d+)\)", ctype).group(1)) if "(" in ctype else 1
+        columns.append(Column(name, dtype, ctype.lower() if dtype not in ("enum", "set") else ctype,
+                              nullable == "YES", _int(prec), _int(scale), _int(dtprec), _int(clen), coll))
+    if not columns:
+        raise LookupError(f"table {database}.{table} does not exist")
+    cursor.execute(
+        "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
+        "AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
+        (database, table),
+    )
+    pk = tuple(r[0] for r in cursor.fetchall())
+    return TableSchema(database, table, tuple(columns), pk)
+
+
+def _int(v) -> int | None:
+    return None if v is None else int(v)
+
+
+def quote_ident(name: str) -> str:
+    """Backtick-quote a MySQL identifier."""
+    return "`" + name.replace("`", "``") + "`"

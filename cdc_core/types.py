@@ -1,0 +1,176 @@
+"""MySQL → Arrow/Delta type mapping, shared by the snapshot and binlog paths.
+
+Invariant: for every supported type, a value read by the snapshot path (SQL
+expression from :func:`select_expr`, Arrow column fixed by
+:func:`snapshot_array`) equals the value the binlog path produces
+(:func:`binlog_value` on python-mysql-replication's decoded value, then
+:func:`rows_to_arrow`). The README's type table documents the mapping.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from decimal import Decimal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cdc_core.table_schema import Column, TableSchema, quote_ident
+
+MAX_DELTA_DECIMAL_PRECISION = 38
+_EPOCH = dt.datetime(1970, 1, 1)
+
+_INT_TYPES = {
+    # data_type: (signed arrow type, unsigned arrow type)
+    "tinyint": (pa.int8(), pa.int16()),
+    "smallint": (pa.int16(), pa.int32()),
+    "mediumint": (pa.int32(), pa.int32()),
+    "int": (pa.int32(), pa.int64()),
+    "bigint": (pa.int64(), pa.decimal128(20, 0)),
+}
+_STRING_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"}
+_BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+
+
+class UnsupportedType(ValueError):
+    """A column type binlake cannot map exactly."""
+
+
+def _big_decimal(col: Column) -> bool:
+    return col.data_type == "decimal" and (col.precision or 10) > MAX_DELTA_DECIMAL_PRECISION
+
+
+def arrow_type(col: Column) -> pa.DataType:
+    """The Arrow type (and so the Delta type) a column is stored as."""
+    t = col.data_type
+    if t in _INT_TYPES:
+        return _INT_TYPES[t][col.unsigned]
+    if t == "decimal":
+        if _big_decimal(col):
+            return pa.string()  # Delta decimals stop at 38 digits: keep the exact text
+        return pa.decimal128(col.precision or 10, col.scale or 0)
+    if t == "float":
+        return pa.float32()
+    if t == "double":
+        return pa.float64()
+    if t == "date":
+        return pa.date32()
+    if t == "datetime":
+        return pa.timestamp("us")  # Delta timestamp_ntz: wall-clock, no zone
+    if t == "timestamp":
+        return pa.timestamp("us", tz="UTC")
+    if t == "time":
+        return pa.int64()  # microseconds, signed (TIME spans ±838:59:59)
+    if t == "year":
+        return pa.int16()
+    if t == "bit":
+        return pa.bool_() if col.precision == 1 else pa.binary()
+    if t in _STRING_TYPES:
+        return pa.string()
+    if t in _BINARY_TYPES:
+        return pa.binary()
+    raise UnsupportedType(f"column {col.name!r} has type {col.column_type}, which binlake does not map")
+
+
+def arrow_schema(schema: TableSchema) -> pa.Schema:
+    """Arrow schema of a table's source columns (reserved _cdc_ columns excluded)."""
+    return pa.schema([pa.field(c.name, arrow_type(c), nullable=True) for c in schema.columns])
+
+
+def select_expr(col: Column) -> str:
+    """SQL expression the snapshot SELECTs for a column; aliased to the column name.
+
+    Types the bulk reader gets wrong or cannot read are fetched in a lossless
+    text or integer form and fixed by :func:`snapshot_array`.
+    """
+    q = quote_ident(col.name)
+    t = col.data_type
+    if t == "decimal":
+        expr = f"CAST({q} AS CHAR)"
+    elif t == "time":
+        expr = f"CAST(TIME_TO_SEC({q}) * 1000000 AS SIGNED)"
+    elif t == "timestamp":
+        # Epoch microseconds: independent of the session and server time zones.
+        expr = f"CAST(UNIX_TIMESTAMP({q}) * 1000000 AS SIGNED)"
+    elif t == "bit":
+        expr = f"CAST({q} AS UNSIGNED)"
+    elif t == "bigint" and col.unsigned:
+        expr = f"CAST({q} AS CHAR)"
+    else:
+        return q
+    return f"{expr} AS {q}"
+
+
+def snapshot_array(col: Column, arr: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
+    """Turn the bulk reader's column for ``select_expr(col)`` into the canonical Arrow type."""
+    target = arrow_type(col)
+    t = col.data_type
+    if t == "bit":
+        values = arr.to_pylist()
+        return pa.array([_bit_value(col, v) for v in values], type=target)
+    if t == "timestamp":
+        return pc.cast(pc.cast(arr, pa.int64()), target)
+    if t == "datetime":
+        return pc.cast(arr, target)
+    if pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type):
+        arr = pc.cast(arr, pa.binary() if pa.types.is_large_binary(arr.type) else pa.string())
+    if t == "binary" and col.char_length:
+        # Snapshot values already carry the 0x00 padding; pad anyway for safety (idempotent).
+        return pa.array([_pad_binary(col, v) for v in arr.to_pylist()], type=target)
+    return arr if arr.type == target else pc.cast(arr, target)
+
+
+def _pad_binary(col: Column, v: bytes | None) -> bytes | None:
+    return None if v is None else v.ljust(col.char_length or 0, b"\x00")
+
+
+def _bit_value(col: Column, v: int | str | bytes | None):
+    if v is None:
+        return None
+    if isinstance(v, str):  # python-mysql-replication gives BIT as a string of '0'/'1'
+        v = int(v, 2) if v else 0
+    elif isinstance(v, bytes):
+        v = int.from_bytes(v, "big")
+    if col.precision == 1:
+        return bool(v)
+    return int(v).to_bytes(((col.precision or 1) + 7) // 8, "big")
+
+
+def binlog_value(col: Column, v):
+    """Canonical Python value for a value decoded from a binlog row image."""
+    if v is None:
+        return None
+    t = col.data_type
+    if t == "decimal":
+        if _big_decimal(col):
+            return format(Decimal(v), "f")
+        return Decimal(v)
+    if t == "bigint" and col.unsigned:
+        return Decimal(v)
+    if t == "time":
+        return (v.days * 86400 + v.seconds) * 1_000_000 + v.microseconds
+    if t == "timestamp":
+        if isinstance(v, dt.datetime):  # decoded with utcfromtimestamp: naive UTC
+            return v.replace(tzinfo=dt.UTC) if v.tzinfo is None else v
+        return dt.datetime.fromtimestamp(v, dt.UTC)
+    if t == "bit":
+        return _bit_value(col, v)
+    if t == "set":
+        members = set(v) if not isinstance(v, str) else set(v.split(",")) - {""}
+        return ",".join(m for m in col.members if m in members)
+    if t == "json" and not isinstance(v, (str, bytes)):
+        return json.dumps(v)  # MySQL binary JSON decoded to Python objects
+    if t in _STRING_TYPES and isinstance(v, bytes):
+        return v.decode("utf-8")
+    if t == "binary":
+        return _pad_binary(col, v)
+    if t in _BINARY_TYPES and isinstance(v, str):
+        return v.encode("utf-8", "surrogateescape")
+    return v
+
+
+def rows_to_arrow(schema: TableSchema, rows: list[dict], target: pa.Schema | None = None) -> pa.Table:
+    """Arrow table of binlog row images (already canonical via :func:`binlog_value`)."""
+    target = target or arrow_schema(schema)
+    return pa.table({f.name: pa.array([r.get(f.name) for r in rows], type=f.type) for f in target}, schema=target)

@@ -1,0 +1,85 @@
+"""Prerequisite checks for ``binlake validate``: connectivity, privileges, binlog
+settings, and that every captured table exists and can be chunked."""
+
+from __future__ import annotations
+
+import re
+
+import pymysql
+
+from cdc_core.chunking import ChunkKeyError, chunk_key
+from cdc_core.config import BinlakeConfig
+from cdc_core.table_schema import describe_table, list_tables
+from cdc_core.types import UnsupportedType, arrow_type
+
+REQUIRED_SETTINGS = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL", "binlog_row_metadata": "FULL"}
+REQUIRED_PRIVILEGES = ("SELECT", "REPLICATION SLAVE", "REPLICATION CLIENT")
+# MariaDB 10.5+ renamed REPLICATION CLIENT to BINLOG MONITOR and split out REPLICATION SLAVE ADMIN.
+_PRIVILEGE_ALIASES = {"REPLICATION CLIENT": ("REPLICATION CLIENT", "BINLOG MONITOR")}
+
+
+def check(cfg: BinlakeConfig) -> list[str]:
+    """Every problem found, one line each; empty when the source is ready."""
+    s = cfg.source
+    try:
+        conn = pymysql.connect(host=s.host, port=s.port, user=s.user, password=s.password.get_secret_value(),
+                               charset="utf8mb4", connect_timeout=10)
+    except pymysql.err.OperationalError as e:
+        code = e.args[0]
+        if code == 1045:
+            return [f"source: access denied for user {s.user!r} at {s.host}:{s.port} "
+                    "(check source.user and source.password)"]
+        return [f"source: cannot connect to {s.host}:{s.port}: {e.args[1] if len(e.args) > 1 else e}"]
+    problems: list[str] = []
+    with conn, conn.cursor() as cur:
+        problems += _settings(cur)
+        problems += _privileges(cur)
+        problems += _tables(cfg, cur)
+    return problems
+
+
+def _settings(cur) -> list[str]:
+    cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'binlog_format', 'binlog_row_image', "
+                "'binlog_row_metadata')")
+    have = {k.lower(): str(v).upper() for k, v in cur.fetchall()}
+    out = []
+    for name, want in REQUIRED_SETTINGS.items():
+        got = have.get(name)
+        if got != want:
+            hint = "start the server with --log-bin" if name == "log_bin" else f"SET GLOBAL {name} = '{want}'"
+            out.append(f"server setting {name} is {got or 'unset'}, binlake needs {want} ({hint})")
+    return out
+
+
+def _privileges(cur) -> list[str]:
+    cur.execute("SHOW GRANTS")
+    grants = " ".join(r[0].upper() for r in cur.fetchall())
+    if re.search(r"GRANT ALL PRIVILEGES ON \*\.\*", grants):
+        return []
+    out = []
+    for p in REQUIRED_PRIVILEGES:
+        if not any(alias in grants for alias in _PRIVILEGE_ALIASES.get(p, (p,))):
+            out.append(f"source user lacks the {p} privilege (GRANT {p} ON *.* TO the binlake user)")
+    return out
+
+
+def _tables(cfg: BinlakeConfig, cur) -> list[str]:
+    names = [t for t in list_tables(cur) if cfg.source.captures(t)]
+    if not names:
+        return [f"source.tables: no table on the server matches {cfg.source.tables}"]
+    out = []
+    for name in names:
+        schema = describe_table(cur, *name.split(".", 1))
+        try:
+            chunk_key(schema, cfg.source.snapshot.chunk_key_columns)
+        except ChunkKeyError as e:
+            out.append(str(e))
+        for col in schema.columns:
+            try:
+                arrow_type(col)
+            except UnsupportedType as e:
+                out.append(f"{name}: {e}")
+    for configured in cfg.source.snapshot.chunk_key_columns:
+        if configured not in names:
+            out.append(f"source.snapshot.chunk_key_columns: {configured!r} is not a captured table")
+    return out

@@ -1,0 +1,87 @@
+"""Control state under ``<sink>/_binlake/`` in Delta tables: snapshot chunk plans and
+completed chunks with their watermarks.
+
+Invariant: a chunk is complete iff its rows are committed in its data table; the
+data commit itself carries the chunk record (commit metadata), and the
+``snapshot_chunks`` table mirrors it for readers. Recovery unions both, so a
+crash between the data commit and the mirror loses nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pyarrow as pa
+from deltalake import write_deltalake
+
+from cdc_core.chunking import Chunk, decode_value
+from cdc_core.positions import BinlogPosition
+from pipelines.delta_sink import committed_chunk_records, open_table
+
+PLAN_SCHEMA = pa.schema([
+    ("pipeline", pa.string()), ("table", pa.string()), ("chunk_index", pa.int32()), ("chunk_key", pa.string()),
+    ("bounds", pa.string()), ("planned_at", pa.timestamp("us", tz="UTC")),
+])
+CHUNKS_SCHEMA = pa.schema([
+    ("pipeline", pa.string()), ("table", pa.string()), ("chunk_index", pa.int32()), ("rows", pa.int64()),
+    ("lw_file", pa.string()), ("lw_pos", pa.int64()), ("hw_file", pa.string()), ("hw_pos", pa.int64()),
+    ("window_changes", pa.int64()), ("delta_version", pa.int64()), ("completed_at", pa.timestamp("us", tz="UTC")),
+])
+
+
+class ControlStore:
+    """Snapshot plans and progress of one pipeline."""
+
+    def __init__(self, sink_path: str, pipeline: str, storage_options: dict | None = None):
+        self.root = f"{sink_path.rstrip('/')}/_binlake"
+        self.pipeline = pipeline
+        self.storage_options = storage_options or None
+
+    def _read(self, name: str) -> list[dict]:
+        t = open_table(f"{self.root}/{name}", self.storage_options)
+        if t is None:
+            return []
+        return [r for r in t.to_pyarrow_table().to_pylist() if r["pipeline"] == self.pipeline]
+
+    def _append(self, name: str, rows: list[dict], schema: pa.Schema) -> None:
+        write_deltalake(f"{self.root}/{name}", pa.Table.from_pylist(rows, schema=schema), mode="append",
+                        storage_options=self.storage_options)
+
+    def load_plans(self) -> dict[str, list[Chunk]]:
+        """Stored chunk plans by table."""
+        plans: dict[str, list[Chunk]] = {}
+        for r in sorted(self._read("snapshot_plan"), key=lambda r: (r["table"], r["chunk_index"])):
+            b = json.loads(r["bounds"])
+            plans.setdefault(r["table"], []).append(
+                Chunk(r["table"], r["chunk_index"], r["chunk_key"], decode_value(b["lo"]), decode_value(b["hi"])))
+        return plans
+
+    def save_plan(self, chunks: list[Chunk]) -> None:
+        """Record a table's chunk plan before any chunk of it is read."""
+        now = dt.datetime.now(dt.UTC)
+        self._append("snapshot_plan", [
+            {"pipeline": self.pipeline, "table": c.table, "chunk_index": c.index, "chunk_key": c.key,
+             "bounds": c.to_json(), "planned_at": now} for c in chunks], PLAN_SCHEMA)
+
+    def completed_chunks(self, table: str, data_table) -> dict[int, dict]:
+        """Completed chunks of ``table`` by index: the mirror table united with the data commits."""
+        done = {r["chunk_index"]: r for r in self._read("snapshot_chunks") if r["table"] == table}
+        if data_table is not None:
+            for r in committed_chunk_records(data_table):
+                if r.get("pipeline") == self.pipeline and r["table"] == table:
+                    done.setdefault(r["chunk_index"], r)
+        return done
+
+    def record_chunks(self, records: list[dict]) -> None:
+        """Mirror chunk records (already committed with their data) into ``snapshot_chunks``."""
+        self._append("snapshot_chunks", records, CHUNKS_SCHEMA)
+
+
+def chunk_record(pipeline: str, chunk: Chunk, rows: int, lw: BinlogPosition, hw: BinlogPosition,
+                 window_changes: int) -> dict:
+    """The durable record of one completed chunk (delta_version filled in at commit)."""
+    return {"pipeline": pipeline, "table": chunk.table, "chunk_index": chunk.index, "rows": rows,
+            "lw_file": lw.file, "lw_pos": lw.pos, "hw_file": hw.file, "hw_pos": hw.pos,
+            "window_changes": window_changes, "delta_version": None,
+            "completed_at": dt.datetime.now(dt.UTC).isoformat()}

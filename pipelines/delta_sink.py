@@ -1,0 +1,94 @@
+"""Delta tables of the lake: locations, creation, and committing Parquet files that
+Spark tasks wrote (add actions) atomically with their chunk records."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable
+from deltalake.exceptions import TableNotFoundError
+from deltalake.transaction import AddAction
+
+SNAPSHOT_CHUNKS_KEY = "binlake.snapshot.chunks"
+
+
+def table_uri(sink_path: str, qualified_name: str) -> str:
+    """``<sink.path>/<db>/<table>`` (DESIGN.md contract)."""
+    db, table = qualified_name.split(".", 1)
+    return f"{sink_path.rstrip('/')}/{db}/{table}"
+
+
+def open_table(uri: str, storage_options: dict | None = None) -> DeltaTable | None:
+    """The Delta table at ``uri``, or None when there is none yet."""
+    try:
+        return DeltaTable(uri, storage_options=storage_options or None)
+    except TableNotFoundError:
+        return None
+
+
+def ensure_table(uri: str, schema: pa.Schema, storage_options: dict | None = None) -> DeltaTable:
+    """Open the table at ``uri``, creating it empty with ``schema`` if it does not exist."""
+    dt = open_table(uri, storage_options)
+    if dt is None:
+        dt = DeltaTable.create(uri, schema=schema, mode="ignore", storage_options=storage_options or None)
+    return dt
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """A Parquet file written into a table's folder, not yet committed."""
+
+    path: str  # relative to the table root
+    size: int
+    num_rows: int
+    stats: str
+
+    def add_action(self) -> AddAction:
+        return AddAction(self.path, self.size, {}, int(time.time() * 1000), True, self.stats)
+
+
+def write_parquet(uri: str, table: pa.Table) -> WrittenFile:
+    """Write ``table`` as one Parquet file under the (local) table folder ``uri``."""
+    name = f"part-snapshot-{uuid.uuid4().hex}.parquet"
+    full = os.path.join(uri, name)
+    pq.write_table(table, full, compression="snappy", write_statistics=True)
+    return WrittenFile(name, os.path.getsize(full), table.num_rows, file_stats(table))
+
+
+def file_stats(table: pa.Table) -> str:
+    """Delta add-action statistics: row count, null counts, min/max of integer columns."""
+    stats: dict = {"numRecords": table.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
+    for name, col in zip(table.column_names, table.columns):
+        stats["nullCount"][name] = col.null_count
+        if pa.types.is_integer(col.type) and table.num_rows > col.null_count:
+            mm = pc.min_max(col)
+            stats["minValues"][name] = mm["min"].as_py()
+            stats["maxValues"][name] = mm["max"].as_py()
+    return json.dumps(stats)
+
+
+def commit_files(dt: DeltaTable, files: list[WrittenFile], schema: pa.Schema, metadata: dict) -> int:
+    """Append ``files`` to ``dt`` in one Delta commit carrying ``metadata``; returns the new version."""
+    dt.create_write_transaction(
+        [f.add_action() for f in files], mode="append", schema=schema,
+        commit_properties=CommitProperties(custom_metadata={k: json.dumps(v) for k, v in metadata.items()}),
+    )
+    dt.update_incremental()
+    return dt.version()
+
+
+def committed_chunk_records(dt: DeltaTable) -> list[dict]:
+    """Chunk records carried by the table's commits (the durable source of snapshot progress)."""
+    records = []
+    for commit in dt.history():
+        raw = commit.get(SNAPSHOT_CHUNKS_KEY)
+        if raw:
+            records.extend(json.loads(raw) if isinstance(raw, str) else raw)
+    return records

@@ -1,0 +1,69 @@
+"""Shared fixtures: one MariaDB server and one Spark session per test session, a fresh
+database per test."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cdc_core.config import BinlakeConfig, parse_config
+from pipelines.local_mariadb import LocalMariaDB
+
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def mariadb():
+    server = LocalMariaDB(server_id=1).start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from pipelines.spark_session import get_spark
+
+    session = get_spark("local[2]")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def db(mariadb):
+    """A fresh utf8mb4 database; yields (name, autocommit pymysql connection)."""
+    name = f"t{next(_counter)}_{uuid.uuid4().hex[:6]}"
+    conn = mariadb.connect()
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{name}` DEFAULT CHARSET utf8mb4")
+    conn.select_db(name)
+    yield name, conn
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    conn.close()
+
+
+@pytest.fixture
+def make_config(mariadb, tmp_path: Path):
+    """Build a validated config for the test server; keyword overrides per section."""
+
+    def build(database: str, *, chunk_size: int = 100, parallelism: int = 2, server_id: int | None = None,
+              **sections) -> BinlakeConfig:
+        os.environ["BINLAKE_TEST_PASSWORD"] = mariadb.password
+        raw = {
+            "pipeline": {"name": f"test_{database}", "parallelism": parallelism},
+            "source": {
+                "host": mariadb.host, "port": mariadb.port, "user": "root", "password": mariadb.password,
+                "server_id": server_id or 1000 + 10 * (next(_counter) % 500),
+                "tables": [rf"{database}\..*"], "snapshot": {"chunk_size": chunk_size},
+            },
+            "sink": {"path": str(tmp_path / "lake")},
+        }
+        for section, values in sections.items():
+            raw.setdefault(section, {}).update(values)
+        return parse_config(raw)
+
+    return build
