@@ -57,7 +57,7 @@ class ConnectionSettings:
         return f"ConnectionSettings(host={self.host!r}, port={self.port}, user={self.user!r}, password='***')"
 
     def pymysql_kwargs(self) -> dict:
-        return {"host": self.host, "port": self.port, "user": self.user, "passwd": self.password}
+        return {"host": self.host, "port": self.port, "user": self.user, "password": self.password}
 
 
 def read_changes(

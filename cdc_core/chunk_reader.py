@@ -15,7 +15,8 @@ Invariants (tested in tests/test_chunk_reader.py):
   with in-range changes is not folded: the chunk is read again until a window
   is quiet for it, and fails after ``max_attempts`` with a clear message.
 - Result rows carry ``_cdc_op`` = 'r' and ``_cdc_seq`` = HW's sequence number,
-  or the replayed change's own sequence number for rows the window wrote.
+  or, for rows the window wrote, the replayed change's own sequence number
+  (inside (LW, HW]).
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ class ChunkReader:
         """Read ``chunk`` as of its high watermark (see the module invariants)."""
         target = output_schema(schema)
         keyed = bool(schema.primary_key)
-        sql = chunk_select_sql(schema, chunk, self.control.literal)
+        sql = chunk_select_sql(schema, chunk, self.control.escape)
         for attempt in range(1, self.max_attempts + 1):
             with self.control.cursor() as cur:
                 lw = master_position(cur)

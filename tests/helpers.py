@@ -23,3 +23,51 @@ def assert_equal(cfg: BinlakeConfig, names: list[str]) -> None:
     bad = [d.describe() for d in diffs if not d.equal]
     assert not bad, "\n".join(bad)
     assert all(d.mysql_rows == d.delta_rows for d in diffs)
+
+
+def replay_handoff(cfg: BinlakeConfig, names: list[str]) -> dict[str, dict]:
+    """Delta rows of each table with the binlog replayed from the lowest chunk LW to the
+    server's current end through the hand-off filter: the table as the stream will see it.
+    Returns {table: {primary key: canonical row tuple}}."""
+    from deltalake import DeltaTable
+
+    from cdc_core.binlog import read_changes
+    from cdc_core.handoff import HandoffFilter
+    from cdc_core.positions import BinlogPosition, master_position
+    from pipelines.control_store import ControlStore
+    from pipelines.reconcile import delta_rows
+
+    store = ControlStore(cfg.sink.path, cfg.pipeline.name)
+    plans = store.load_plans()
+    settings = connection_settings(cfg)
+    with connect(settings) as conn, conn.cursor() as cur:
+        schemas = {n: describe_table(cur, *n.split(".", 1)) for n in names}
+        end = master_position(cur)
+    states, filters, lows = {}, {}, []
+    for n, schema in schemas.items():
+        uri = table_uri(cfg.sink.path, n)
+        done = store.completed_chunks(n, DeltaTable(uri))
+        lows += [BinlogPosition(r["lw_file"], r["lw_pos"]) for r in done.values()]
+        filters[n] = HandoffFilter(plans[n], {i: BinlogPosition(r["hw_file"], r["hw_pos"]) for i, r in done.items()})
+        idx = [c.name for c in schema.columns]
+        pk = [idx.index(k) for k in schema.primary_key]
+        rows = delta_rows(uri, schema)
+        states[n] = {tuple(r[i] for i in pk): r for r in rows}
+        assert len(states[n]) == len(rows), f"{n}: duplicate keys in Delta"
+    from cdc_core.types import binlog_value
+
+    for ch in read_changes(settings, cfg.source.server_id + 99, min(lows), end,
+                           {tuple(n.split(".", 1)) for n in names}):
+        n = f"{ch.database}.{ch.table}"
+        schema, f, state = schemas[n], filters[n], states[n]
+        cols = {c.name: c for c in schema.columns}
+        key = schema.primary_key[0]
+        for img, is_after in ((ch.before, False), (ch.after, True)):
+            if img is None or f.should_drop(img[key], ch.position):
+                continue
+            pk = tuple(binlog_value(cols[k], img[k]) for k in schema.primary_key)
+            if is_after:
+                state[pk] = tuple(binlog_value(c, img[c.name]) for c in schema.columns)
+            else:
+                state.pop(pk, None)
+    return states

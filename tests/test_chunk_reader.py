@@ -1,0 +1,116 @@
+"""The watermark chunk reader's invariant, forced deterministically: writes are made
+inside the (LW, HW] window, before or after the chunk's SELECT, and the chunk must
+equal its range as of HW."""
+
+from __future__ import annotations
+
+import connectorx as cx
+import pyarrow as pa
+import pytest
+
+from cdc_core.chunk_reader import CDC_SEQ, ChunkNotQuiet, ChunkReader
+from cdc_core.chunking import Chunk
+from cdc_core.table_schema import describe_table
+from pipelines.reconcile import _canonical
+from pipelines.snapshot_job import connect, connection_settings
+
+
+def _reader(cfg, db_name, writes_before=(), writes_after=()):
+    settings = connection_settings(cfg)
+    control = connect(settings)
+    url = f"mysql://{settings.user}:{settings.password}@{settings.host}:{settings.port}/{db_name}"
+    writer = connect(settings, database=db_name)
+
+    def fetch(sql: str) -> pa.Table:
+        with writer.cursor() as cur:
+            for w in writes_before:
+                cur.execute(w)
+            result = cx.read_sql(url, sql, return_type="arrow")
+            for w in writes_after:
+                cur.execute(w)
+        return result
+
+    return ChunkReader(settings, control, fetch, server_id=cfg.source.server_id + 1), control
+
+
+def _expected(conn, schema, chunk):
+    cond, params = chunk.where()
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT * FROM `{schema.table}` WHERE {cond}", params)
+        return sorted(tuple(_canonical(c, v) for c, v in zip(schema.columns, r)) for r in cur.fetchall())
+
+
+def _rows(table: pa.Table, schema):
+    return sorted(tuple(r[c.name] for c in schema.columns) for r in table.to_pylist())
+
+
+WRITES_BEFORE = [  # visible to the SELECT and in the window: the fold must be idempotent
+    "UPDATE t SET v = CONCAT(v, '+100') WHERE id = 16",
+    "DELETE FROM t WHERE id = 18",
+    "INSERT INTO t VALUES (35, 'new-before')",
+]
+WRITES_AFTER = [  # invisible to the SELECT: the fold must apply them
+    "UPDATE t SET v = CONCAT(v, '+1000') WHERE id = 12",
+    "DELETE FROM t WHERE id = 14",
+    "INSERT INTO t VALUES (37, 'new-after')",
+    "UPDATE t SET id = 99 WHERE id = 20",  # key moves out of the chunk
+    "UPDATE t SET id = 39 WHERE id = 4",  # key moves in from another chunk
+    "UPDATE t SET v = 'outside' WHERE id = 50",  # another chunk: ignored
+]
+
+
+@pytest.mark.parametrize("before,after", [(WRITES_BEFORE, []), ([], WRITES_AFTER), (WRITES_BEFORE, WRITES_AFTER)])
+def test_chunk_equals_range_as_of_high_watermark(db, make_config, before, after):
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))")
+        cur.executemany("INSERT INTO t VALUES (%s, %s)", [(i, f"v{i}") for i in range(2, 121, 2)])
+    cfg = make_config(name)
+    reader, control = _reader(cfg, name, before, after)
+    with control.cursor() as cur:
+        schema = describe_table(cur, name, "t")
+    chunk = Chunk(f"{name}.t", 1, "id", 10, 40)
+    result = reader.read(schema, chunk)
+    assert result.high_watermark > result.low_watermark
+    assert result.window_changes == len([w for w in before + after if "outside" not in w])
+    assert _rows(result.table, schema) == _expected(conn, schema, chunk)
+    assert len(set(result.table.column("id").to_pylist())) == result.table.num_rows  # no duplicate keys
+    seqs = dict(zip(result.table.column("id").to_pylist(), result.table.column(CDC_SEQ).to_pylist()))
+    assert seqs[22] == result.high_watermark.seq()  # untouched rows: as of HW
+    if after:  # rows the window wrote carry their change's own position, inside (LW, HW]
+        assert result.low_watermark.seq() < seqs[37] < result.high_watermark.seq()
+
+
+def test_string_key_ranges_follow_collation(db, make_config):
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id VARCHAR(10) PRIMARY KEY, v INT) COLLATE utf8mb4_general_ci")
+        cur.executemany("INSERT INTO t VALUES (%s, %s)", [(k, 1) for k in ("a", "B", "c", "D", "e", "F")])
+    cfg = make_config(name)
+    # 'C' sorts between 'b' and 'd' in the collation (Python would put it before 'a')
+    reader, control = _reader(cfg, name, [], ["INSERT INTO t VALUES ('Cc', 2)", "UPDATE t SET v = 9 WHERE id = 'c'",
+                                              "INSERT INTO t VALUES ('ee', 3)"])
+    with control.cursor() as cur:
+        schema = describe_table(cur, name, "t")
+    chunk = Chunk(f"{name}.t", 1, "id", "b", "d")
+    result = reader.read(schema, chunk)
+    assert _rows(result.table, schema) == _expected(conn, schema, chunk)
+    assert set(result.table.column("id").to_pylist()) == {"B", "c", "Cc"}
+
+
+def test_keyless_chunk_is_reread_until_quiet(db, make_config):
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (k INT NOT NULL, v INT)")
+        cur.executemany("INSERT INTO t VALUES (%s, %s)", [(i, i) for i in range(10)])
+    cfg = make_config(name)
+    reader, control = _reader(cfg, name, [], ["UPDATE t SET v = v + 1 WHERE k = 3"])
+    reader.max_attempts = 3
+    with control.cursor() as cur:
+        schema = describe_table(cur, name, "t")
+    with pytest.raises(ChunkNotQuiet, match="rows changed during each of 3 reads"):
+        reader.read(schema, Chunk(f"{name}.t", 0, "k", None, None))
+    # writes outside the chunk's range do not force a re-read
+    reader2, _ = _reader(cfg, name, [], ["UPDATE t SET v = v + 1 WHERE k = 9"])
+    result = reader2.read(schema, Chunk(f"{name}.t", 0, "k", None, 5))
+    assert result.attempts == 1 and result.table.num_rows == 5
