@@ -24,7 +24,8 @@ def _writer(settings, database: str, stop: threading.Event, counts: dict) -> Non
             k = rng.randrange(1, 6000)
             if op < 0.3:
                 next_id += 1
-                cur.execute("INSERT IGNORE INTO a VALUES (%s, %s, %s)", (rng.choice([next_id, -next_id, k * 7 + 3]), 0, "ins"))
+                new = rng.choice([next_id, -next_id, k * 7 + 3])
+                cur.execute("INSERT IGNORE INTO a VALUES (%s, %s, %s)", (new, 0, "ins"))
             elif op < 0.6:
                 cur.execute("UPDATE a SET v = v + 1, s = %s WHERE id = %s", (f"u{k}", k))
             elif op < 0.7:
