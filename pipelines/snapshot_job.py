@@ -121,8 +121,9 @@ def _groups(chunks: list[Chunk], size: int) -> list[list[Chunk]]:
 class SnapshotJob:
     """Driver of one snapshot run."""
 
-    def __init__(self, cfg: BinlakeConfig, spark, progress=None):
+    def __init__(self, cfg: BinlakeConfig, spark, progress=None, only: set[str] | None = None):
         self.cfg = cfg
+        self.only = only  # restrict to these "db.table" names (Dagster asset subsets)
         self.spark = spark
         self.progress = progress  # callable(chunks_done, chunks_total, rows) or None
         self.conn = connection_settings(cfg)
@@ -137,7 +138,7 @@ class SnapshotJob:
         start = time.monotonic()
         summary = SnapshotSummary()
         with connect(self.conn) as control, control.cursor() as cur:
-            names = captured_tables(self.cfg, cur)
+            names = [n for n in captured_tables(self.cfg, cur) if self.only is None or n in self.only]
             schemas = {n: describe_table(cur, *n.split(".", 1)) for n in names}
             plans = self.store.load_plans()
             work: list[GroupTask] = []
