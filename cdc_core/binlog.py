@@ -11,11 +11,13 @@ Invariants:
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc_core.positions import BinlogPosition
@@ -98,8 +100,34 @@ def read_changes(
 def _row_changes(event, pos: BinlogPosition) -> Iterator[RowChange]:
     for i, row in enumerate(event.rows):
         if isinstance(event, WriteRowsEvent):
-            yield RowChange(event.schema, event.table, "c", None, row["values"], pos, i)
+            after = _image(event, row["values"], row["none_sources"])
+            yield RowChange(event.schema, event.table, "c", None, after, pos, i)
         elif isinstance(event, UpdateRowsEvent):
-            yield RowChange(event.schema, event.table, "u", row["before_values"], row["after_values"], pos, i)
+            before = _image(event, row["before_values"], row["before_none_sources"])
+            after = _image(event, row["after_values"], row["after_none_sources"])
+            yield RowChange(event.schema, event.table, "u", before, after, pos, i)
         else:
-            yield RowChange(event.schema, event.table, "d", row["values"], None, pos, i)
+            before = _image(event, row["values"], row["none_sources"])
+            yield RowChange(event.schema, event.table, "d", before, None, pos, i)
+
+
+_US = dt.timedelta(microseconds=1)
+
+
+def _image(event, values: dict, none_sources: dict) -> dict:
+    """A row image with python-mysql-replication's decoding slips undone:
+    - the empty SET comes back as None (with none source "empty set"): it is '';
+    - a negative TIME with a fraction is stored as the two's complement of the whole
+      packed value, but the decoder complements seconds and fraction apart, giving
+      -(s + 1 - f) for -(s + f)."""
+    for col in event.columns:
+        v = values.get(col.name)
+        if v is None:
+            if col.type == FIELD_TYPE.SET and none_sources.get(col.name) == NONE_SOURCE.EMPTY_SET:
+                values[col.name] = ""
+        elif col.type == FIELD_TYPE.TIME2 and v < dt.timedelta(0):
+            us = -(v // _US)
+            frac = us % 1_000_000
+            if frac:
+                values[col.name] = -_US * (us + 1_000_000 - 2 * frac)
+    return values

@@ -4,7 +4,7 @@ Invariant: for every supported type, a value read by the snapshot path (SQL
 expression from :func:`select_expr`, Arrow column fixed by
 :func:`snapshot_array`) equals the value the binlog path produces
 (:func:`binlog_value` on python-mysql-replication's decoded value, then
-:func:`rows_to_arrow`). The README's type table documents the mapping.
+:func:`rows_to_arrow`). docs/type-mapping.md documents the mapping.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from cdc_core.table_schema import Column, TableSchema, quote_ident
 
 MAX_DELTA_DECIMAL_PRECISION = 38
 _EPOCH = dt.datetime(1970, 1, 1)
+_EPOCH_UTC = _EPOCH.replace(tzinfo=dt.UTC)
 
 _INT_TYPES = {
     # data_type: (signed arrow type, unsigned arrow type)
@@ -88,11 +89,17 @@ def select_expr(col: Column) -> str:
     t = col.data_type
     if t == "decimal":
         expr = f"CAST({q} AS CHAR)"
+    elif t in ("date", "datetime"):
+        # Zero and other impossible dates ('0000-00-00', '2020-00-15') are NULL, as the binlog
+        # decoder gives them (and the bulk reader panics on them).
+        valid = f"YEAR({q}) > 0 AND MONTH({q}) > 0 AND DAYOFMONTH({q}) BETWEEN 1 AND DAYOFMONTH(LAST_DAY({q}))"
+        expr = f"IF({valid}, {q}, NULL)"
     elif t == "time":
         expr = f"CAST(TIME_TO_SEC({q}) * 1000000 AS SIGNED)"
     elif t == "timestamp":
-        # Epoch microseconds: independent of the session and server time zones.
-        expr = f"CAST(UNIX_TIMESTAMP({q}) * 1000000 AS SIGNED)"
+        # Epoch microseconds: independent of the session and server time zones. Epoch 0 is
+        # the zero TIMESTAMP ('0000-00-00 00:00:00'; real values start at 1 s): NULL.
+        expr = f"CAST(NULLIF(UNIX_TIMESTAMP({q}), 0) * 1000000 AS SIGNED)"
     elif t == "bit":
         expr = f"CAST({q} AS UNSIGNED)"
     elif t == "bigint" and col.unsigned:
@@ -148,12 +155,18 @@ def binlog_value(col: Column, v):
         return Decimal(v)
     if t == "bigint" and col.unsigned:
         return Decimal(v)
+    if t in ("date", "datetime", "timestamp") and isinstance(v, str):
+        return None  # a zero or impossible date, which text clients (pymysql) return unparsed
     if t == "time":
         return (v.days * 86400 + v.seconds) * 1_000_000 + v.microseconds
     if t == "timestamp":
         if isinstance(v, dt.datetime):  # decoded with utcfromtimestamp: naive UTC
-            return v.replace(tzinfo=dt.UTC) if v.tzinfo is None else v
-        return dt.datetime.fromtimestamp(v, dt.UTC)
+            v = v.replace(tzinfo=dt.UTC) if v.tzinfo is None else v
+        else:
+            v = dt.datetime.fromtimestamp(v, dt.UTC)
+        return None if v == _EPOCH_UTC else v  # epoch 0 is the zero TIMESTAMP
+    if t == "year":
+        return 0 if v == 1900 else v  # the binlog stores YEAR 0000 as 0 and the decoder adds 1900
     if t == "bit":
         return _bit_value(col, v)
     if t == "set":
@@ -163,10 +176,10 @@ def binlog_value(col: Column, v):
         return json.dumps(v)  # MySQL binary JSON decoded to Python objects
     if t in _STRING_TYPES and isinstance(v, bytes):
         return v.decode("utf-8")
+    if t in _BINARY_TYPES and isinstance(v, str):  # the decoder gives an empty binary value as ''
+        v = v.encode("utf-8", "surrogateescape")
     if t == "binary":
         return _pad_binary(col, v)
-    if t in _BINARY_TYPES and isinstance(v, str):
-        return v.encode("utf-8", "surrogateescape")
     return v
 
 

@@ -1,0 +1,309 @@
+"""Type matrix: every supported MySQL type, read through the snapshot path (Spark
+chunk reader → Delta) and through the binlog (python-mysql-replication →
+binlog_value → rows_to_arrow), gives the same Delta value both ways; that value is
+the one docs/type-mapping.md documents and equals MySQL's."""
+
+from __future__ import annotations
+
+import datetime as dt
+import struct
+from decimal import Decimal
+
+from deltalake import DeltaTable
+
+from cdc_core.binlog import read_changes
+from cdc_core.positions import master_position
+from cdc_core.table_schema import describe_table
+from cdc_core.types import binlog_value, rows_to_arrow
+from pipelines.delta_sink import table_uri
+from pipelines.snapshot_job import connect, connection_settings
+from tests.helpers import assert_equal, snapshot
+
+UTC = dt.UTC
+
+
+class Sql(str):
+    """A value written into the INSERT as SQL text (bit literals), not as a parameter."""
+
+
+# name → (MySQL column type, Delta type)
+COLUMNS = {
+    "id": ("INT PRIMARY KEY", "integer"),
+    "ti": ("TINYINT", "byte"),
+    "ti_u": ("TINYINT UNSIGNED", "short"),
+    "si": ("SMALLINT", "short"),
+    "si_u": ("SMALLINT UNSIGNED", "integer"),
+    "mi": ("MEDIUMINT", "integer"),
+    "mi_u": ("MEDIUMINT UNSIGNED", "integer"),
+    "i": ("INT", "integer"),
+    "i_u": ("INT UNSIGNED", "long"),
+    "bi": ("BIGINT", "long"),
+    "bi_u": ("BIGINT UNSIGNED", "decimal(20,0)"),
+    "flag": ("TINYINT(1)", "byte"),
+    "dec65": ("DECIMAL(65,30)", "string"),
+    "dec38": ("DECIMAL(38,10)", "decimal(38,10)"),
+    "dec30": ("DECIMAL(30,10)", "decimal(30,10)"),
+    "dec10": ("DECIMAL(10,0)", "decimal(10,0)"),
+    "dec5": ("DECIMAL(5,2)", "decimal(5,2)"),
+    "f": ("FLOAT", "float"),
+    "dbl": ("DOUBLE", "double"),
+    "d": ("DATE", "date"),
+    **{f"dt{p}": (f"DATETIME({p})", "timestamp_ntz") for p in range(7)},
+    **{f"ts{p}": (f"TIMESTAMP({p}) NULL DEFAULT NULL", "timestamp") for p in range(7)},
+    "tm0": ("TIME", "long"),
+    "tm1": ("TIME(1)", "long"),
+    "tm3": ("TIME(3)", "long"),
+    "tm6": ("TIME(6)", "long"),
+    "yr": ("YEAR", "short"),
+    "ch": ("CHAR(10)", "string"),
+    "vc": ("VARCHAR(255)", "string"),
+    "tx": ("TEXT", "string"),
+    "bn": ("BINARY(4)", "binary"),
+    "vb": ("VARBINARY(16)", "binary"),
+    "bl": ("BLOB", "binary"),
+    "bit1": ("BIT(1)", "boolean"),
+    "bit10": ("BIT(10)", "binary"),
+    "bit64": ("BIT(64)", "binary"),
+    "en": ("ENUM('small','médium','large 😀')", "string"),
+    "st": ("SET('a','b','c','d')", "string"),
+    "js": ("JSON", "string"),  # MariaDB: an alias of LONGTEXT with a JSON_VALID check
+}
+
+LONG_TEXT = "Ünïcødé ✓ 😀 " * 2000
+ALL_BYTES = bytes(range(256)) * 4
+JSON_DOC = '{"a": [1, 2.5, null, true], "b": "é😀", "c": {"d": -1e-7}}'
+DEC65_MAX = "9" * 35 + "." + "9" * 30
+
+
+def _dts(value: str) -> dict:
+    return {f"dt{p}": value for p in range(7)}
+
+
+def _tss(value: str) -> dict:
+    return {f"ts{p}": value for p in range(7)}
+
+
+# Inserted in this order, each row in its own transaction, by a session with time_zone '+05:30'.
+ROWS = [
+    {  # maxima
+        "id": 1, "ti": 127, "ti_u": 255, "si": 32767, "si_u": 65535, "mi": 8388607, "mi_u": 16777215,
+        "i": 2147483647, "i_u": 4294967295, "bi": 9223372036854775807, "bi_u": 18446744073709551615, "flag": 1,
+        "dec65": DEC65_MAX, "dec38": "9" * 28 + "." + "9" * 10, "dec30": "9" * 20 + "." + "9" * 10,
+        "dec10": 9999999999, "dec5": "999.99", "f": "3.40282e38", "dbl": 1.7976931348623157e308,
+        "d": "9999-12-31", **_dts("9999-12-31 23:59:59.999999"),
+        **_tss("2038-01-19 08:44:07.999999"),  # +05:30: the last TIMESTAMP instant, 03:14:07.999999 UTC
+        "tm0": "838:59:59", "tm1": "838:59:59.9", "tm3": "838:59:59.999", "tm6": "838:59:59.999999", "yr": 2155,
+        "ch": "héllo 😀", "vc": "Ünïcødé — “quotes” ' \\ 😀🎉", "tx": LONG_TEXT,
+        "bn": b"ab", "vb": b"\x00\xff\x00a", "bl": ALL_BYTES,
+        "bit1": Sql("b'1'"), "bit10": Sql("b'1010101011'"), "bit64": Sql("b'" + "1" * 64 + "'"),
+        "en": "large 😀", "st": "d,a,c", "js": JSON_DOC,
+    },
+    {  # minima, empty strings and bytes
+        "id": 2, "ti": -128, "ti_u": 0, "si": -32768, "si_u": 0, "mi": -8388608, "mi_u": 0,
+        "i": -2147483648, "i_u": 0, "bi": -9223372036854775808, "bi_u": 0, "flag": 0,
+        "dec65": "-" + DEC65_MAX, "dec38": "-" + "9" * 28 + "." + "9" * 10,
+        "dec30": "-12345678901234567890.0123456789", "dec10": -9999999999, "dec5": "-999.99",
+        "f": "-1.5e-38", "dbl": -2.2250738585072014e-308,
+        "d": "1000-01-01", **_dts("1000-01-01 00:00:00"),
+        **_tss("1970-01-01 05:30:01"),  # +05:30: the first TIMESTAMP instant, epoch second 1
+        "tm0": "-838:59:59", "tm1": "-00:00:01.3", "tm3": "-00:00:01.25", "tm6": "-12:34:56.789012", "yr": 1901,
+        "ch": "", "vc": "", "tx": "", "bn": b"", "vb": b"a\x00\x00", "bl": b"",
+        "bit1": Sql("b'0'"), "bit10": Sql("b'0'"), "bit64": Sql("b'0'"),
+        "en": "small", "st": "a", "js": "[]",
+    },
+    {  # ordinary values
+        "id": 3, "ti": -1, "ti_u": 1, "si": -2, "si_u": 2, "mi": -3, "mi_u": 3, "i": 0, "i_u": 4,
+        "bi": -5, "bi_u": 9223372036854775808, "flag": 2,
+        "dec65": "-0." + "0" * 29 + "1", "dec38": "0", "dec30": "0.5", "dec10": 0, "dec5": "0.01",
+        "f": "3.14159", "dbl": 0.1,
+        "d": "2024-02-29", **_dts("2024-02-29 13:45:30.123456"),
+        **_tss("2024-03-10 12:00:00.123456"),  # +05:30 → 06:30:00.123456 UTC
+        "tm0": "-00:00:01", "tm1": "-00:00:00.5", "tm3": "25:00:00.001", "tm6": "100:00:00.5", "yr": 2024,
+        "ch": "ab  ", "vc": "tab\there\nnewline", "tx": "naïve façade", "bn": b"\xff", "vb": b"\x00", "bl": b"\x00",
+        "bit1": Sql("b'1'"), "bit10": Sql("b'1000000000'"), "bit64": Sql("b'1'"),
+        "en": "médium", "st": "b,c,a,d", "js": '"just a string"',
+    },
+    {  # zero temporal values, empty SET
+        "id": 4, "d": "0000-00-00", **_dts("0000-00-00 00:00:00"), **_tss("0000-00-00 00:00:00"),
+        "yr": 0, "st": "",
+    },
+    {  # dates with a zero part
+        "id": 5, "d": "2020-00-15", "dt0": "2020-05-00 10:00:00", "dt6": "0000-01-01 00:00:00.5",
+    },
+    {"id": 6},  # NULL in every column
+]
+# Inserted last, by a session on the server's default time zone, set to '-08:00' for the test.
+SERVER_ZONE_ROW = {"id": 7, **_tss("2024-03-10 12:00:00.654321")}  # → 20:00:00.654321 UTC
+
+
+def _f32(x: float) -> float:
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def _us(h: int, m: int, s: int, us: int = 0, sign: int = 1) -> int:
+    return sign * ((h * 3600 + m * 60 + s) * 1_000_000 + us)
+
+
+# The documented Delta value of selected cells: (id, column) → value as read back with deltalake.
+EXPECTED = {
+    (1, "bi"): 9223372036854775807,
+    (1, "bi_u"): Decimal("18446744073709551615"),
+    (1, "i_u"): 4294967295,
+    (1, "mi_u"): 16777215,
+    (1, "flag"): 1,
+    (1, "dec65"): DEC65_MAX,
+    (1, "dec38"): Decimal("9" * 28 + "." + "9" * 10),
+    (1, "f"): _f32(3.40282e38),
+    (1, "dbl"): 1.7976931348623157e308,
+    (1, "d"): dt.date(9999, 12, 31),
+    (1, "dt0"): dt.datetime(9999, 12, 31, 23, 59, 59),
+    (1, "dt3"): dt.datetime(9999, 12, 31, 23, 59, 59, 999000),
+    (1, "dt6"): dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
+    (1, "ts0"): dt.datetime(2038, 1, 19, 3, 14, 7, tzinfo=UTC),
+    (1, "ts6"): dt.datetime(2038, 1, 19, 3, 14, 7, 999999, tzinfo=UTC),
+    (1, "tm0"): _us(838, 59, 59),
+    (1, "tm3"): _us(838, 59, 59, 999000),
+    (1, "tm6"): _us(838, 59, 59, 999999),
+    (1, "yr"): 2155,
+    (1, "ch"): "héllo 😀",
+    (1, "tx"): LONG_TEXT,
+    (1, "bn"): b"ab\x00\x00",
+    (1, "vb"): b"\x00\xff\x00a",
+    (1, "bl"): ALL_BYTES,
+    (1, "bit1"): True,
+    (1, "bit10"): b"\x02\xab",
+    (1, "bit64"): b"\xff" * 8,
+    (1, "en"): "large 😀",
+    (1, "st"): "a,c,d",
+    (1, "js"): JSON_DOC,
+    (2, "bi"): -9223372036854775808,
+    (2, "bi_u"): Decimal(0),
+    (2, "dec65"): "-" + DEC65_MAX,
+    (2, "dec30"): Decimal("-12345678901234567890.0123456789"),
+    (2, "ts0"): dt.datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC),
+    (2, "tm0"): _us(838, 59, 59, sign=-1),
+    (2, "tm1"): _us(0, 0, 1, 300000, sign=-1),
+    (2, "tm3"): _us(0, 0, 1, 250000, sign=-1),
+    (2, "tm6"): _us(12, 34, 56, 789012, sign=-1),
+    (2, "yr"): 1901,
+    (2, "ch"): "",
+    (2, "vc"): "",
+    (2, "bn"): b"\x00" * 4,
+    (2, "vb"): b"a\x00\x00",
+    (2, "bl"): b"",
+    (2, "bit1"): False,
+    (2, "bit10"): b"\x00\x00",
+    (2, "bit64"): b"\x00" * 8,
+    (3, "bi_u"): Decimal("9223372036854775808"),
+    (3, "flag"): 2,  # TINYINT(1) is a byte, not a boolean
+    (3, "dec65"): "-0." + "0" * 29 + "1",
+    (3, "dec30"): Decimal("0.5000000000"),
+    (3, "f"): _f32(3.14159),
+    (3, "dt0"): dt.datetime(2024, 2, 29, 13, 45, 30),
+    (3, "dt1"): dt.datetime(2024, 2, 29, 13, 45, 30, 100000),
+    (3, "dt5"): dt.datetime(2024, 2, 29, 13, 45, 30, 123450),
+    (3, "ts0"): dt.datetime(2024, 3, 10, 6, 30, tzinfo=UTC),
+    (3, "ts3"): dt.datetime(2024, 3, 10, 6, 30, 0, 123000, tzinfo=UTC),
+    (3, "ts6"): dt.datetime(2024, 3, 10, 6, 30, 0, 123456, tzinfo=UTC),
+    (3, "tm0"): _us(0, 0, 1, sign=-1),
+    (3, "tm1"): _us(0, 0, 0, 500000, sign=-1),
+    (3, "tm3"): _us(25, 0, 0, 1000),
+    (3, "tm6"): _us(100, 0, 0, 500000),
+    (3, "ch"): "ab",  # CHAR drops trailing spaces
+    (3, "bn"): b"\xff\x00\x00\x00",
+    (3, "bit10"): b"\x02\x00",
+    (3, "bit64"): b"\x00" * 7 + b"\x01",
+    (3, "st"): "a,b,c,d",
+    (4, "yr"): 0,  # YEAR 0000 is a value, not a zero date
+    (4, "st"): "",  # the empty SET is not NULL
+    **{(4, c): None for c in ["d", *_dts(""), *_tss("")]},  # zero dates are NULL
+    **{(5, c): None for c in ["d", "dt0", "dt6"]},
+    **{(6, c): None for c in COLUMNS if c != "id"},
+    (7, "ts0"): dt.datetime(2024, 3, 10, 20, 0, tzinfo=UTC),
+    (7, "ts2"): dt.datetime(2024, 3, 10, 20, 0, 0, 650000, tzinfo=UTC),
+    (7, "ts6"): dt.datetime(2024, 3, 10, 20, 0, 0, 654321, tzinfo=UTC),
+}
+
+
+def _insert(conn, table: str, row: dict) -> None:
+    names = ", ".join(f"`{c}`" for c in row)
+    marks = ", ".join(v if isinstance(v, Sql) else "%s" for v in row.values())
+    with conn.cursor() as cur:
+        cur.execute(f"INSERT INTO `{table}` ({names}) VALUES ({marks})",
+                    [v for v in row.values() if not isinstance(v, Sql)])
+
+
+def _write_rows(mariadb, conn, database: str):
+    """Insert ROWS from a '+05:30' session and SERVER_ZONE_ROW from a session on the server's
+    default zone, set to '-08:00' (restored by the caller); returns the binlog positions around them."""
+    with conn.cursor() as cur:
+        start = master_position(cur)
+        cur.execute("SET GLOBAL time_zone = '-08:00'")
+    for zone, rows in (("+05:30", ROWS), (None, [SERVER_ZONE_ROW])):
+        init = "SET sql_mode = 'STRICT_TRANS_TABLES'" + (f", time_zone = '{zone}'" if zone else "")
+        with mariadb.connect(database, init_command=init) as writer:
+            with writer.cursor() as cur:
+                cur.execute("SELECT @@session.time_zone")
+                assert cur.fetchone()[0] == (zone or "-08:00")
+            for row in rows:
+                _insert(writer, "types", row)
+    with conn.cursor() as cur:
+        return start, master_position(cur)
+
+
+def test_type_matrix_snapshot_equals_binlog(db, mariadb, spark, make_config):
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE types (" + ", ".join(f"`{c}` {t}" for c, (t, _) in COLUMNS.items()) + ")")
+        cur.execute("SELECT @@global.time_zone")
+        server_zone = cur.fetchone()[0]
+    try:
+        start, end = _write_rows(mariadb, conn, name)
+        _check_both_paths(name, spark, make_config, start, end)  # with the server zone still at -08:00
+    finally:
+        with conn.cursor() as cur:
+            cur.execute("SET GLOBAL time_zone = %s", (server_zone,))
+
+
+def _check_both_paths(name, spark, make_config, start, end):
+    all_rows = [*ROWS, SERVER_ZONE_ROW]
+
+    # Snapshot path: Spark tasks read the chunks (several rows per chunk, several chunks).
+    cfg = make_config(name, chunk_size=2)
+    summary = snapshot(cfg, spark)
+    assert summary.tables[0].chunks >= 3 and summary.tables[0].rows_written == len(all_rows)
+    delta = DeltaTable(table_uri(cfg.sink.path, f"{name}.types"))
+    delta_types = {f.name: f.type.type for f in delta.schema().fields}
+    assert delta_types == {**{c: t for c, (_, t) in COLUMNS.items()}, "_cdc_op": "string", "_cdc_seq": "long"}
+    snap = delta.to_pyarrow_table().sort_by("id")
+
+    # Binlog path: the same inserts decoded from the binlog.
+    settings = connection_settings(cfg)
+    with connect(settings) as control, control.cursor() as cur:
+        schema = describe_table(cur, name, "types")
+    changes = list(read_changes(settings, cfg.source.server_id + 9, start, end, {(name, "types")}))
+    assert [(ch.op, ch.after["id"]) for ch in changes] == [("c", r["id"]) for r in all_rows]
+    rows = [{c.name: binlog_value(c, ch.after[c.name]) for c in schema.columns} for ch in changes]
+    binlog = rows_to_arrow(schema, rows).sort_by("id")
+
+    ids = snap.column("id").to_pylist()
+    assert ids == binlog.column("id").to_pylist() == [r["id"] for r in all_rows]
+    differences = []
+    for col in COLUMNS:
+        for row_id, s, b in zip(ids, snap.column(col).to_pylist(), binlog.column(col).to_pylist(), strict=True):
+            if s != b or type(s) is not type(b):
+                differences.append(f"{col} (id={row_id}): snapshot={s!r} binlog={b!r}")
+    assert not differences, "snapshot and binlog paths disagree:\n" + "\n".join(differences)
+
+    # The documented values, and the true UTC instants of TIMESTAMPs written at +05:30 and -08:00.
+    by_id = {r["id"]: r for r in snap.to_pylist()}
+    wrong = [f"{col} (id={row_id}): delta={by_id[row_id][col]!r} expected={want!r}"
+             for (row_id, col), want in EXPECTED.items()
+             if by_id[row_id][col] != want or type(by_id[row_id][col]) is not type(want)]
+    assert not wrong, "Delta values differ from the documented mapping:\n" + "\n".join(wrong)
+    for row_id, instant in ((3, 1710052200), (7, 1710100800)):  # 2024-03-10T06:30:00Z, 2024-03-10T20:00:00Z
+        ts = by_id[row_id]["ts0"]
+        assert ts.utcoffset() == dt.timedelta(0) and ts.timestamp() == instant, (row_id, ts)
+
+    # And Delta equals MySQL, read by a third client (pymysql, UTC session).
+    assert_equal(cfg, [f"{name}.types"])
