@@ -1,0 +1,90 @@
+"""Chunk planner invariants: chunks tile the key space (unbounded ends, hi == next lo),
+ranges are half-open so every row is in exactly one chunk, boundary-query chunks hold
+at most chunk_size rows unless one key value alone has more."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdc_core.chunking import Chunk, ChunkKeyError, chunk_key, decode_value, encode_value, plan_chunks
+from cdc_core.table_schema import describe_table
+
+
+def _plan(conn, db, table, key, size):
+    with conn.cursor() as cur:
+        schema = describe_table(cur, db, table)
+        return schema, plan_chunks(cur, schema, key, size)
+
+
+def _counts(conn, table, chunks):
+    out = []
+    with conn.cursor() as cur:
+        for c in chunks:
+            cond, params = c.where()
+            cur.execute(f"SELECT COUNT(*) FROM `{table}` WHERE {cond}", params)
+            out.append(cur.fetchone()[0])
+    return out
+
+
+def _assert_tiles(chunks):
+    assert chunks[0].lo is None and chunks[-1].hi is None
+    assert all(a.hi == b.lo for a, b in zip(chunks, chunks[1:]))
+    assert [c.index for c in chunks] == list(range(len(chunks)))
+
+
+@pytest.mark.parametrize("ids,arithmetic", [(range(1, 1001), True), ([*range(1, 900), 10**12, 10**13], False)])
+def test_int_keys_tile_and_count(db, ids, arithmetic):
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id BIGINT PRIMARY KEY)")
+        cur.executemany("INSERT INTO t VALUES (%s)", [(i,) for i in ids])
+        cur.execute("ANALYZE TABLE t")
+    _, chunks = _plan(conn, name, "t", "id", 100)
+    _assert_tiles(chunks)
+    counts = _counts(conn, "t", chunks)
+    assert sum(counts) == len(ids)
+    if arithmetic:
+        assert all(isinstance(c.lo, int) for c in chunks[1:]) and max(counts) <= 200
+    else:  # skewed: boundary queries keep chunks at chunk_size rows
+        assert max(counts) <= 100 and len(chunks) >= 9
+
+
+def test_heavy_leading_value_stays_in_one_chunk(db):
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (a VARCHAR(5), b INT, PRIMARY KEY (a, b))")
+        cur.executemany("INSERT INTO t VALUES (%s, %s)", [("x", i) for i in range(350)] + [("y", 1), ("z", 1)])
+    _, chunks = _plan(conn, name, "t", "a", 100)
+    _assert_tiles(chunks)
+    counts = _counts(conn, "t", chunks)
+    assert sum(counts) == 352 and 350 in counts  # ties are never split across chunks
+
+
+def test_empty_table_is_one_unbounded_chunk(db):
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+    _, chunks = _plan(conn, name, "t", "id", 10)
+    assert chunks == [Chunk(f"{name}.t", 0, "id")]
+
+
+def test_chunk_key_rules(db):
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE nokey (a INT NOT NULL, b INT NULL)")
+        schema = describe_table(cur, name, "nokey")
+    with pytest.raises(ChunkKeyError, match="has no primary key"):
+        chunk_key(schema, {})
+    with pytest.raises(ChunkKeyError, match="must be NOT NULL"):
+        chunk_key(schema, {f"{name}.nokey": "b"})
+    with pytest.raises(ChunkKeyError, match="not a column"):
+        chunk_key(schema, {f"{name}.nokey": "zz"})
+    assert chunk_key(schema, {f"{name}.nokey": "a"}) == "a"
+
+
+def test_boundaries_round_trip_through_json():
+    import datetime as dt
+    from decimal import Decimal
+
+    for v in (None, 5, "ß😀", Decimal("1.50"), dt.date(2024, 2, 29), dt.datetime(2024, 1, 1, 3, 4, 5, 6), b"\x00\xff"):
+        assert decode_value(encode_value(v)) == v
