@@ -153,5 +153,8 @@ def load_config(path: str | Path) -> BinlakeConfig:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: not valid YAML: {e}") from None
+        # Only the problem and its place: str(e) quotes the file's lines, which may hold a literal password.
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{p}: not valid YAML{where}: {getattr(e, 'problem', None) or 'syntax error'}") from None
     return parse_config(_substitute(data))

@@ -58,7 +58,8 @@ def _privileges(cur) -> list[str]:
         return []
     out = []
     for p in REQUIRED_PRIVILEGES:
-        if not any(alias in grants for alias in _PRIVILEGE_ALIASES.get(p, (p,))):
+        # Whole names only: REPLICATION SLAVE ADMIN is not REPLICATION SLAVE.
+        if not any(re.search(rf"\b{alias}\b(?! ADMIN)", grants) for alias in _PRIVILEGE_ALIASES.get(p, (p,))):
             out.append(f"source user lacks the {p} privilege (GRANT {p} ON *.* TO the binlake user)")
     return out
 

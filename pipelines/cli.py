@@ -8,6 +8,7 @@ import logging
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -17,39 +18,55 @@ from cdc_core.config import BinlakeConfig, ConfigError, load_config
 EXIT_OK, EXIT_RUNTIME, EXIT_BAD_INPUT = 0, 1, 2
 err = Console(stderr=True)
 out = Console()
+_secrets: set[str] = set()  # values to mask in any message (the source password, once loaded)
+
+
+def _redact(text: str) -> str:
+    for secret in _secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
+def _line(prefix: str, text: str) -> None:
+    """One problem, one line on stderr: never wrapped, markup in ``text`` not interpreted, secrets masked."""
+    err.print(prefix, escape(_redact(text)), soft_wrap=True, highlight=False)
 
 
 def _load(path: str) -> BinlakeConfig:
     try:
-        return load_config(path)
+        cfg = load_config(path)
     except ConfigError as e:
-        err.print(f"[red]config error[/red]: {e}", highlight=False)
+        _line("[red]config error[/red]:", str(e))
         raise SystemExit(EXIT_BAD_INPUT) from None
+    if len(cfg.source.password.get_secret_value()) >= 4:  # masking a 1-3 character string would garble messages
+        _secrets.add(cfg.source.password.get_secret_value())
+    return cfg
+
+
+def _problems(cfg: BinlakeConfig) -> list[str]:
+    """Run the prerequisite checks and print each problem on its own line."""
+    from cdc_core.validate import check
+
+    problems = check(cfg)
+    for p in problems:
+        _line("[red]✗[/red]", p)
+    return problems
 
 
 def cmd_validate(args) -> int:
-    from cdc_core.validate import check
-
     cfg = _load(args.config)
-    problems = check(cfg)
-    for p in problems:
-        err.print(f"[red]✗[/red] {p}", highlight=False)
-    if problems:
+    if _problems(cfg):
         return EXIT_BAD_INPUT
     out.print(f"✓ {args.config}: source {cfg.source.host}:{cfg.source.port} is ready for binlake")
     return EXIT_OK
 
 
 def cmd_snapshot(args) -> int:
-    from cdc_core.validate import check
     from pipelines.snapshot_job import SnapshotJob
     from pipelines.spark_session import get_spark
 
     cfg = _load(args.config)
-    problems = check(cfg)
-    for p in problems:
-        err.print(f"[red]✗[/red] {p}", highlight=False)
-    if problems:
+    if _problems(cfg):
         return EXIT_BAD_INPUT
     spark = get_spark(cfg.spark.master, cfg.spark.conf)
     with Progress(TextColumn("snapshot"), BarColumn(), MofNCompleteColumn(), TextColumn("chunks"),
@@ -67,11 +84,12 @@ def cmd_snapshot(args) -> int:
         try:
             summary = SnapshotJob(cfg, spark, update).run()
         except ChunkKeyError as e:
-            err.print(f"[red]✗[/red] {e}", highlight=False)
+            _line("[red]✗[/red]", str(e))
             return EXIT_BAD_INPUT
     t = Table(title=f"snapshot of {cfg.pipeline.name} ({summary.seconds:.1f}s)")
-    for col in ("table", "chunks", "read now", "rows read", "Delta rows", "MySQL rows", "check"):
-        t.add_column(col, justify="left" if col == "table" else "right")
+    t.add_column("table", no_wrap=True, min_width=max((len(s.table) for s in summary.tables), default=5))
+    for col in ("chunks", "read now", "rows read", "Delta rows", "MySQL rows", "check"):
+        t.add_column(col, justify="right")
     for s in summary.tables:
         t.add_row(s.table, str(s.chunks), str(s.chunks_read), f"{s.rows_written:,}", f"{s.delta_rows:,}",
                   f"{s.mysql_rows:,}", "[green]match[/green]" if s.matches else "[yellow]differs[/yellow]")
@@ -106,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_RUNTIME
     except Exception as e:  # noqa: BLE001 - the CLI's last line of defence: one clear line, exit 1
         logging.getLogger("binlake").debug("failure", exc_info=True)
-        err.print(f"[red]error[/red]: {type(e).__name__}: {e}", highlight=False)
+        _line("[red]error[/red]:", f"{type(e).__name__}: {e}")
         return EXIT_RUNTIME
 
 

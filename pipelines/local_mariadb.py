@@ -45,6 +45,7 @@ class LocalMariaDB:
     base_dir: Path | None = None
     port: int = field(default_factory=_free_port)
     extra_args: tuple[str, ...] = ()
+    binlog: bool = True  # False: no --log-bin and no binlog flags (to test prerequisite checks)
     _proc: subprocess.Popen | None = None
     _owns_dir: bool = False
 
@@ -74,12 +75,14 @@ class LocalMariaDB:
                 check=True, capture_output=True,
             )
         mariadbd = _find_binary("mariadbd", MARIADBD_CANDIDATES)
+        binlog_args = [f"--log-bin={datadir / 'binlog'}", "--binlog-format=ROW", "--binlog-row-image=FULL",
+                       "--binlog-row-metadata=FULL"] if self.binlog else []
         args = [
             mariadbd, "--no-defaults", f"--datadir={datadir}", f"--port={self.port}",
             "--bind-address=127.0.0.1", f"--socket={self.base_dir / 'mysqld.sock'}",
             f"--pid-file={self.base_dir / 'mysqld.pid'}", f"--log-error={self.base_dir / 'error.log'}",
-            f"--server-id={self.server_id}", f"--log-bin={datadir / 'binlog'}",
-            "--binlog-format=ROW", "--binlog-row-image=FULL", "--binlog-row-metadata=FULL",
+            f"--server-id={self.server_id}",
+            *binlog_args,
             "--character-set-server=utf8mb4", "--collation-server=utf8mb4_general_ci",
             "--innodb-buffer-pool-size=512M", "--innodb-flush-log-at-trx-commit=2",
             "--sync-binlog=0", "--max-allowed-packet=256M", "--skip-name-resolve",

@@ -181,8 +181,9 @@ class SnapshotJob:
         done_chunks = 0
         if self.progress:
             self.progress(0, total, 0)
-        with ThreadPoolExecutor(self.cfg.pipeline.parallelism, thread_name_prefix="snapshot") as pool:
-            futures = {pool.submit(self._run_on_spark, t): t for t in tasks}
+        pool = ThreadPoolExecutor(self.cfg.pipeline.parallelism, thread_name_prefix="snapshot")
+        futures = {pool.submit(self._run_on_spark, t): t for t in tasks}
+        try:
             for fut in as_completed(futures):
                 task = futures[fut]
                 result = fut.result()
@@ -196,6 +197,12 @@ class SnapshotJob:
                 done_chunks += len(task.chunks)
                 if self.progress:
                     self.progress(done_chunks, total, summary.rows_read)
+        except BaseException:
+            # Interrupted or failed: queued groups must not run (their rows would never be committed).
+            pool.shutdown(wait=False, cancel_futures=True)
+            self.spark.sparkContext.cancelAllJobs()
+            raise
+        pool.shutdown()
 
     def _run_on_spark(self, task: GroupTask) -> dict:
         with self._slot_lock:

@@ -1,0 +1,193 @@
+"""The ``binlake`` command line as a user runs it (a subprocess): exit codes 0 / 2 / 1,
+one clear line per problem, no tracebacks, no secrets in the output."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipelines.local_mariadb import LocalMariaDB
+
+BINLAKE = str(Path(sys.executable).with_name("binlake")) if Path(sys.executable).with_name("binlake").exists() \
+    else shutil.which("binlake")
+PASSWORD_VAR = "BINLAKE_CLI_TEST_PASSWORD"
+
+
+def run_cli(*args: str, password: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, PASSWORD_VAR: password, "COLUMNS": "200"}
+    return subprocess.run([BINLAKE, *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def write_config(tmp_path: Path, server: LocalMariaDB, database: str, *, user: str = "root", **source) -> str:
+    """A config file for ``server``; the password always comes from the environment."""
+    raw = {
+        "pipeline": {"name": f"cli_{database}", "parallelism": 2},
+        "source": {"host": server.host, "port": server.port, "user": user, "password": f"${{{PASSWORD_VAR}}}",
+                   "server_id": 7100, "tables": [rf"{database}\..*"], "snapshot": {"chunk_size": 100}, **source},
+        "sink": {"path": str(tmp_path / "lake")},
+        "spark": {"master": "local[2]"},
+    }
+    path = tmp_path / "binlake.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+@pytest.fixture
+def items(db):
+    """The test database with a small table ``items`` (primary key)."""
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE items (id INT PRIMARY KEY, label VARCHAR(30), price DECIMAL(10,2))")
+        cur.executemany("INSERT INTO items VALUES (%s, %s, %s)", [(i, f"item {i}", i * 0.5) for i in range(1, 301)])
+    return name, conn
+
+
+@pytest.fixture
+def make_user(mariadb):
+    """Create a server user with the given grants; yields a factory returning (user, password)."""
+    created = []
+
+    def make(*grants: str) -> tuple[str, str]:
+        user, password = f"u_{uuid.uuid4().hex[:8]}", f"Pw-{uuid.uuid4().hex}"
+        with mariadb.connect() as conn, conn.cursor() as cur:
+            cur.execute(f"CREATE USER '{user}'@'%%' IDENTIFIED BY %s", (password,))
+            for g in grants:
+                cur.execute(f"GRANT {g} ON *.* TO '{user}'@'%'")
+        created.append(user)
+        return user, password
+
+    yield make
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        for user in created:
+            cur.execute(f"DROP USER IF EXISTS '{user}'@'%'")
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def assert_clean(result: subprocess.CompletedProcess, *secrets: str) -> None:
+    both = result.stdout + result.stderr
+    assert "Traceback" not in both, both
+    for s in secrets:
+        assert s not in both, "secret leaked into the output"
+
+
+def test_validate_ok_with_minimal_privileges(mariadb, items, make_user, tmp_path):
+    name, _ = items
+    user, password = make_user("SELECT", "REPLICATION SLAVE", "REPLICATION CLIENT")
+    r = run_cli("validate", "-c", write_config(tmp_path, mariadb, name, user=user), password=password)
+    assert r.returncode == 0, r.stderr
+    assert "ready for binlake" in r.stdout
+    assert r.stderr == ""
+    assert_clean(r, password)
+
+
+def test_validate_typo_key(mariadb, items, tmp_path):
+    name, _ = items
+    r = run_cli("validate", "-c", write_config(tmp_path, mariadb, name, snapshott={"chunk_size": 5}),
+                password=mariadb.password)
+    assert r.returncode == 2
+    assert "source.snapshott" in r.stderr and "unknown key" in r.stderr
+    assert len(_lines(r.stderr)) == 1
+    assert_clean(r, mariadb.password)
+
+
+def test_validate_missing_config_file(tmp_path):
+    r = run_cli("validate", "-c", str(tmp_path / "nope.yaml"), password="x")
+    assert r.returncode == 2 and "cannot read config file" in r.stderr
+    assert_clean(r)
+
+
+def test_validate_wrong_password(mariadb, items, tmp_path):
+    name, _ = items
+    wrong = "Wr0ng-Pa55-quokka-4417"
+    r = run_cli("validate", "-c", write_config(tmp_path, mariadb, name), password=wrong)
+    assert r.returncode == 2
+    (line,) = _lines(r.stderr)  # one clear line
+    assert "access denied" in line.lower() and "source.password" in line
+    assert r.stdout == ""
+    assert_clean(r, wrong)
+
+
+def test_validate_table_without_primary_key(mariadb, items, tmp_path):
+    name, conn = items
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE audit_log (at DATETIME NOT NULL, msg VARCHAR(50))")
+    r = run_cli("validate", "-c", write_config(tmp_path, mariadb, name), password=mariadb.password)
+    assert r.returncode == 2
+    (line,) = _lines(r.stderr)  # only the table without a key is a problem
+    assert f"{name}.audit_log" in line and "primary key" in line and "chunk_key_columns" in line
+    assert_clean(r, mariadb.password)
+
+    # Naming a NOT NULL chunk key column for it makes the config valid.
+    cfg = write_config(tmp_path, mariadb, name, snapshot={"chunk_key_columns": {f"{name}.audit_log": "at"}})
+    r = run_cli("validate", "-c", cfg, password=mariadb.password)
+    assert r.returncode == 0, r.stderr
+
+
+def test_validate_user_without_replication_privileges(mariadb, items, make_user, tmp_path):
+    name, _ = items
+    user, password = make_user("SELECT")
+    r = run_cli("validate", "-c", write_config(tmp_path, mariadb, name, user=user), password=password)
+    assert r.returncode == 2
+    lines = _lines(r.stderr)
+    assert any("REPLICATION SLAVE" in line for line in lines)
+    assert any("REPLICATION CLIENT" in line for line in lines)
+    assert not any("SELECT" in line for line in lines)
+    assert len(lines) == 2
+    assert_clean(r, password)
+
+
+def test_validate_binlog_off(tmp_path):
+    with LocalMariaDB(binlog=False, extra_args=("--innodb-buffer-pool-size=64M",)) as server:
+        with server.connect() as conn, conn.cursor() as cur:
+            cur.execute("CREATE DATABASE shop DEFAULT CHARSET utf8mb4")
+            cur.execute("CREATE TABLE shop.t (id INT PRIMARY KEY)")
+        r = run_cli("validate", "-c", write_config(tmp_path, server, "shop"), password=server.password)
+    assert r.returncode == 2
+    lines = _lines(r.stderr)
+    assert any("log_bin" in line and "OFF" in line for line in lines)
+    assert any("binlog_format" in line and "ROW" in line for line in lines)
+    assert all(line.startswith("✗") for line in lines)
+    assert_clean(r, server.password)
+
+
+def test_snapshot_cli(mariadb, items, tmp_path):
+    name, conn = items
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE tags (k VARCHAR(20), n INT, PRIMARY KEY (k, n))")
+        cur.executemany("INSERT INTO tags VALUES (%s, %s)", [(f"k{i % 7}", i) for i in range(150)])
+    r = run_cli("snapshot", "-c", write_config(tmp_path, mariadb, name), password=mariadb.password)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert_clean(r, mariadb.password)
+    rows = {line.split("│")[1].strip(): line for line in r.stdout.splitlines() if line.count("│") >= 7}
+    assert "match" in rows[f"{name}.items"] and "300" in rows[f"{name}.items"]
+    assert "match" in rows[f"{name}.tags"] and "150" in rows[f"{name}.tags"]
+    assert "differs" not in r.stdout
+
+
+def test_runtime_failure_is_exit_1_one_line_without_secret(mariadb, tmp_path, monkeypatch, capsys):
+    """In-process (no subprocess needed): an unexpected error is exit 1, one line, the password masked."""
+    import cdc_core.validate
+    from pipelines import cli
+
+    secret = "Zebra-Secret-90210"
+    monkeypatch.setenv(PASSWORD_VAR, secret)
+
+    def explode(cfg):
+        raise RuntimeError(f"driver said: mysql://root:{cfg.source.password.get_secret_value()}@host failed")
+
+    monkeypatch.setattr(cdc_core.validate, "check", explode)
+    assert cli.main(["validate", "-c", write_config(tmp_path, mariadb, "shop")]) == 1
+    captured = capsys.readouterr()
+    (line,) = _lines(captured.err)
+    assert "RuntimeError" in line and "mysql://root:***@host" in line
+    assert secret not in captured.out + captured.err
