@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from cdc_core.binlog import ConnectionSettings, RowChange, read_changes
-from cdc_core.chunking import Chunk
+from cdc_core.chunking import INTEGER_TYPES, Chunk
 from cdc_core.positions import BinlogPosition, master_position
 from cdc_core.table_schema import TableSchema, quote_ident
 from cdc_core.types import arrow_schema, binlog_value, rows_to_arrow, select_expr, snapshot_array
@@ -37,7 +37,6 @@ from cdc_core.types import arrow_schema, binlog_value, rows_to_arrow, select_exp
 log = logging.getLogger(__name__)
 
 CDC_OP, CDC_SEQ = "_cdc_op", "_cdc_seq"
-_INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint"}
 
 Fetch = Callable[[str], pa.Table]
 
@@ -119,8 +118,8 @@ class ChunkReader:
         """Chunk-key values of ``changes`` that lie in the chunk (compared by the server
         for non-integer keys, so string keys follow the column's collation)."""
         values = {img[chunk.key] for ch in changes for img in (ch.before, ch.after) if img is not None}
-        if schema.column(chunk.key).data_type in _INTEGER_TYPES:
-            return {v for v in values if (chunk.lo is None or v >= chunk.lo) and (chunk.hi is None or v < chunk.hi)}
+        if schema.column(chunk.key).data_type in INTEGER_TYPES:
+            return {v for v in values if chunk.contains(v)}
         return self._server_in_range(schema, chunk, values)
 
     def _server_in_range(self, schema: TableSchema, chunk: Chunk, values: set) -> set:

@@ -23,7 +23,7 @@ from typing import Any
 from cdc_core.table_schema import TableSchema, quote_ident
 
 DENSE_FACTOR = 4.0
-_INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint"}
+INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint"}
 
 
 class ChunkKeyError(ValueError):
@@ -51,6 +51,16 @@ class Chunk:
             parts.append(f"{q} < %s")
             params.append(self.hi)
         return (" AND ".join(parts) or "1=1"), params
+
+    @staticmethod
+    def span(chunks: list[Chunk]) -> Chunk:
+        """One chunk covering consecutive ``chunks`` (read together with one pair of watermarks)."""
+        first, last = chunks[0], chunks[-1]
+        return Chunk(first.table, first.index, first.key, first.lo, last.hi)
+
+    def contains(self, value) -> bool:
+        """Whether ``value`` lies in the range, compared in Python (integer keys only)."""
+        return (self.lo is None or value >= self.lo) and (self.hi is None or value < self.hi)
 
     def to_json(self) -> str:
         return json.dumps({"lo": encode_value(self.lo), "hi": encode_value(self.hi)})
@@ -117,7 +127,7 @@ def plan_chunks(cursor, schema: TableSchema, key: str, chunk_size: int) -> list[
     name = schema.qualified_name
     if lo is None:
         return [Chunk(name, 0, key)]
-    if schema.column(key).data_type in _INTEGER_TYPES:
+    if schema.column(key).data_type in INTEGER_TYPES:
         cursor.execute(
             "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
             (schema.database, schema.table),

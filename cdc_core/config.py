@@ -42,6 +42,9 @@ class StartupConfig(_Strict):
 
 class SnapshotConfig(_Strict):
     chunk_size: int = Field(8096, ge=1)
+    # binlake extension: rows one Spark task reads between one pair of watermarks, at most;
+    # also the most a crash makes a re-run read again per task.
+    max_rows_per_task: int = Field(250_000, ge=1)
     chunk_key_columns: dict[str, str] = {}
 
 

@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from urllib.parse import quote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pymysql
 
 from cdc_core.binlog import ConnectionSettings
 from cdc_core.chunk_reader import ChunkReader, output_schema
-from cdc_core.chunking import Chunk, chunk_key, plan_chunks
+from cdc_core.chunking import INTEGER_TYPES, Chunk, chunk_key, plan_chunks
 from cdc_core.config import BinlakeConfig
 from cdc_core.table_schema import TableSchema, describe_table, list_tables, quote_ident
 from pipelines.control_store import ControlStore, chunk_record
@@ -36,8 +37,12 @@ from pipelines.delta_sink import SNAPSHOT_CHUNKS_KEY, commit_files, ensure_table
 
 log = logging.getLogger(__name__)
 
-TARGET_GROUPS_PER_SLOT = 4
-MAX_GROUP_ROWS = 250_000
+# Each group is one Spark job of one task, read between one pair of watermarks. Few groups
+# per task slot keep the slots busy without paying a job's ~80 ms many times over; the
+# row cap (source.snapshot.max_rows_per_task) bounds what a crash makes us read again
+# (bench/snapshot.py --profile).
+TARGET_GROUPS_PER_SLOT = 2
+MIRROR_BATCH_RECORDS = 256
 
 
 def connection_settings(cfg: BinlakeConfig) -> ConnectionSettings:
@@ -63,26 +68,59 @@ class GroupTask:
     pipeline: str
 
 
+_worker_connections: dict[ConnectionSettings, pymysql.connections.Connection] = {}
+
+
+def _worker_connection(c: ConnectionSettings) -> pymysql.connections.Connection:
+    """A control connection cached in the (reused) Python worker across tasks."""
+    conn = _worker_connections.get(c)
+    if conn is not None:
+        try:
+            conn.ping(reconnect=True)
+            return conn
+        except pymysql.err.Error:
+            conn.close()
+    conn = _worker_connections[c] = connect(c)
+    return conn
+
+
 def run_group(task: GroupTask) -> dict:
-    """Executor side: read each chunk, write one Parquet file, describe it for the driver."""
+    """Executor side: read the group's consecutive chunks as one range between one pair of
+    watermarks, write one Parquet file, and describe it and each chunk for the driver."""
     import connectorx as cx  # imported on the executor
 
     c = task.conn
     url = f"mysql://{quote(c.user, safe='')}:{quote(c.password, safe='')}@{c.host}:{c.port}/{task.schema.database}"
-    control = connect(c)
-    try:
-        reader = ChunkReader(c, control, lambda sql: cx.read_sql(url, sql, return_type="arrow"), task.server_id)
-        results = [reader.read(task.schema, ch) for ch in task.chunks]
-    finally:
-        control.close()
-    table = pa.concat_tables([r.table for r in results])
+    reader = ChunkReader(c, _worker_connection(c), lambda sql: cx.read_sql(url, sql, return_type="arrow"),
+                         task.server_id)
+    result = reader.read(task.schema, Chunk.span(list(task.chunks)))
+    table = result.table
     written = write_parquet(task.uri, table) if table.num_rows else None
+    counts = _rows_per_chunk(task.schema, task.chunks, table)
     return {
         "file": written,
-        "records": [chunk_record(task.pipeline, r.chunk, r.table.num_rows, r.low_watermark, r.high_watermark,
-                                 r.window_changes) for r in results],
+        "rows": table.num_rows,
+        "records": [chunk_record(task.pipeline, ch, n, result.low_watermark, result.high_watermark,
+                                 result.window_changes) for ch, n in zip(task.chunks, counts)],
         "task_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
+
+
+def _rows_per_chunk(schema: TableSchema, chunks: tuple[Chunk, ...], table: pa.Table) -> list[int | None]:
+    """Rows of each chunk in a group's table: exact for integer keys; for other keys only a
+    one-chunk group is known (Python order is not the server's collation order)."""
+    if len(chunks) == 1:
+        return [table.num_rows]
+    if schema.column(chunks[0].key).data_type not in INTEGER_TYPES:
+        return [None] * len(chunks)
+    keys = table.column(chunks[0].key)
+    out = []
+    for ch in chunks:
+        mask = pa.array([True] * table.num_rows) if ch.lo is None else pc.greater_equal(keys, ch.lo)
+        if ch.hi is not None:
+            mask = pc.and_(mask, pc.less(keys, ch.hi))
+        out.append(pc.sum(pc.cast(mask, pa.int64())).as_py() or 0)
+    return out
 
 
 @dataclass
@@ -129,9 +167,12 @@ class SnapshotJob:
         self.conn = connection_settings(cfg)
         self.sink = cfg.sink.path
         self.store = ControlStore(self.sink, cfg.pipeline.name, cfg.sink.storage_options)
-        self._locks: dict[str, threading.Lock] = {}
-        self._slots: list[int] = list(range(cfg.pipeline.parallelism))
+        # Concurrent groups: the configured parallelism, but no more than Spark has task slots
+        # (extra concurrent jobs would only queue inside Spark).
+        self.slots = max(1, min(cfg.pipeline.parallelism, spark.sparkContext.defaultParallelism))
+        self._slots: list[int] = list(range(self.slots))
         self._slot_lock = threading.Lock()
+        self._unmirrored: list[dict] = []
 
     def run(self) -> SnapshotSummary:
         """Snapshot every captured table; resumes where an earlier run stopped."""
@@ -173,15 +214,15 @@ class SnapshotJob:
         return summary
 
     def _group_size(self, pending: int) -> int:
-        slots = self.cfg.pipeline.parallelism
-        size = max(1, math.ceil(pending / (slots * TARGET_GROUPS_PER_SLOT)))
-        return max(1, min(size, MAX_GROUP_ROWS // self.cfg.source.snapshot.chunk_size))
+        size = max(1, math.ceil(pending / (self.slots * TARGET_GROUPS_PER_SLOT)))
+        snap = self.cfg.source.snapshot
+        return max(1, min(size, snap.max_rows_per_task // snap.chunk_size))
 
     def _execute(self, tasks, tables, by_table, summary: SnapshotSummary, total: int) -> None:
         done_chunks = 0
         if self.progress:
             self.progress(0, total, 0)
-        pool = ThreadPoolExecutor(self.cfg.pipeline.parallelism, thread_name_prefix="snapshot")
+        pool = ThreadPoolExecutor(self.slots, thread_name_prefix="snapshot")
         futures = {pool.submit(self._run_on_spark, t): t for t in tasks}
         try:
             for fut in as_completed(futures):
@@ -190,7 +231,7 @@ class SnapshotJob:
                 name = task.schema.qualified_name
                 self._commit(name, tables[name], task.schema, result)
                 s = by_table[name]
-                rows = sum(r["rows"] for r in result["records"])
+                rows = result["rows"]
                 s.rows_written += rows
                 summary.rows_read += rows
                 summary.task_peak_rss_mb = max(summary.task_peak_rss_mb, result["task_peak_rss_mb"])
@@ -202,6 +243,8 @@ class SnapshotJob:
             pool.shutdown(wait=False, cancel_futures=True)
             self.spark.sparkContext.cancelAllJobs()
             raise
+        finally:
+            self._flush_mirror()
         pool.shutdown()
 
     def _run_on_spark(self, task: GroupTask) -> dict:
@@ -219,12 +262,20 @@ class SnapshotJob:
                 self._slots.append(slot)
 
     def _commit(self, name: str, dt_, schema: TableSchema, result: dict) -> None:
-        lock = self._locks.setdefault(name, threading.Lock())
+        # Called on the driver's main thread only: commits never race each other.
         records = result["records"]
-        with lock:
-            files = [result["file"]] if result["file"] else []
-            version = commit_files(dt_, files, output_schema(schema), {SNAPSHOT_CHUNKS_KEY: records})
+        files = [result["file"]] if result["file"] else []
+        version = commit_files(dt_, files, output_schema(schema), {SNAPSHOT_CHUNKS_KEY: records})
         for r in records:
             r["delta_version"] = version
             r["completed_at"] = dt.datetime.fromisoformat(r["completed_at"])
-        self.store.record_chunks(records)
+        # The data commit already holds these records; the mirror table is appended in
+        # batches (recovery unites both, see pipelines/control_store.py).
+        self._unmirrored.extend(records)
+        if len(self._unmirrored) >= MIRROR_BATCH_RECORDS:
+            self._flush_mirror()
+
+    def _flush_mirror(self) -> None:
+        if self._unmirrored:
+            self.store.record_chunks(self._unmirrored)
+            self._unmirrored = []

@@ -38,7 +38,8 @@ def test_kill_and_resume(db, spark, make_config, tmp_path):
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE big (id INT PRIMARY KEY, v VARCHAR(40))")
         cur.execute("INSERT INTO big SELECT seq, CONCAT('row ', seq) FROM seq_1_to_60000")
-    cfg = make_config(name, chunk_size=250, parallelism=1)
+    cfg = make_config(name, chunk_size=250, parallelism=1,
+                      source={"snapshot": {"chunk_size": 250, "max_rows_per_task": 2000}})
     path = _write_config(cfg, tmp_path / "binlake.yaml")
     log_dir = Path(table_uri(cfg.sink.path, f"{name}.big")) / "_delta_log"
     proc = subprocess.Popen(_binlake("snapshot", "-c", str(path)), stdout=subprocess.DEVNULL,
