@@ -1,0 +1,678 @@
+"""Snapshot throughput benchmark: binlake vs Spark JDBC vs the MariaDB C client.
+
+    .venv/bin/python bench/snapshot.py [--rows N] [--parallelism P] [--chunk-size C] [--repeat K]
+                                       [--warmup] [--profile] [--b-method both|arrow|parquet]
+
+One run starts a throwaway MariaDB (pipelines.local_mariadb), loads N rows of a
+7-column table from the Sequence engine, starts one Spark session (local[*] with
+Debian's MariaDB Connector/J on spark.jars), then measures, alternating K times:
+
+  (a)  binlake: SnapshotJob(cfg, spark).run() end to end into Delta
+  (b)  Spark JDBC partitioned read (partitionColumn id, numPartitions P) into Delta,
+       committed the way binlake commits (delta-rs; no delta-spark jars), two ways:
+         arrow:   df.toArrow() → deltalake.write_deltalake
+         parquet: Spark writes Parquet into the table folder → one delta-rs commit of add actions
+       The faster of the two is (b) for the ratios (the stricter baseline for binlake).
+  (c)  mariadb --batch --quick -e 'SELECT * ...' > /dev/null
+
+and prints seconds and rows/s for each, the ratios (a)/(b) and (a)/(c) against the
+targets (a ≥ 2× b, a ≥ 1/3 c), Spark session start time and peak memory. Figures
+are written to bench/out/snapshot.json. --profile instruments the binlake runs (timers
+only; the work is unchanged) and breaks their time down into Spark job overhead,
+watermark queries, connectorx reads, Arrow conversion, Parquet writes, Delta commits
+and control-table writes, for the cold first run and the best warm run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+from deltalake import DeltaTable, write_deltalake  # noqa: E402
+
+from cdc_core.config import parse_config  # noqa: E402
+from pipelines.delta_sink import WrittenFile, commit_files  # noqa: E402
+from pipelines.local_mariadb import LocalMariaDB  # noqa: E402
+from pipelines.snapshot_job import SnapshotJob  # noqa: E402
+from pipelines.spark_session import get_spark  # noqa: E402
+
+JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"
+DB, TABLE = "bench", "t"
+OUT = REPO / "bench" / "out" / "snapshot.json"
+TARGET_A_OVER_B = 2.0
+TARGET_A_OVER_C = 1 / 3
+
+DDL = f"""CREATE TABLE `{DB}`.`{TABLE}` (
+  id BIGINT NOT NULL PRIMARY KEY,
+  qty INT NOT NULL,
+  name VARCHAR(32) NOT NULL,
+  price DECIMAL(12,2) NOT NULL,
+  created_at DATETIME NOT NULL,
+  score DOUBLE NULL,
+  note VARCHAR(64) NULL
+) ENGINE=InnoDB"""
+
+
+# --------------------------------------------------------------------------- setup
+
+
+def load_table(server: LocalMariaDB, rows: int) -> float:
+    """Create the database and table and load ``rows`` rows; returns seconds."""
+    t0 = time.perf_counter()
+    conn = server.connect()
+    with conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{DB}` DEFAULT CHARSET utf8mb4")
+        cur.execute(DDL)
+        conn.select_db(DB)  # seq_M_to_N (Sequence engine) resolves in the current database
+        cur.execute("SET SESSION sql_log_bin = 0")  # the load itself is not part of any measurement
+        step = 1_000_000
+        for lo in range(1, rows + 1, step):
+            hi = min(lo + step - 1, rows)
+            cur.execute(
+                f"INSERT INTO `{DB}`.`{TABLE}` "
+                "SELECT seq, seq % 100000, CONCAT('user-', seq), (seq % 10000000) / 100, "
+                "TIMESTAMP'2020-01-01 00:00:00' + INTERVAL seq SECOND, "
+                "IF(seq % 10 = 0, NULL, seq / 7e0), IF(seq % 7 = 0, NULL, MD5(seq)) "
+                f"FROM seq_{lo}_to_{hi}"
+            )
+        cur.execute(f"ANALYZE TABLE `{DB}`.`{TABLE}`")
+        cur.fetchall()
+        cur.execute(f"SELECT COUNT(*) FROM `{DB}`.`{TABLE}`")
+        assert cur.fetchone()[0] == rows
+    return time.perf_counter() - t0
+
+
+class RssSampler:
+    """Samples the RSS of the Spark JVM (a child of this process) under a label."""
+
+    def __init__(self, interval: float = 0.2):
+        self.interval = interval
+        self.label: str | None = None
+        self.peak_mb: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        try:
+            import psutil
+            self._psutil = psutil
+        except ImportError:  # optional (dev extra)
+            self._psutil = None
+
+    def start(self) -> None:
+        if self._psutil:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        me = self._psutil.Process()
+        while not self._stop.wait(self.interval):
+            label = self.label
+            if label is None:
+                continue
+            try:
+                jvms = [p for p in me.children(recursive=True) if p.name() == "java"]
+                mb = sum(p.memory_info().rss for p in jvms) / 2**20
+            except self._psutil.Error:
+                continue
+            self.peak_mb[label] = max(self.peak_mb.get(label, 0.0), mb)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+
+
+# --------------------------------------------------------------------------- (a) binlake
+
+
+def binlake_config(server: LocalMariaDB, lake: str, name: str, parallelism: int, chunk_size: int):
+    return parse_config({
+        "pipeline": {"name": name, "parallelism": parallelism},
+        "source": {
+            "host": server.host, "port": server.port, "user": server.user, "password": server.password,
+            "server_id": 5400, "tables": [rf"{DB}\.{TABLE}"], "snapshot": {"chunk_size": chunk_size},
+        },
+        "sink": {"path": lake},
+    })
+
+
+def run_binlake(server, spark, work: Path, run_id: str, args) -> dict:
+    lake = work / f"lake-a-{run_id}"
+    cfg = binlake_config(server, str(lake), f"bench_{run_id}", args.parallelism, args.chunk_size)
+    job = (ProfiledSnapshotJob if args.profile else SnapshotJob)(cfg, spark)
+    t0 = time.perf_counter()
+    summary = job.run()
+    seconds = time.perf_counter() - t0
+    (ts,) = summary.tables
+    delta_rows = DeltaTable(str(lake / DB / TABLE)).to_pyarrow_dataset().count_rows()
+    if delta_rows != args.rows or ts.delta_rows != args.rows:
+        raise AssertionError(f"(a) binlake: Delta has {delta_rows} rows, MySQL {args.rows}")
+    shutil.rmtree(lake, ignore_errors=True)
+    out = {"seconds": seconds, "rows": delta_rows, "chunks": ts.chunks,
+           "driver_peak_rss_mb": summary.driver_peak_rss_mb, "task_peak_rss_mb": summary.task_peak_rss_mb}
+    if args.profile:
+        out["profile"] = job_profile(job, seconds)
+    return out
+
+
+# --------------------------------------------------------------------------- (b) Spark JDBC
+
+
+def jdbc_frame(server: LocalMariaDB, spark, parallelism: int, fetchsize: int):
+    """Spark's partitioned JDBC read of the table (bounds from MIN/MAX, as Spark users do)."""
+    conn = server.connect()
+    with conn, conn.cursor() as cur:
+        cur.execute(f"SELECT MIN(id), MAX(id) FROM `{DB}`.`{TABLE}`")
+        lo, hi = cur.fetchone()
+    return (
+        spark.read.format("jdbc")
+        # jdbc:mysql (not jdbc:mariadb): with jdbc:mariadb Spark picks a dialect that double-quotes identifiers
+        .option("url", f"jdbc:mysql://{server.host}:{server.port}/{DB}")
+        .option("driver", "org.mariadb.jdbc.Driver")
+        .option("dbtable", TABLE)
+        .option("user", server.user)
+        .option("password", server.password)
+        .option("partitionColumn", "id")
+        .option("lowerBound", str(lo))
+        .option("upperBound", str(hi + 1))
+        .option("numPartitions", str(parallelism))
+        .option("fetchsize", str(fetchsize))
+        .load()
+    )
+
+
+def run_jdbc_arrow(server, spark, work: Path, run_id: str, args) -> dict:
+    uri = str(work / f"lake-b-arrow-{run_id}")
+    t0 = time.perf_counter()
+    table = jdbc_frame(server, spark, args.parallelism, args.fetchsize).toArrow()
+    t_read = time.perf_counter() - t0
+    write_deltalake(uri, table, mode="append")
+    seconds = time.perf_counter() - t0
+    del table
+    return _verify_b(uri, "arrow", seconds, args.rows, {"read_to_arrow_s": t_read})
+
+
+def run_jdbc_parquet(server, spark, work: Path, run_id: str, args) -> dict:
+    uri = str(work / f"lake-b-parquet-{run_id}")
+    t0 = time.perf_counter()
+    jdbc_frame(server, spark, args.parallelism, args.fetchsize).write.mode("append").parquet(uri)
+    t_write = time.perf_counter() - t0
+    files = []
+    for name in sorted(os.listdir(uri)):
+        if name.startswith("part-") and name.endswith(".parquet"):
+            files.append(_written_file(uri, name))
+    schema = pq.read_schema(os.path.join(uri, files[0].path)).remove_metadata()
+    dt_ = DeltaTable.create(uri, schema=schema, mode="error")
+    commit_files(dt_, files, schema, {"bench": "spark-parquet"})
+    seconds = time.perf_counter() - t0
+    return _verify_b(uri, "parquet", seconds, args.rows, {"spark_write_s": t_write, "files": len(files)})
+
+
+def _written_file(uri: str, name: str) -> WrittenFile:
+    """Describe a Parquet file Spark wrote, with Delta stats from its footer (as binlake's file_stats)."""
+    full = os.path.join(uri, name)
+    meta = pq.read_metadata(full)
+    stats: dict = {"numRecords": meta.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
+    schema = meta.schema.to_arrow_schema()
+    for i, field in enumerate(schema):
+        nulls, mins, maxs = 0, [], []
+        for rg in range(meta.num_row_groups):
+            st = meta.row_group(rg).column(i).statistics
+            if st is None:
+                continue
+            nulls += st.null_count or 0
+            if st.has_min_max and pa.types.is_integer(field.type):
+                mins.append(st.min)
+                maxs.append(st.max)
+        stats["nullCount"][field.name] = nulls
+        if mins:
+            stats["minValues"][field.name] = min(mins)
+            stats["maxValues"][field.name] = max(maxs)
+    return WrittenFile(name, os.path.getsize(full), meta.num_rows, json.dumps(stats))
+
+
+def _verify_b(uri: str, method: str, seconds: float, rows: int, extra: dict) -> dict:
+    delta_rows = DeltaTable(uri).to_pyarrow_dataset().count_rows()
+    if delta_rows != rows:
+        raise AssertionError(f"(b) Spark JDBC {method}: Delta has {delta_rows} rows, MySQL {rows}")
+    shutil.rmtree(uri, ignore_errors=True)
+    return {"seconds": seconds, "rows": delta_rows, **extra}
+
+
+# --------------------------------------------------------------------------- (c) C client
+
+
+def run_client(server: LocalMariaDB, args) -> dict:
+    cmd = ["mariadb", f"-h{server.host}", "-P", str(server.port), f"-u{server.user}", f"-p{server.password}",
+           "--batch", "--quick", "-e", f"SELECT * FROM {DB}.{TABLE}"]
+    t0 = time.perf_counter()
+    with open(os.devnull, "wb") as devnull:
+        proc = subprocess.run(cmd, stdout=devnull, stderr=subprocess.PIPE, check=False)
+    seconds = time.perf_counter() - t0
+    if proc.returncode:
+        raise RuntimeError(f"mariadb client failed: {proc.stderr.decode(errors='replace')}")
+    return {"seconds": seconds, "rows": args.rows}
+
+
+# --------------------------------------------------------------------------- profiling
+
+
+def timed_run_group(task):
+    """Executor side of the profiled run: pipelines.snapshot_job.run_group with timers
+    around its steps (patched in this Python worker only)."""
+    import time as _t
+
+    wall_start = _t.time()
+    t_start = _t.perf_counter()
+    import connectorx  # noqa: F401  (first import on a cold worker is part of the cost)
+
+    t_import = _t.perf_counter() - t_start
+    import cdc_core.chunk_reader as cr
+    import pipelines.snapshot_job as sj
+
+    prof = getattr(cr, "_bench_profile", None)
+    fresh = prof is None  # first task in this Python worker process
+    if fresh:
+        prof = cr._bench_profile = {}
+
+        def timed(key, fn):
+            def wrapper(*a, **kw):
+                t0 = _t.perf_counter()
+                try:
+                    return fn(*a, **kw)
+                finally:
+                    cr._bench_profile[key] = cr._bench_profile.get(key, 0.0) + _t.perf_counter() - t0
+            return wrapper
+
+        cr.master_position = timed("watermark_queries_s", cr.master_position)
+        cr.read_changes = timed("binlog_window_reads_s", cr.read_changes)
+        cr.ChunkReader._canonical = timed("arrow_canonicalise_s", cr.ChunkReader._canonical)
+        connectorx.read_sql = timed("connectorx_read_s", connectorx.read_sql)
+        sj.write_parquet = timed("parquet_write_s", sj.write_parquet)
+        sj.connect = timed("control_connect_s", sj.connect)
+    prof.clear()
+    t0 = _t.perf_counter()
+    result = sj.run_group(task)
+    prof["run_group_s"] = _t.perf_counter() - t0
+    prof["cold_import_s"] = t_import
+    prof["worker_total_s"] = _t.perf_counter() - t_start
+    result["profile"] = {**prof, "fresh_worker": fresh, "wall_start": wall_start, "wall_end": _t.time()}
+    return result
+
+
+class ProfiledSnapshotJob(SnapshotJob):
+    """SnapshotJob with timers: driver phases, each Spark job, executor steps, commits."""
+
+    def __init__(self, cfg, spark, progress=None):
+        super().__init__(cfg, spark, progress)
+        self.prof: dict[str, float] = {}
+        self.tasks: list[dict] = []
+        self._lock = threading.Lock()
+        self._t_start = 0.0
+        store = self.store
+        for meth, key in (("load_plans", "control_load_plans_s"), ("save_plan", "control_save_plan_s"),
+                          ("completed_chunks", "control_completed_chunks_s"),
+                          ("record_chunks", "control_record_chunks_s")):
+            setattr(store, meth, self._timed(key, getattr(store, meth)))
+
+    def _add(self, key: str, seconds: float) -> None:
+        with self._lock:
+            self.prof[key] = self.prof.get(key, 0.0) + seconds
+
+    def _timed(self, key, fn):
+        def wrapper(*a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                self._add(key, time.perf_counter() - t0)
+        return wrapper
+
+    def run(self):
+        self._t_start = time.perf_counter()
+        summary = super().run()
+        self.prof["total_s"] = time.perf_counter() - self._t_start
+        self.prof["after_execute_s"] = self.prof["total_s"] - self.prof["before_execute_s"] - self.prof["execute_s"]
+        return summary
+
+    def _execute(self, tasks, tables, by_table, summary, total):
+        t0 = time.perf_counter()
+        self.prof["before_execute_s"] = t0 - self._t_start
+        self.prof["tasks"] = len(tasks)
+        self.prof["chunks"] = total
+        super()._execute(tasks, tables, by_table, summary, total)
+        self.prof["execute_s"] = time.perf_counter() - t0
+
+    def _run_on_spark(self, task):
+        from pipelines.snapshot_job import GroupTask
+
+        with self._slot_lock:
+            slot = self._slots.pop()
+        try:
+            sid = self.cfg.source.server_id + 1 + slot
+            bound = GroupTask(task.conn, sid, task.schema, task.chunks, task.uri, task.pipeline)
+            t0, submitted = time.perf_counter(), time.time()
+            result = self.spark.sparkContext.parallelize([bound], 1).map(timed_run_group).collect()[0]
+            job_s, returned = time.perf_counter() - t0, time.time()
+        finally:
+            with self._slot_lock:
+                self._slots.append(slot)
+        p = result["profile"]
+        p["spark_job_s"] = job_s
+        p["spark_overhead_s"] = job_s - p["worker_total_s"]
+        p["submit_to_task_start_s"] = p.pop("wall_start") - submitted
+        p["task_end_to_result_s"] = returned - p.pop("wall_end")
+        p["chunks"] = len(task.chunks)
+        p["rows"] = sum(r["rows"] for r in result["records"])
+        with self._lock:
+            self.tasks.append(p)
+        return result
+
+    def _commit(self, name, dt_, schema, result):
+        t0 = time.perf_counter()
+        super()._commit(name, dt_, schema, result)
+        self._add("commit_total_s", time.perf_counter() - t0)
+
+
+def spark_empty_job_seconds(spark, n: int = 10) -> float:
+    """Median latency of a one-task Python RDD job (the shape of each binlake group job)."""
+    sc = spark.sparkContext
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        sc.parallelize([0], 1).map(lambda x: x).collect()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def connectorx_whole_table(server: LocalMariaDB, parallelism: int) -> dict:
+    """connectorx on the driver: the whole table in one query, and partitioned on id."""
+    import connectorx as cx
+
+    url = f"mysql://{server.user}:{server.password}@{server.host}:{server.port}/{DB}"
+    sql = f"SELECT * FROM `{DB}`.`{TABLE}`"
+    out = {}
+    t0 = time.perf_counter()
+    cx.read_sql(url, sql, return_type="arrow")
+    out["one_query_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    cx.read_sql(url, sql, return_type="arrow", partition_on="id", partition_num=parallelism)
+    out[f"partitioned_{parallelism}_s"] = time.perf_counter() - t0
+    return out
+
+
+def job_profile(job: ProfiledSnapshotJob, seconds: float) -> dict:
+    """Driver phases and per-task step times of one instrumented run, summed over tasks."""
+    sums: dict[str, float] = {}
+    for p in job.tasks:
+        for k, v in p.items():
+            if k.endswith("_s"):
+                sums[k] = sums.get(k, 0.0) + v
+    steps = ("control_connect_s", "watermark_queries_s", "connectorx_read_s", "arrow_canonicalise_s",
+             "binlog_window_reads_s", "parquet_write_s")
+    sums["run_group_other_s"] = sums.get("run_group_s", 0.0) - sum(sums.get(k, 0.0) for k in steps)
+    launches = sorted(p["submit_to_task_start_s"] for p in job.tasks)
+    slots = job.spark.sparkContext.defaultParallelism
+    busy = sums.get("worker_total_s", 0.0) / max(slots * job.prof.get("execute_s", 0.0), 1e-9)
+    return {"seconds": seconds, "driver": dict(job.prof), "task_sums": sums, "slot_busy_fraction": busy,
+            "fresh_workers": sum(p["fresh_worker"] for p in job.tasks),
+            "max_submit_to_task_start_s": launches[-1] if launches else 0.0, "tasks": job.tasks}
+
+
+def profile_extras(server, spark, args) -> dict:
+    return {"spark_empty_job_median_s": spark_empty_job_seconds(spark),
+            "connectorx_driver": connectorx_whole_table(server, args.parallelism)}
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _fmt_rate(rows: int, seconds: float) -> str:
+    return f"{rows / seconds:,.0f}"
+
+
+def _verdict(ratio: float, target: float, a_s: float, other_s: float) -> str:
+    if ratio >= target:
+        return f"PASS (+{(ratio / target - 1) * 100:.0f}% over target)"
+    need = other_s / target  # (a) seconds that would just meet the target
+    return (f"MISS by {(1 - ratio / target) * 100:.0f}%: (a) needs {target / ratio:.2f}x its throughput, "
+            f"<= {need:.2f} s instead of {a_s:.2f} s")
+
+
+def summarise(results: dict[str, list[dict]]) -> dict[str, dict]:
+    out = {}
+    for key, runs in results.items():
+        if not runs:
+            continue
+        secs = [r["seconds"] for r in runs]
+        out[key] = {"best_s": min(secs), "median_s": statistics.median(secs), "runs_s": secs}
+    return out
+
+
+def print_report(args, env: dict, stats: dict[str, dict], results: dict, extras: dict | None) -> dict:
+    n = args.rows
+    labels = {
+        "a": "(a)  binlake SnapshotJob -> Delta",
+        "b_arrow": "(b)  Spark JDBC -> toArrow -> write_deltalake",
+        "b_parquet": "(b)  Spark JDBC -> Spark Parquet -> delta-rs commit",
+        "c": "(c)  mariadb --batch --quick > /dev/null",
+    }
+    b_methods = [k for k in ("b_arrow", "b_parquet") if k in stats]
+    b_key = min(b_methods, key=lambda k: stats[k]["median_s"])
+    print()
+    print(f"binlake snapshot benchmark: {n:,} rows x 7 columns, parallelism {args.parallelism}, "
+          f"chunk_size {args.chunk_size}, fetchsize {args.fetchsize}, repeat {args.repeat}"
+          + (", after an untimed warm-up round" if args.warmup else ", first round cold")
+          + (", (a) instrumented (--profile)" if args.profile else ""))
+    print(f"  machine: nproc {env['nproc']}, {env['cpu']}, load average at start {env['loadavg_start']}, "
+          f"at end {env['loadavg_end']}")
+    print(f"  MariaDB load ({n:,} rows INSERT ... SELECT FROM seq_1_to_{n} + ANALYZE): {env['load_s']:.2f} s")
+    print(f"  Spark session start (local[*], spark.jars={JDBC_JAR}): {env['spark_start_s']:.2f} s")
+    print()
+    header = f"  {'run':<54}{'best s':>9}{'median s':>10}{'rows/s (median)':>17}{'rows/s (best)':>15}"
+    print(header)
+    print("  " + "-" * (len(header) - 2))
+    for key in ("a", "b_arrow", "b_parquet", "c"):
+        if key not in stats:
+            continue
+        s = stats[key]
+        mark = "  <- (b)" if key == b_key and len(b_methods) > 1 else ""
+        print(f"  {labels[key]:<54}{s['best_s']:>9.2f}{s['median_s']:>10.2f}"
+              f"{_fmt_rate(n, s['median_s']):>17}{_fmt_rate(n, s['best_s']):>15}{mark}")
+    if args.repeat > 1:
+        print("  runs (s): " + "; ".join(f"{k}: " + ", ".join(f"{x:.2f}" for x in stats[k]["runs_s"])
+                                         for k in stats))
+    print(f"  (b) = {b_key.split('_')[1]} write, the faster (median) of the Spark JDBC -> Delta methods measured")
+    print()
+    ratios = {}
+    print(f"  {'ratio of rows/s':<18}{'median':>8}{'best':>8}{'target':>9}   result (median)")
+    for name, other, target, tlabel in (("(a)/(b)", b_key, TARGET_A_OVER_B, ">= 2.00"),
+                                        ("(a)/(c)", "c", TARGET_A_OVER_C, ">= 0.33")):
+        med = stats[other]["median_s"] / stats["a"]["median_s"]
+        best = stats[other]["best_s"] / stats["a"]["best_s"]
+        verdict = _verdict(med, target, stats["a"]["median_s"], stats[other]["median_s"])
+        ratios[name] = {"median": med, "best": best, "target": target, "pass": med >= target, "verdict": verdict}
+        print(f"  {name:<18}{med:>8.2f}{best:>8.2f}{tlabel:>9}   {verdict}")
+    print()
+    first_a = results["a"][0]
+    when = "first (a) run" if args.warmup else "first (a) run, before any (b)"
+    print(f"  binlake: {first_a['chunks']} chunks; driver peak RSS {first_a['driver_peak_rss_mb']:.0f} MB "
+          f"(Python driver, {when}); task peak RSS "
+          f"{max(r['task_peak_rss_mb'] for r in results['a']):.0f} MB (Python worker)")
+    if env.get("jvm_peak_rss_mb"):
+        print("  Spark JVM peak RSS (sampled; the JVM keeps heap it grew): " + ", ".join(f"{k} {v:.0f} MB"
+                                                              for k, v in env["jvm_peak_rss_mb"].items()))
+    if env["nproc"] <= 2 or env["loadavg_start"][0] > 0.5:
+        print(f"  note: {env['nproc']} cores shared with MariaDB, the JVM and any concurrent work "
+              "(other test runs): figures are noisy; use --repeat")
+    if extras:
+        print_profile(results, extras, args)
+    return {"b_method": b_key, "ratios": ratios}
+
+
+def print_profile(results: dict, extras: dict, args) -> None:
+    runs = results["a"]
+    cols = [("run 1" if args.warmup else "run 1 (cold)", runs[0]["profile"])]
+    if len(runs) > 1:
+        warm = min(runs[1:], key=lambda r: r["seconds"])
+        cols.append((f"best warm (run {runs.index(warm) + 1})", warm["profile"]))
+    p0 = cols[0][1]
+    print()
+    print(f"  profile of the instrumented binlake runs ({p0['driver']['tasks']:.0f} Spark jobs x 1 task, "
+          f"{p0['driver']['chunks']:.0f} chunks, {args.parallelism} driver threads, "
+          f"{extras['spark_slots']} Spark task slots); seconds:")
+    print(f"    {'':<66}" + "".join(f"{name:>22}" for name, _ in cols))
+
+    def line(label: str, values: list[float]) -> None:
+        print(f"    {label:<66}" + "".join(f"{v:>22.2f}" for v in values))
+
+    line("wall clock of SnapshotJob.run()", [p["seconds"] for _, p in cols])
+    for key, label in (("before_execute_s", "  plan: schemas, ensure_table, plan_chunks, control reads"),
+                       ("execute_s", "  execute: Spark jobs + driver commits"),
+                       ("after_execute_s", "  verify: COUNT(*) in MySQL, Delta row count"),
+                       ("commit_total_s", "    driver: Delta commits + snapshot_chunks appends"),
+                       ("control_record_chunks_s", "      of which snapshot_chunks appends (write_deltalake)"),
+                       ("control_save_plan_s", "    driver: snapshot_plan append")):
+        line(label, [p["driver"].get(key, 0.0) for _, p in cols])
+    print("    summed over tasks (tasks run concurrently, so sums exceed wall time):")
+    names = {"spark_job_s": "  Spark job submit -> result, driver view",
+             "spark_overhead_s": "    outside the Python task function",
+             "submit_to_task_start_s": "      submit -> task function starts (queue, launch, unpickle)",
+             "task_end_to_result_s": "      task function ends -> result on driver",
+             "worker_total_s": "    inside the Python task function",
+             "cold_import_s": "      import connectorx",
+             "control_connect_s": "      pymysql control connection",
+             "watermark_queries_s": "      SHOW MASTER STATUS (LW + HW per chunk)",
+             "connectorx_read_s": "      connectorx chunk SELECTs",
+             "arrow_canonicalise_s": "      Arrow canonicalisation (casts)",
+             "binlog_window_reads_s": "      binlog window reads",
+             "parquet_write_s": "      Parquet write + file stats",
+             "run_group_other_s": "      other (concat, chunk records)"}
+    for key, label in names.items():
+        line(label, [p["task_sums"].get(key, 0.0) for _, p in cols])
+    line("  longest wait submit -> task start", [p["max_submit_to_task_start_s"] for _, p in cols])
+    print("    Spark task slots busy in binlake's task function during execute: " + ", ".join(
+        f"{name} {p['slot_busy_fraction'] * 100:.0f}%" for name, p in cols))
+    print("    tasks that started a fresh Python worker: " + ", ".join(
+        f"{name} {p['fresh_workers']}" for name, p in cols))
+    print(f"    one-task Python RDD job (warm), median of 10: {extras['spark_empty_job_median_s'] * 1000:.0f} ms")
+    print("    connectorx on the driver, whole table: " + ", ".join(
+        f"{k[:-2].replace('_', ' ')} {v:.2f} s" for k, v in extras["connectorx_driver"].items()))
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--parallelism", type=int, default=4, help="binlake pipeline.parallelism and JDBC numPartitions")
+    ap.add_argument("--chunk-size", type=int, default=8096, help="binlake source.snapshot.chunk_size")
+    ap.add_argument("--fetchsize", type=int, default=10_000, help="Spark JDBC fetchsize")
+    ap.add_argument("--repeat", type=int, default=1, help="run (a), (b), (c) this many times, alternating")
+    ap.add_argument("--b-method", choices=("both", "arrow", "parquet"), default="both",
+                    help="how (b) writes Delta; 'both' measures both and uses the faster")
+    ap.add_argument("--profile", action="store_true",
+                    help="instrument the binlake runs and print where their time goes")
+    ap.add_argument("--warmup", action="store_true",
+                    help="one untimed round of (a) and (b) first (otherwise run 1 includes Python worker "
+                         "start-up for (a) and JDBC class loading for (b))")
+    ap.add_argument("--strict", action="store_true", help="exit 1 when a ratio misses its target")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
+
+    env: dict = {"nproc": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
+                 "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+                 "started_at": dt.datetime.now(dt.UTC).isoformat()}
+    work = Path(tempfile.mkdtemp(prefix="binlake-bench-"))
+    server = LocalMariaDB(server_id=1)
+    sampler = RssSampler()
+    spark = None
+    try:
+        server.start()
+        print(f"MariaDB on port {server.port}; loading {args.rows:,} rows ...", flush=True)
+        env["load_s"] = load_table(server, args.rows)
+        print(f"  loaded in {env['load_s']:.2f} s; starting Spark ...", flush=True)
+        t0 = time.perf_counter()
+        spark = get_spark("local[*]", {"spark.jars": JDBC_JAR,
+                                       "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"})
+        env["spark_start_s"] = time.perf_counter() - t0
+        env["spark_default_parallelism"] = spark.sparkContext.defaultParallelism
+        sampler.start()
+
+        b_methods = ["arrow", "parquet"] if args.b_method == "both" else [args.b_method]
+        results: dict[str, list[dict]] = {"a": [], "b_arrow": [], "b_parquet": [], "c": []}
+        if args.warmup:
+            print("  warm-up round (untimed) ...", flush=True)
+            run_binlake(server, spark, work, "warmup", argparse.Namespace(**{**vars(args), "profile": False}))
+            for m in b_methods:
+                (run_jdbc_arrow if m == "arrow" else run_jdbc_parquet)(server, spark, work, "warmup", args)
+        for i in range(args.repeat):
+            rid = str(i)
+            sampler.label = "(a) run 1" if i == 0 else "(a) later runs"
+            r = run_binlake(server, spark, work, rid, args)
+            results["a"].append(r)
+            print(f"  [{i + 1}/{args.repeat}] (a) binlake            {r['seconds']:7.2f} s", flush=True)
+            for m in b_methods:
+                sampler.label = "(b) run 1" if i == 0 else "(b) later runs"
+                fn = run_jdbc_arrow if m == "arrow" else run_jdbc_parquet
+                r = fn(server, spark, work, rid, args)
+                results[f"b_{m}"].append(r)
+                print(f"  [{i + 1}/{args.repeat}] (b) Spark JDBC {m:<8} {r['seconds']:7.2f} s", flush=True)
+            sampler.label = None
+            r = run_client(server, args)
+            results["c"].append(r)
+            print(f"  [{i + 1}/{args.repeat}] (c) mariadb client     {r['seconds']:7.2f} s", flush=True)
+        extras = None
+        if args.profile:
+            extras = {**profile_extras(server, spark, args), "spark_slots": env["spark_default_parallelism"]}
+        sampler.stop()
+        env["jvm_peak_rss_mb"] = sampler.peak_mb
+        env["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+        stats = summarise(results)
+        verdicts = print_report(args, env, stats, results, extras)
+
+        doc = {
+            "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+            "env": env,
+            "results": {k: {**stats[k], "rows_per_s_median": args.rows / stats[k]["median_s"],
+                            "rows_per_s_best": args.rows / stats[k]["best_s"], "runs": results[k]}
+                        for k in stats},
+            **verdicts,
+            "profile_extras": extras,
+        }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+        print(f"\n  figures written to {args.out}")
+        missed = not all(v["pass"] for v in verdicts["ratios"].values())
+        return 1 if args.strict and missed else 0
+    finally:
+        sampler.stop()
+        if spark is not None:
+            spark.stop()
+        server.cleanup()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
