@@ -21,6 +21,7 @@ from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc_core.positions import BinlogPosition
+from cdc_core.source import ConnectionSettings
 
 log = logging.getLogger(__name__)
 
@@ -44,22 +45,6 @@ class RowChange:
     @property
     def seq(self) -> int:
         return self.position.seq(self.row_index)
-
-
-@dataclass(frozen=True)
-class ConnectionSettings:
-    """How to reach the source; the password is kept out of ``repr``."""
-
-    host: str
-    port: int
-    user: str
-    password: str
-
-    def __repr__(self) -> str:
-        return f"ConnectionSettings(host={self.host!r}, port={self.port}, user={self.user!r}, password='***')"
-
-    def pymysql_kwargs(self) -> dict:
-        return {"host": self.host, "port": self.port, "user": self.user, "password": self.password}
 
 
 def read_changes(

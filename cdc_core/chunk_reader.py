@@ -28,9 +28,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from cdc_core.binlog import ConnectionSettings, RowChange, read_changes
+from cdc_core.binlog import RowChange, read_changes
 from cdc_core.chunking import INTEGER_TYPES, Chunk
 from cdc_core.positions import BinlogPosition, master_position
+from cdc_core.source import ConnectionSettings
 from cdc_core.table_schema import TableSchema, quote_ident
 from cdc_core.types import arrow_schema, binlog_value, rows_to_arrow, select_expr, snapshot_array
 

@@ -9,7 +9,8 @@ import pymysql
 
 from cdc_core.chunking import ChunkKeyError, chunk_key
 from cdc_core.config import BinlakeConfig
-from cdc_core.table_schema import describe_table, list_tables
+from cdc_core.source import captured_tables, connect, connection_settings
+from cdc_core.table_schema import describe_table
 from cdc_core.types import UnsupportedType, arrow_type
 
 REQUIRED_SETTINGS = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL", "binlog_row_metadata": "FULL"}
@@ -22,8 +23,7 @@ def check(cfg: BinlakeConfig) -> list[str]:
     """Every problem found, one line each; empty when the source is ready."""
     s = cfg.source
     try:
-        conn = pymysql.connect(host=s.host, port=s.port, user=s.user, password=s.password.get_secret_value(),
-                               charset="utf8mb4", connect_timeout=10)
+        conn = connect(connection_settings(cfg), connect_timeout=10)
     except pymysql.err.OperationalError as e:
         code = e.args[0]
         if code == 1045:
@@ -65,7 +65,7 @@ def _privileges(cur) -> list[str]:
 
 
 def _tables(cfg: BinlakeConfig, cur) -> list[str]:
-    names = [t for t in list_tables(cur) if cfg.source.captures(t)]
+    names = captured_tables(cfg, cur)
     if not names:
         return [f"source.tables: no table on the server matches {cfg.source.tables}"]
     out = []

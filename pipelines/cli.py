@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 
 from rich.console import Console
 from rich.markup import escape
@@ -72,13 +73,10 @@ def cmd_snapshot(args) -> int:
     with Progress(TextColumn("snapshot"), BarColumn(), MofNCompleteColumn(), TextColumn("chunks"),
                   TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=err) as progress:
         bar = progress.add_task("chunks", total=None, rate="")
-        started = [None]
+        started = time.monotonic()
 
         def update(done: int, total: int, rows: int) -> None:
-            import time
-
-            started[0] = started[0] or time.monotonic()
-            elapsed = max(time.monotonic() - started[0], 1e-6)
+            elapsed = max(time.monotonic() - started, 1e-6)
             progress.update(bar, completed=done, total=total, rate=f"{rows:,} rows, {rows / elapsed:,.0f} rows/s")
 
         try:

@@ -66,12 +66,16 @@ class ControlStore:
 
     def completed_chunks(self, table: str, data_table) -> dict[int, dict]:
         """Completed chunks of ``table`` by index: the mirror table united with the data commits."""
-        done = {r["chunk_index"]: r for r in self._read("snapshot_chunks") if r["table"] == table}
+        done = {r["chunk_index"]: r for r in self.chunk_records() if r["table"] == table}
         if data_table is not None:
             for r in committed_chunk_records(data_table):
                 if r.get("pipeline") == self.pipeline and r["table"] == table:
                     done.setdefault(r["chunk_index"], r)
         return done
+
+    def chunk_records(self) -> list[dict]:
+        """Rows of the ``snapshot_chunks`` mirror for this pipeline."""
+        return self._read("snapshot_chunks")
 
     def record_chunks(self, records: list[dict]) -> None:
         """Mirror chunk records (already committed with their data) into ``snapshot_chunks``."""

@@ -255,10 +255,10 @@ def _delta_versions(cfg) -> dict[str, int]:
 
 
 def _compare_all(cfg) -> bool:
+    from cdc_core.source import connect, connection_settings
     from cdc_core.table_schema import describe_table
     from pipelines.delta_sink import table_uri
     from pipelines.reconcile import compare
-    from pipelines.snapshot_job import connect, connection_settings
 
     t = Table(title="Delta vs MySQL, row by row (pipelines.reconcile.compare)")
     t.add_column("table", no_wrap=True, min_width=max(map(len, TABLES)))

@@ -36,7 +36,8 @@ class TableDiff:
                 f"extra {self.extra[:limit]}, different {self.different[:limit]}")
 
 
-def _canonical(col, v):
+def canonical_value(col, v):
+    """A value as pymysql returns it, in binlake's canonical form."""
     if v is not None and col.data_type == "float":
         return struct.unpack("f", struct.pack("f", v))[0]  # Delta holds FLOAT as float32
     return binlog_value(col, v)
@@ -46,7 +47,7 @@ def mysql_rows(cursor, schema: TableSchema) -> list[tuple]:
     """All rows of the source table in canonical form (session time zone must be UTC)."""
     cols = ", ".join(quote_ident(c.name) for c in schema.columns)
     cursor.execute(f"SELECT {cols} FROM {quote_ident(schema.database)}.{quote_ident(schema.table)}")
-    return [tuple(_canonical(c, v) for c, v in zip(schema.columns, row)) for row in cursor.fetchall()]
+    return [tuple(canonical_value(c, v) for c, v in zip(schema.columns, row)) for row in cursor.fetchall()]
 
 
 def delta_rows(uri: str, schema: TableSchema) -> list[tuple]:

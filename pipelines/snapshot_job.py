@@ -20,18 +20,17 @@ import resource
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
-from urllib.parse import quote
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pymysql
 
-from cdc_core.binlog import ConnectionSettings
 from cdc_core.chunk_reader import ChunkReader, output_schema
 from cdc_core.chunking import INTEGER_TYPES, Chunk, chunk_key, plan_chunks
 from cdc_core.config import BinlakeConfig
-from cdc_core.table_schema import TableSchema, describe_table, list_tables, quote_ident
+from cdc_core.source import ConnectionSettings, captured_tables, connect, connection_settings
+from cdc_core.table_schema import TableSchema, describe_table, quote_ident
 from pipelines.control_store import ControlStore, chunk_record
 from pipelines.delta_sink import SNAPSHOT_CHUNKS_KEY, commit_files, ensure_table, table_uri, write_parquet
 
@@ -43,17 +42,6 @@ log = logging.getLogger(__name__)
 # (bench/snapshot.py --profile).
 TARGET_GROUPS_PER_SLOT = 2
 MIRROR_BATCH_RECORDS = 256
-
-
-def connection_settings(cfg: BinlakeConfig) -> ConnectionSettings:
-    s = cfg.source
-    return ConnectionSettings(s.host, s.port, s.user, s.password.get_secret_value())
-
-
-def connect(conn: ConnectionSettings, **kwargs) -> pymysql.connections.Connection:
-    """A control-plane connection: utf8mb4, autocommit, UTC session time zone."""
-    return pymysql.connect(host=conn.host, port=conn.port, user=conn.user, password=conn.password,
-                           charset="utf8mb4", autocommit=True, init_command="SET time_zone = '+00:00'", **kwargs)
 
 
 @dataclass(frozen=True)
@@ -90,7 +78,7 @@ def run_group(task: GroupTask) -> dict:
     import connectorx as cx  # imported on the executor
 
     c = task.conn
-    url = f"mysql://{quote(c.user, safe='')}:{quote(c.password, safe='')}@{c.host}:{c.port}/{task.schema.database}"
+    url = c.connectorx_url(task.schema.database)
     reader = ChunkReader(c, _worker_connection(c), lambda sql: cx.read_sql(url, sql, return_type="arrow"),
                          task.server_id)
     result = reader.read(task.schema, Chunk.span(list(task.chunks)))
@@ -145,11 +133,6 @@ class SnapshotSummary:
     rows_read: int = 0
     task_peak_rss_mb: float = 0.0
     driver_peak_rss_mb: float = 0.0
-
-
-def captured_tables(cfg: BinlakeConfig, cursor) -> list[str]:
-    """Captured "db.table" names on the server, in name order."""
-    return [t for t in list_tables(cursor) if cfg.source.captures(t)]
 
 
 def _groups(chunks: list[Chunk], size: int) -> list[list[Chunk]]:
@@ -255,17 +238,16 @@ class SnapshotJob:
             sc = self.spark.sparkContext
             sc.setJobDescription(f"binlake snapshot {task.schema.qualified_name} chunks "
                                  f"{task.chunks[0].index}-{task.chunks[-1].index}")
-            bound = GroupTask(task.conn, sid, task.schema, task.chunks, task.uri, task.pipeline)
-            return sc.parallelize([bound], 1).map(run_group).collect()[0]
+            return sc.parallelize([replace(task, server_id=sid)], 1).map(run_group).collect()[0]
         finally:
             with self._slot_lock:
                 self._slots.append(slot)
 
-    def _commit(self, name: str, dt_, schema: TableSchema, result: dict) -> None:
+    def _commit(self, name: str, table, schema: TableSchema, result: dict) -> None:
         # Called on the driver's main thread only: commits never race each other.
         records = result["records"]
         files = [result["file"]] if result["file"] else []
-        version = commit_files(dt_, files, output_schema(schema), {SNAPSHOT_CHUNKS_KEY: records})
+        version = commit_files(table, files, output_schema(schema), {SNAPSHOT_CHUNKS_KEY: records})
         for r in records:
             r["delta_version"] = version
             r["completed_at"] = dt.datetime.fromisoformat(r["completed_at"])

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from cdc_core.config import BinlakeConfig
+from cdc_core.source import connect, connection_settings
 from cdc_core.table_schema import describe_table
 from pipelines.delta_sink import table_uri
 from pipelines.reconcile import TableDiff, compare
-from pipelines.snapshot_job import SnapshotJob, connect, connection_settings
+from pipelines.snapshot_job import SnapshotJob
 
 
 def snapshot(cfg: BinlakeConfig, spark):

@@ -10,15 +10,15 @@ import pytest
 
 from cdc_core.chunk_reader import CDC_SEQ, ChunkNotQuiet, ChunkReader
 from cdc_core.chunking import Chunk
+from cdc_core.source import connect, connection_settings
 from cdc_core.table_schema import describe_table
-from pipelines.reconcile import _canonical
-from pipelines.snapshot_job import connect, connection_settings
+from pipelines.reconcile import canonical_value
 
 
 def _reader(cfg, db_name, writes_before=(), writes_after=()):
     settings = connection_settings(cfg)
     control = connect(settings)
-    url = f"mysql://{settings.user}:{settings.password}@{settings.host}:{settings.port}/{db_name}"
+    url = settings.connectorx_url(db_name)
     writer = connect(settings, database=db_name)
 
     def fetch(sql: str) -> pa.Table:
@@ -37,7 +37,7 @@ def _expected(conn, schema, chunk):
     cond, params = chunk.where()
     with conn.cursor() as cur:
         cur.execute(f"SELECT * FROM `{schema.table}` WHERE {cond}", params)
-        return sorted(tuple(_canonical(c, v) for c, v in zip(schema.columns, r)) for r in cur.fetchall())
+        return sorted(tuple(canonical_value(c, v) for c, v in zip(schema.columns, r)) for r in cur.fetchall())
 
 
 def _rows(table: pa.Table, schema):

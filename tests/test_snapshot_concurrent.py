@@ -7,10 +7,10 @@ from __future__ import annotations
 import random
 import threading
 
+from cdc_core.source import connect, connection_settings
 from cdc_core.table_schema import describe_table
 from pipelines.control_store import ControlStore
 from pipelines.reconcile import mysql_rows
-from pipelines.snapshot_job import connect, connection_settings
 from tests.helpers import replay_handoff, snapshot
 
 
@@ -65,7 +65,7 @@ def test_snapshot_during_writes_hands_off_exactly(db, spark, make_config):
     names = [f"{name}.{x}" for x in ("a", "b", "c")]
     assert counts["ops"] > 100, "the writer barely ran during the snapshot"
     store = ControlStore(cfg.sink.path, cfg.pipeline.name)
-    window = sum(r["window_changes"] for r in store._read("snapshot_chunks"))
+    window = sum(r["window_changes"] for r in store.chunk_records())
     assert window > 0, "no chunk saw changes between its watermarks: the test exercised nothing"
     assert sum(s.chunks for s in summary.tables) >= 50
 

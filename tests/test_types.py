@@ -13,10 +13,10 @@ from deltalake import DeltaTable
 
 from cdc_core.binlog import read_changes
 from cdc_core.positions import master_position
+from cdc_core.source import connect, connection_settings
 from cdc_core.table_schema import describe_table
 from cdc_core.types import binlog_value, rows_to_arrow
 from pipelines.delta_sink import table_uri
-from pipelines.snapshot_job import connect, connection_settings
 from tests.helpers import assert_equal, snapshot
 
 UTC = dt.UTC
