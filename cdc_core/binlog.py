@@ -85,21 +85,21 @@ def read_changes(
 def _row_changes(event, pos: BinlogPosition) -> Iterator[RowChange]:
     for i, row in enumerate(event.rows):
         if isinstance(event, WriteRowsEvent):
-            after = _image(event, row["values"], row["none_sources"])
+            after = fix_image(event, row["values"], row["none_sources"])
             yield RowChange(event.schema, event.table, "c", None, after, pos, i)
         elif isinstance(event, UpdateRowsEvent):
-            before = _image(event, row["before_values"], row["before_none_sources"])
-            after = _image(event, row["after_values"], row["after_none_sources"])
+            before = fix_image(event, row["before_values"], row["before_none_sources"])
+            after = fix_image(event, row["after_values"], row["after_none_sources"])
             yield RowChange(event.schema, event.table, "u", before, after, pos, i)
         else:
-            before = _image(event, row["values"], row["none_sources"])
+            before = fix_image(event, row["values"], row["none_sources"])
             yield RowChange(event.schema, event.table, "d", before, None, pos, i)
 
 
 _US = dt.timedelta(microseconds=1)
 
 
-def _image(event, values: dict, none_sources: dict) -> dict:
+def fix_image(event, values: dict, none_sources: dict) -> dict:
     """A row image with python-mysql-replication's decoding slips undone:
     - the empty SET comes back as None (with none source "empty set"): it is '';
     - a negative TIME with a fraction is stored as the two's complement of the whole

@@ -62,13 +62,10 @@ def cmd_validate(args) -> int:
     return EXIT_OK
 
 
-def cmd_snapshot(args) -> int:
+def _run_snapshot(cfg: BinlakeConfig) -> int:
     from pipelines.snapshot_job import SnapshotJob
     from pipelines.spark_session import get_spark
 
-    cfg = _load(args.config)
-    if _problems(cfg):
-        return EXIT_BAD_INPUT
     spark = get_spark(cfg.spark.master, cfg.spark.conf)
     with Progress(TextColumn("snapshot"), BarColumn(), MofNCompleteColumn(), TextColumn("chunks"),
                   TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=err) as progress:
@@ -84,6 +81,18 @@ def cmd_snapshot(args) -> int:
         except ChunkKeyError as e:
             _line("[red]✗[/red]", str(e))
             return EXIT_BAD_INPUT
+    _snapshot_table(cfg, summary)
+    return EXIT_OK
+
+
+def cmd_snapshot(args) -> int:
+    cfg = _load(args.config)
+    if _problems(cfg):
+        return EXIT_BAD_INPUT
+    return _run_snapshot(cfg)
+
+
+def _snapshot_table(cfg: BinlakeConfig, summary) -> None:
     t = Table(title=f"snapshot of {cfg.pipeline.name} ({summary.seconds:.1f}s)")
     t.add_column("table", no_wrap=True, min_width=max((len(s.table) for s in summary.tables), default=5))
     for col in ("chunks", "read now", "rows read", "Delta rows", "MySQL rows", "check"):
@@ -95,7 +104,77 @@ def cmd_snapshot(args) -> int:
     if any(not s.matches for s in summary.tables):
         out.print("Row counts differ where the source changed during the snapshot; the stream catches up from "
                   "the chunks' watermarks.")
+
+
+def _stream(cfg: BinlakeConfig, *, until_now: bool = False, max_seconds: float | None = None) -> int:
+    from cdc_core.startup import StartupError
+    from pipelines.stream_engine import StreamEngine
+
+    started = time.monotonic()
+
+    def update(summary, offset) -> None:
+        elapsed = max(time.monotonic() - started, 1e-6)
+        status.update(f"streaming {cfg.pipeline.name}: {summary.changes:,} changes "
+                      f"({summary.changes / elapsed:,.0f}/s), {summary.batches} batches, at {offset.applied}")
+
+    engine = StreamEngine(cfg, until_now=until_now, max_seconds=max_seconds, progress=update)
+    try:
+        with err.status(f"starting the stream of {cfg.pipeline.name}") as status:
+            summary = engine.run()
+    except StartupError as e:
+        _line("[red]✗[/red]", str(e))
+        return EXIT_BAD_INPUT
+    out.print(f"stream of {cfg.pipeline.name}: {summary.changes:,} changes in {summary.batches} batches "
+              f"({summary.commits} table commits, {summary.reconnects} reconnects) from {summary.start} to "
+              f"{summary.end} in {summary.seconds:.1f}s; stopped: {summary.stop_reason}", soft_wrap=True)
     return EXIT_OK
+
+
+def cmd_stream(args) -> int:
+    cfg = _load(args.config)
+    if _problems(cfg):
+        return EXIT_BAD_INPUT
+    return _stream(cfg, until_now=args.until == "now", max_seconds=args.max_seconds)
+
+
+def cmd_run(args) -> int:
+    cfg = _load(args.config)
+    if _problems(cfg):
+        return EXIT_BAD_INPUT
+    if cfg.source.startup.mode in ("initial", "snapshot"):
+        code = _run_snapshot(cfg)
+        if code != EXIT_OK:
+            return code
+    return _stream(cfg)
+
+
+def cmd_status(args) -> int:
+    import json
+
+    from pipelines.status import pipeline_status
+
+    cfg = _load(args.config)
+    st = pipeline_status(cfg)
+    if args.json:
+        out.print_json(json.dumps(st, default=str))
+        return EXIT_OK
+    out.print(f"pipeline {cfg.pipeline.name}: stream {st['stream']['state']}, committed at "
+              f"{st['stream']['committed_position'] or '-'}, lag {_lag(st['stream'])}")
+    if st["source_error"]:
+        _line("[yellow]![/yellow]", f"source not reachable: {st['source_error']}")
+    t = Table()
+    for col in ("table", "phase", "rows", "committed position", "lag"):
+        t.add_column(col, justify="right" if col == "rows" else "left", no_wrap=True)
+    for r in st["tables"]:
+        t.add_row(r["table"], r["phase"], f"{r['rows']:,}", r["committed_position"] or "-", _lag(r))
+    out.print(t)
+    return EXIT_OK
+
+
+def _lag(r: dict) -> str:
+    if r.get("lag_bytes") is None:
+        return "unknown"
+    return f"{r['lag_seconds']:.0f} s, {r['lag_bytes']:,} bytes"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,10 +185,18 @@ def main(argv: list[str] | None = None) -> int:
     for name, fn, help_ in (
         ("validate", cmd_validate, "check config, connectivity, privileges and server settings"),
         ("snapshot", cmd_snapshot, "snapshot every captured table (resumable)"),
+        ("stream", cmd_stream, "stream the binlog into Delta from the committed offsets"),
+        ("run", cmd_run, "snapshot where needed, then stream until stopped (SIGINT/SIGTERM)"),
+        ("status", cmd_status, "per table: phase, rows, committed position, lag"),
     ):
         p = sub.add_parser(name, help=help_)
         p.add_argument("-c", "--config", required=True, help="binlake YAML config file")
         p.set_defaults(func=fn)
+        if name == "stream":
+            p.add_argument("--until", choices=["now"], help="stop after applying the binlog up to its end at start")
+            p.add_argument("--max-seconds", type=float, help="stop cleanly after this many seconds")
+        if name == "status":
+            p.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import dataclass
 
 import pyarrow as pa
 from deltalake import write_deltalake
 
 from cdc_core.chunking import Chunk, decode_value
+from cdc_core.offsets import StreamOffset
 from cdc_core.positions import BinlogPosition
 from pipelines.delta_sink import committed_chunk_records, open_table
 
@@ -23,6 +25,14 @@ PLAN_SCHEMA = pa.schema([
     ("pipeline", pa.string()), ("table", pa.string()), ("chunk_index", pa.int32()), ("chunk_key", pa.string()),
     ("bounds", pa.string()), ("planned_at", pa.timestamp("us", tz="UTC")),
 ])
+CHECKPOINT_SCHEMA = pa.schema([
+    ("pipeline", pa.string()), ("state", pa.string()), ("resume_file", pa.string()), ("resume_pos", pa.int64()),
+    ("applied_file", pa.string()), ("applied_pos", pa.int64()), ("gtid", pa.string()), ("event_time", pa.int64()),
+    ("rows_applied", pa.int64()), ("committed_at", pa.timestamp("us", tz="UTC")),
+])
+# The checkpoint table gains one small file per batch; past this many live rows it is
+# rewritten as its latest row (one atomic overwrite), so reading it stays cheap.
+CHECKPOINT_COMPACT_ROWS = 500
 CHUNKS_SCHEMA = pa.schema([
     ("pipeline", pa.string()), ("table", pa.string()), ("chunk_index", pa.int32()), ("rows", pa.int64()),
     ("lw_file", pa.string()), ("lw_pos", pa.int64()), ("hw_file", pa.string()), ("hw_pos", pa.int64()),
@@ -80,6 +90,40 @@ class ControlStore:
     def record_chunks(self, records: list[dict]) -> None:
         """Mirror chunk records (already committed with their data) into ``snapshot_chunks``."""
         self._append("snapshot_chunks", records, CHUNKS_SCHEMA)
+
+    def checkpoint(self) -> Checkpoint | None:
+        """The latest stream checkpoint, or None before the stream first committed."""
+        rows = self._read("stream_checkpoint")
+        if not rows:
+            return None
+        r = max(rows, key=lambda r: r["committed_at"])
+        offset = StreamOffset(BinlogPosition(r["resume_file"], r["resume_pos"]),
+                              BinlogPosition(r["applied_file"], r["applied_pos"]), r["gtid"], r["event_time"] or 0)
+        return Checkpoint(offset, r["state"], r["rows_applied"] or 0, r["committed_at"])
+
+    def save_checkpoint(self, offset: StreamOffset, state: str, rows_applied: int) -> None:
+        """Append a checkpoint (after every table of a batch is committed)."""
+        row = {"pipeline": self.pipeline, "state": state, "resume_file": offset.resume.file,
+               "resume_pos": offset.resume.pos, "applied_file": offset.applied.file,
+               "applied_pos": offset.applied.pos, "gtid": offset.gtid, "event_time": offset.event_time,
+               "rows_applied": rows_applied, "committed_at": dt.datetime.now(dt.UTC)}
+        uri = f"{self.root}/stream_checkpoint"
+        t = open_table(uri, self.storage_options)
+        if t is not None and len(t.file_uris()) >= CHECKPOINT_COMPACT_ROWS:
+            others = [r for r in t.to_pyarrow_table().to_pylist() if r["pipeline"] != self.pipeline]
+            write_deltalake(t, pa.Table.from_pylist(others + [row], schema=CHECKPOINT_SCHEMA), mode="overwrite")
+        else:
+            self._append("stream_checkpoint", [row], CHECKPOINT_SCHEMA)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The pipeline's stream checkpoint: every change through ``offset.applied`` is in Delta."""
+
+    offset: StreamOffset
+    state: str
+    rows_applied: int
+    committed_at: dt.datetime
 
 
 def chunk_record(pipeline: str, chunk: Chunk, rows: int, lw: BinlogPosition, hw: BinlogPosition,

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import AddAction
+
+from cdc_core.offsets import OFFSET_KEY, StreamOffset, app_id, position_key_of_version
 
 SNAPSHOT_CHUNKS_KEY = "binlake.snapshot.chunks"
 
@@ -95,3 +97,43 @@ def committed_chunk_records(dt: DeltaTable) -> list[dict]:
         if raw:
             records.extend(json.loads(raw) if isinstance(raw, str) else raw)
     return records
+
+
+def _sql_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def stream_commit_properties(pipeline: str, offset: StreamOffset) -> CommitProperties:
+    """A stream commit's offset, atomic with its data: a Delta transaction identifier
+    (version = the applied position's seq) and the offset in the commit metadata."""
+    return CommitProperties(custom_metadata={OFFSET_KEY: offset.to_json()},
+                            app_transactions=[Transaction(app_id(pipeline), offset.applied.seq())])
+
+
+def apply_changes(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upsert: pa.Table, delete: pa.Table,
+                  props: CommitProperties) -> None:
+    """One Delta commit with a table's batch: rows new to the table are appended; when
+    any row may already exist, one MERGE on the primary key deletes, updates and inserts."""
+    if not upsert.num_rows and not delete.num_rows:
+        write_deltalake(dt, append, mode="append", commit_properties=props)
+    else:
+        source = pa.concat_tables([append, upsert, delete])
+        on = " AND ".join(f"t.{_sql_ident(k)} = s.{_sql_ident(k)}" for k in key)
+        (dt.merge(source, on, source_alias="s", target_alias="t", commit_properties=props)
+         .when_matched_delete("s._cdc_op = 'd'")
+         .when_matched_update_all("s._cdc_op <> 'd'")
+         .when_not_matched_insert_all("s._cdc_op <> 'd'")
+         .execute())
+    dt.update_incremental()
+
+
+def truncate(dt: DeltaTable, props: CommitProperties) -> None:
+    """Remove every row (TRUNCATE TABLE) in one commit carrying the stream offset."""
+    dt.delete(commit_properties=props)
+    dt.update_incremental()
+
+
+def applied_position_key(dt: DeltaTable, pipeline: str) -> tuple[int, int] | None:
+    """(file number, offset) of the last binlog event the stream applied to ``dt``, or None."""
+    version = dt.transaction_version(app_id(pipeline))
+    return None if version is None else position_key_of_version(version)

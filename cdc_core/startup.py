@@ -1,0 +1,126 @@
+"""Where the stream starts, and the server-side checks before it connects.
+
+Invariants:
+- Every start position is a transaction boundary (a SHOW MASTER STATUS position, the
+  start of a binlog file, or the end of a transaction found by scanning).
+- A start position the server no longer has (purged) is an error that says so and
+  what to do; it is never replaced by a later position (that would lose changes).
+- ``timestamp`` starts at the first transaction whose binlog timestamp is at or after
+  the given instant; ``specific`` with a GTID starts right after that transaction
+  (the GTID names the last transaction already applied, as MariaDB's gtid_slave_pos).
+"""
+
+from __future__ import annotations
+
+import time
+
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
+
+from cdc_core.positions import BinlogPosition, master_position
+from cdc_core.source import ConnectionSettings
+
+
+class StartupError(RuntimeError):
+    """The stream cannot start as configured (bad input: exit 2)."""
+
+
+class PositionPurged(StartupError):
+    """The position to resume from is no longer on the server."""
+
+
+class ServerIdInUse(StartupError):
+    """Another replica is connected with the configured server_id."""
+
+
+def binlog_files(cur) -> list[tuple[str, int]]:
+    """(file, size) of every binlog the server still has, oldest first."""
+    cur.execute("SHOW BINARY LOGS")
+    return [(r[0], int(r[1])) for r in cur.fetchall()]
+
+
+def check_available(cur, pos: BinlogPosition) -> None:
+    """Raise PositionPurged when ``pos`` is in a binlog the server has purged."""
+    files = binlog_files(cur)
+    names = {f for f, _ in files}
+    if pos.file not in names:
+        first = files[0][0] if files else "none"
+        raise PositionPurged(
+            f"the stream must resume at {pos}, but the server no longer has {pos.file} (oldest binlog: {first}); "
+            "changes after that point are gone. Re-snapshot: delete the sink folder (or use a new "
+            "pipeline.name) and run `binlake run` again, and keep binlogs longer (expire_logs_days / "
+            "binlog_expire_logs_seconds) than the stream may be stopped")
+
+
+def lag_bytes(files: list[tuple[str, int]], applied: BinlogPosition) -> int:
+    """Bytes of binlog after ``applied`` up to the server's end."""
+    total = 0
+    for name, size in files:
+        p = BinlogPosition(name, size)
+        if p.file_number == applied.file_number:
+            total += max(0, size - applied.pos)
+        elif p.file_number > applied.file_number:
+            total += size
+    return total
+
+
+def check_server_id(cur, server_id: int, wait_seconds: float = 5.0) -> None:
+    """Raise ServerIdInUse when the source itself or another connected replica uses
+    ``server_id``. A replica of ours killed a moment ago may still be listed until the
+    server's next heartbeat to it fails, so a listing must persist ``wait_seconds``."""
+    cur.execute("SELECT @@server_id")
+    if int(cur.fetchone()[0]) == server_id:
+        raise ServerIdInUse(f"source.server_id {server_id} is the source server's own server_id; "
+                            "choose a server_id no server or replica uses")
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        cur.execute("SHOW SLAVE HOSTS")
+        hosts = [r for r in cur.fetchall() if int(r[0]) == server_id]
+        if not hosts:
+            return
+        if time.monotonic() >= deadline:
+            raise ServerIdInUse(
+                f"source.server_id {server_id} is in use by another replica connected to the source "
+                f"(reported as {hosts[0][1]!r}); give each pipeline and replica its own server_id")
+        time.sleep(0.5)
+
+
+def earliest_position(cur) -> BinlogPosition:
+    """The start of the oldest binlog the server has."""
+    files = binlog_files(cur)
+    if not files:
+        raise StartupError("the source has no binary logs (is log_bin on?)")
+    return BinlogPosition(files[0][0], 4)
+
+
+def scan_for_start(conn: ConnectionSettings, server_id: int, cur, *, timestamp_ms: int | None = None,
+                   gtid: str | None = None) -> BinlogPosition:
+    """Scan the server's binlogs for the start position of mode ``timestamp`` or of
+    ``specific`` with a GTID (see the module invariants)."""
+    start, end = earliest_position(cur), master_position(cur)
+    if end <= start:
+        return end
+    reader = BinLogStreamReader(
+        connection_settings=conn.pymysql_kwargs(), server_id=server_id, is_mariadb=False,
+        log_file=start.file, log_pos=start.pos, resume_stream=True, blocking=True,
+        only_events=[MariadbGtidEvent, XidEvent, QueryEvent])
+    boundary, found = start, False
+    try:
+        for event in reader:
+            pos = BinlogPosition(reader.log_file, reader.log_pos)
+            if isinstance(event, MariadbGtidEvent):
+                if timestamp_ms is not None and event.timestamp * 1000 >= timestamp_ms:
+                    return boundary
+                found = found or event.gtid == gtid
+            elif isinstance(event, XidEvent) or (
+                    isinstance(event, QueryEvent) and not str(event.query).lstrip().upper().startswith("BEGIN")):
+                boundary = pos
+                if found:
+                    return boundary  # the end of the named transaction
+            if pos >= end:
+                break
+    finally:
+        reader.close()
+    if timestamp_ms is not None:
+        return end
+    raise StartupError(f"GTID {gtid} is not in the source's binlogs (it may have been purged)")

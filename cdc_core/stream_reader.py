@@ -1,0 +1,224 @@
+"""The binlog reader of the stream: one process that decodes the binlog and hands
+compact items to the apply side through a bounded queue.
+
+Decoding (python-mysql-replication) is the most expensive step of the stream and
+is pure Python, so it runs in its own process: the apply side (canonical values,
+dedupe, Delta MERGE) uses the other core instead of competing for one GIL.
+
+Items put on the queue, always in binlog order (lists of them per ``put``):
+- ``("rows", db, table, op, file, pos, columns, rows, ts, size)``: one row event of
+  ``size`` bytes; ``pos`` is the event's end; ``rows`` are value tuples in ``columns`` order (for updates,
+  ``(before, after)`` pairs). Column names come from the table map
+  (binlog_row_metadata=FULL), never from information_schema.
+- ``("txn", file, pos, gtid, ts)``: a transaction ended (XID or COMMIT) at ``pos``.
+- ``("query", db, sql, file, pos, gtid, ts)``: a statement other than BEGIN/COMMIT
+  (DDL, TRUNCATE); it is a transaction of its own and ends at ``pos``.
+- ``("beat", file, pos)``: the reader is idle at ``pos`` (server heartbeat).
+- ``("end", file, pos)``: the ``until`` position was reached; nothing follows.
+- ``("error", kind, message)``: reading stopped; kind is transient, purged,
+  server_id or fatal. Nothing follows.
+
+Invariants:
+- Reading starts at a transaction boundary (``start``), so every row event comes
+  after its table map; row events at or before ``skip_through`` (already applied
+  before a restart) are not sent.
+- The queue is bounded (``QUEUE_ITEMS`` puts of at most ``FLUSH_ROWS`` rows or
+  ``FLUSH_BYTES`` of events each): when the apply side is slow the reader blocks,
+  so memory stays bounded however large the backlog.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+import pymysql
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, XidEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+from cdc_core.binlog import fix_image
+from cdc_core.positions import BinlogPosition
+from cdc_core.source import ConnectionSettings
+
+log = logging.getLogger(__name__)
+
+QUEUE_ITEMS = 8
+FLUSH_ROWS = 2000
+FLUSH_BYTES = 4 << 20
+FLUSH_SECONDS = 0.02
+HEARTBEAT_SECONDS = 0.25  # the server sends one when idle: wakes the reader and shows progress
+
+ER_MASTER_FATAL_READING_BINLOG = 1236  # position purged / not found
+ER_SLAVE_SAME_ID = 4052  # MariaDB: "A slave with the same server_uuid/server_id is already connected"
+_TRANSIENT = {2003, 2006, 2013, 2055, 1053, 1927}  # cannot connect, gone away, lost, shutdown, killed
+
+
+@dataclass(frozen=True)
+class ReaderSpec:
+    """What one reader process reads."""
+
+    conn: ConnectionSettings
+    server_id: int
+    start: BinlogPosition
+    skip_through: BinlogPosition | None
+    until: BinlogPosition | None
+    tables: frozenset[tuple[str, str]]
+    report_as: str = "binlake"
+
+
+class _Buffer:
+    """Items waiting for the queue, put as one list at most every ``FLUSH_SECONDS``
+    (sooner when full); the reading thread blocks while the buffer is twice full."""
+
+    def __init__(self, queue):
+        self.queue = queue
+        self.items: list = []
+        self.rows = 0
+        self.bytes = 0
+        self.cond = threading.Condition()
+        self.closed = False
+
+    def _full(self, factor: int = 1) -> bool:
+        return self.rows >= FLUSH_ROWS * factor or self.bytes >= FLUSH_BYTES * factor
+
+    def add(self, item, rows: int = 0, size: int = 0) -> None:
+        with self.cond:
+            while self._full(2):
+                self.cond.wait(0.1)  # backpressure: the flusher is blocked on a full queue
+            self.items.append(item)
+            self.rows += rows
+            self.bytes += size
+            if len(self.items) == 1 or self._full():
+                self.cond.notify_all()
+
+    def flusher(self) -> None:
+        last = 0.0
+        while True:
+            with self.cond:
+                while not (self.closed or self._full()
+                           or (self.items and time.monotonic() - last >= FLUSH_SECONDS)):
+                    self.cond.wait(FLUSH_SECONDS - (time.monotonic() - last) if self.items else None)
+                items, self.items, self.rows, self.bytes = self.items, [], 0, 0
+                closed = self.closed
+                self.cond.notify_all()
+            if items:
+                self.queue.put(items)  # blocks while the apply side is behind
+                last = time.monotonic()
+            elif closed:
+                return
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+
+def classify(error: BaseException) -> str:
+    """transient (retry), purged, server_id or fatal, for a reading error."""
+    if isinstance(error, pymysql.err.MySQLError) and error.args:
+        code = error.args[0]
+        if code == ER_SLAVE_SAME_ID:
+            return "server_id"
+        if code == ER_MASTER_FATAL_READING_BINLOG:
+            return "purged"
+        if code in _TRANSIENT:
+            return "transient"
+    if isinstance(error, (ConnectionError, TimeoutError, EOFError)):
+        return "transient"
+    return "fatal"
+
+
+def run_reader(spec: ReaderSpec, queue) -> None:
+    """Process entry point: read from ``spec.start`` and put items on ``queue`` until
+    ``spec.until`` (if any), an error, or the process is terminated."""
+    # A forked child inherits the engine's handlers: SIGTERM must end it, and Ctrl-C (sent to the
+    # whole process group) is the engine's to handle, which then terminates this process.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    buffer = _Buffer(queue)
+    flusher = threading.Thread(target=buffer.flusher, name="flusher", daemon=True)
+    flusher.start()
+    try:
+        _read(spec, buffer)
+    except BaseException as e:  # noqa: BLE001 - every failure is reported to the apply side
+        kind = classify(e)
+        log.debug("reader stopped", exc_info=True)
+        buffer.add(("error", kind, f"{type(e).__name__}: {e}"))
+    buffer.close()
+    flusher.join()
+
+
+def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
+    reader = BinLogStreamReader(
+        connection_settings=spec.conn.pymysql_kwargs(),
+        server_id=spec.server_id,
+        is_mariadb=False,  # with True, MariaDB resumes by GTID only and ignores log_file/log_pos
+        log_file=spec.start.file,
+        log_pos=spec.start.pos,
+        resume_stream=True,
+        blocking=True,
+        slave_heartbeat=HEARTBEAT_SECONDS,
+        report_slave=spec.report_as,
+        enable_logging=False,
+        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent, MariadbGtidEvent,
+                     HeartbeatLogEvent],
+        only_schemas=sorted({db for db, _ in spec.tables}) or ["-"],
+        only_tables=sorted({t for _, t in spec.tables}) or ["-"],
+    )
+    skip, until = spec.skip_through, spec.until
+    gtid = None
+    try:
+        if until is not None and spec.start >= until:
+            buffer.add(("end", spec.start.file, spec.start.pos))
+            return
+        for event in reader:
+            file, pos = reader.log_file, reader.log_pos
+            if isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+                if (event.schema, event.table) in spec.tables and (skip is None or BinlogPosition(file, pos) > skip):
+                    rows, columns = _rows(event)
+                    op = _OPS[type(event)]
+                    buffer.add(("rows", event.schema, event.table, op, file, pos, columns, rows, event.timestamp,
+                                event.event_size), len(rows), event.event_size)
+            elif isinstance(event, XidEvent):
+                buffer.add(("txn", file, pos, gtid, event.timestamp))
+            elif isinstance(event, MariadbGtidEvent):
+                gtid = event.gtid
+            elif isinstance(event, QueryEvent):
+                sql = event.query if isinstance(event.query, str) else event.query.decode("utf-8", "replace")
+                head = sql.lstrip()[:8].upper()
+                if head.startswith("BEGIN"):
+                    continue
+                if head.startswith("COMMIT"):
+                    buffer.add(("txn", file, pos, gtid, event.timestamp))
+                else:
+                    db = event.schema if isinstance(event.schema, str) else event.schema.decode("utf-8", "replace")
+                    buffer.add(("query", db, sql, file, pos, gtid, event.timestamp))
+            elif isinstance(event, HeartbeatLogEvent):
+                buffer.add(("beat", file, pos))
+            if until is not None and BinlogPosition(file, pos) >= until:
+                buffer.add(("end", file, pos))
+                return
+    finally:
+        reader.close()
+
+
+_OPS = {WriteRowsEvent: "c", UpdateRowsEvent: "u", DeleteRowsEvent: "d"}
+
+
+def _rows(event) -> tuple[list, tuple[str, ...]]:
+    columns = tuple(c.name for c in event.columns)
+    out = []
+    if isinstance(event, UpdateRowsEvent):
+        for row in event.rows:
+            before = fix_image(event, row["before_values"], row["before_none_sources"])
+            after = fix_image(event, row["after_values"], row["after_none_sources"])
+            out.append((tuple(before[c] for c in columns), tuple(after[c] for c in columns)))
+    else:
+        for row in event.rows:
+            values = fix_image(event, row["values"], row["none_sources"])
+            out.append(tuple(values[c] for c in columns))
+    return out, columns

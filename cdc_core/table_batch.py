@@ -1,0 +1,156 @@
+"""One table's share of a micro-batch: row events folded to the last change per key.
+
+Invariants (tested in tests/test_table_batch.py):
+- Applying ``plan()`` to the table as it was before the batch gives the table as it
+  is after the batch's last event: for every key touched, the last image wins (an
+  insert or update writes the row, a delete removes it), whatever happened before
+  it in the batch; a key's changes are never reordered.
+- A primary-key update is a delete of the old key and a write of the new one.
+- A key whose first change in the batch is an insert is absent from Delta before
+  the batch (Delta mirrors MySQL up to the batch's start, and MySQL just inserted
+  it), so its final row is appended without a lookup; every other written key is
+  upserted and every deleted key that may exist is deleted.
+- ``drop(key_value, position)`` (the snapshot hand-off) is asked per image: a
+  change already in the snapshot's chunk is skipped, the before and after images
+  of a key move being judged by their own chunks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+import pyarrow as pa
+
+from cdc_core.chunk_reader import output_schema
+from cdc_core.positions import BinlogPosition
+from cdc_core.table_schema import TableSchema
+from cdc_core.types import binlog_value
+
+_IDENTITY_TYPES = {"tinyint", "smallint", "mediumint", "int", "float", "double", "char", "varchar"}
+
+Drop = Callable[[object, BinlogPosition], bool]
+
+
+def _identity(v):
+    return v
+
+
+@dataclass
+class TablePlan:
+    """What to write: rows to append (keys new to Delta), rows to upsert, rows to delete.
+    Each row is a tuple of canonical values in schema order, then _cdc_op and _cdc_seq."""
+
+    append: list[tuple] = field(default_factory=list)
+    upsert: list[tuple] = field(default_factory=list)
+    delete: list[tuple] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.append or self.upsert or self.delete)
+
+
+class TableBatch:
+    """Accumulates one table's row events of a batch, deduplicated per primary key."""
+
+    def __init__(self, schema: TableSchema, drop: Drop | None = None, drop_column: str | None = None):
+        if not schema.primary_key:
+            raise ValueError(f"{schema.qualified_name} has no primary key: the stream needs one to apply "
+                             "updates and deletes")
+        self.schema = schema
+        self.names = tuple(c.name for c in schema.columns)
+        self.key_idx = tuple(self.names.index(k) for k in schema.primary_key)
+        self.converters = tuple(
+            _identity if c.data_type in _IDENTITY_TYPES and not c.unsigned else partial(binlog_value, c)
+            for c in schema.columns)
+        self.drop = drop
+        self.drop_idx = self.names.index(drop_column) if drop_column else None
+        self.final: dict[tuple, tuple] = {}  # key -> row + (op, seq), or (None, op, seq) for a delete
+        self.may_exist: dict[tuple, bool] = {}
+        self.events = 0
+        self.rows_in = 0
+        self.dropped = 0
+        self._mappers: dict[tuple[str, ...], Callable[[tuple], tuple]] = {}
+
+    def _mapper(self, columns: tuple[str, ...]) -> Callable[[tuple], tuple]:
+        """Turn an event's value tuple (table-map column order) into canonical schema order."""
+        m = self._mappers.get(columns)
+        if m is None:
+            if columns == self.names:
+                convs = self.converters
+
+                def m(values: tuple) -> tuple:
+                    return tuple(f(v) for f, v in zip(convs, values))
+            else:  # the table map's columns differ from the schema in force: match by name
+                where = {n: i for i, n in enumerate(columns)}
+                picks = tuple((where.get(n), f) for n, f in zip(self.names, self.converters))
+
+                def m(values: tuple) -> tuple:
+                    return tuple(None if i is None else f(values[i]) for i, f in picks)
+            self._mappers[columns] = m
+        return m
+
+    def _key(self, row: tuple) -> tuple:
+        return tuple(row[i] for i in self.key_idx)
+
+    def _dropped(self, row: tuple, pos: BinlogPosition) -> bool:
+        if self.drop is not None and self.drop(row[self.drop_idx], pos):
+            self.dropped += 1
+            return True
+        return False
+
+    def _write(self, row: tuple, op: str, seq: int, may_exist: bool) -> None:
+        k = self._key(row)
+        self.may_exist.setdefault(k, may_exist)
+        self.final[k] = (*row, op, seq)
+
+    def _delete(self, row: tuple, seq: int) -> None:
+        k = self._key(row)
+        self.may_exist.setdefault(k, True)
+        self.final[k] = (*row, "d", seq)
+
+    def add_event(self, op: str, columns: tuple[str, ...], rows: list, pos: BinlogPosition) -> None:
+        """Fold one row event (op c/u/d; rows as sent by the reader) into the batch."""
+        conv = self._mapper(columns)
+        self.events += 1
+        self.rows_in += len(rows)
+        base = pos.seq(0)
+        for i, r in enumerate(rows):
+            seq = base | min(i, 4095)
+            if op == "c":
+                after = conv(r)
+                if not self._dropped(after, pos):
+                    self._write(after, "c", seq, False)
+            elif op == "d":
+                before = conv(r)
+                if not self._dropped(before, pos):
+                    self._delete(before, seq)
+            else:
+                before, after = conv(r[0]), conv(r[1])
+                if self._key(before) != self._key(after) and not self._dropped(before, pos):
+                    self._delete(before, seq)
+                if not self._dropped(after, pos):
+                    self._write(after, "u", seq, True)
+
+    def plan(self) -> TablePlan:
+        """The batch's net effect (see the module invariants)."""
+        out = TablePlan()
+        for k, row in self.final.items():
+            if row[-2] == "d":
+                if self.may_exist[k]:
+                    out.delete.append(row)
+            elif self.may_exist[k]:
+                out.upsert.append(row)
+            else:
+                out.append.append(row)
+        return out
+
+
+def plan_to_arrow(schema: TableSchema, rows: list[tuple], target: pa.Schema | None = None) -> pa.Table:
+    """Arrow table (source columns + _cdc_op + _cdc_seq) of plan rows."""
+    target = target or output_schema(schema)
+    if not rows:
+        return target.empty_table()
+    cols = list(zip(*rows))
+    return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, target)], schema=target)

@@ -1,0 +1,405 @@
+"""The stream engine: one binlog reader process → bounded queue → micro-batches →
+per-table Delta commits (in parallel) → pipeline checkpoint.
+
+Invariants (tests/test_stream*.py):
+- Exactly once: every table commit carries its offset atomically (Delta transaction
+  identifier + commit metadata); a restart skips row events at or before the
+  checkpoint and, per table, at or before that table's own committed offset
+  (cdc_core/offsets.py). A SIGKILL at any instant loses and repeats nothing.
+- Ordered commit: the checkpoint is written only after every table of the batch is
+  committed, and batches are applied one after another, so the checkpoint never
+  passes a change that is not durable; a key's changes keep binlog order.
+- Hand-off: until the stream passes a table's highest chunk high watermark, a
+  change on key k is dropped when it is at or before the high watermark of k's chunk.
+- Batches are cut at ``max_batch_rows`` / ``max_batch_seconds`` (and a byte bound),
+  at DDL and TRUNCATE, before a stop, and before a reconnect; a batch never splits a
+  row event. Heartbeats advance the checkpoint when only other tables change.
+- Transient faults (connection loss, server restart) commit what was read and
+  reconnect from the checkpoint with backoff; a purged position or a server_id in
+  use stops the engine with an error saying what to do.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import queue as queue_mod
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from cdc_core.chunk_reader import output_schema
+from cdc_core.config import BinlakeConfig
+from cdc_core.ddl import parse_statement
+from cdc_core.handoff import HandoffFilter
+from cdc_core.lifecycle import Lifecycle, State
+from cdc_core.offsets import SkipFilter, StreamOffset
+from cdc_core.positions import BinlogPosition, master_position
+from cdc_core.source import captured_tables, connect, connection_settings
+from cdc_core.startup import (
+    PositionPurged,
+    ServerIdInUse,
+    StartupError,
+    check_available,
+    check_server_id,
+    earliest_position,
+    scan_for_start,
+)
+from cdc_core.stream_reader import QUEUE_ITEMS, ReaderSpec, run_reader
+from cdc_core.table_batch import TableBatch, plan_to_arrow
+from cdc_core.table_schema import TableSchema, describe_table
+from pipelines.control_store import ControlStore
+from pipelines.delta_sink import (
+    applied_position_key,
+    apply_changes,
+    ensure_table,
+    stream_commit_properties,
+    table_uri,
+    truncate,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH_BYTES = 64 << 20
+RETRY_DELAYS = (0.5, 1, 2, 4, 8, 15, 30)
+RETRY_FOR_SECONDS = 300.0  # give up on a transient fault that lasts longer than this
+
+
+class StreamFailed(RuntimeError):
+    """The stream stopped on an error that retrying cannot fix."""
+
+
+@dataclass
+class StreamSummary:
+    """What one engine run did."""
+
+    start: BinlogPosition | None = None
+    end: BinlogPosition | None = None
+    changes: int = 0  # row changes read (after skip and hand-off filtering)
+    batches: int = 0
+    commits: int = 0
+    reconnects: int = 0
+    seconds: float = 0.0
+    stop_reason: str = ""
+    tables: dict[str, int] = field(default_factory=dict)  # changes per table
+
+
+@dataclass
+class _Batch:
+    tables: dict[str, TableBatch] = field(default_factory=dict)
+    rows: int = 0
+    bytes: int = 0
+    opened: float = 0.0  # monotonic time of the first row
+
+
+class StreamEngine:
+    """Streams the binlog into Delta from the committed offsets (see module invariants)."""
+
+    def __init__(self, cfg: BinlakeConfig, *, until_now: bool = False, max_seconds: float | None = None,
+                 progress=None):
+        self.cfg = cfg
+        self.until_now = until_now
+        self.max_seconds = max_seconds
+        self.progress = progress  # callable(StreamSummary, StreamOffset) after each commit, or None
+        self.conn = connection_settings(cfg)
+        self.store = ControlStore(cfg.sink.path, cfg.pipeline.name, cfg.sink.storage_options)
+        self.life = Lifecycle()
+        self.summary = StreamSummary()
+        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(4, thread_name_prefix="apply")
+        self._reader = None
+        self._queue = None
+
+    # --- set-up -------------------------------------------------------------------------
+
+    def _prepare(self, cur) -> None:
+        names = captured_tables(self.cfg, cur)
+        self.schemas: dict[str, TableSchema] = {n: describe_table(cur, *n.split(".", 1)) for n in names}
+        keyless = [n for n, s in self.schemas.items() if not s.primary_key]
+        if keyless:
+            raise StartupError(f"tables without a primary key cannot be streamed (updates and deletes need a key): "
+                               f"{', '.join(keyless)}; add a primary key or exclude them (source.exclude_tables)")
+        self.tables = {n: ensure_table(table_uri(self.cfg.sink.path, n), output_schema(s),
+                                       self.cfg.sink.storage_options) for n, s in self.schemas.items()}
+        self.filters: dict[str, HandoffFilter] = {}
+        self.low_watermark: BinlogPosition | None = None
+        plans = self.store.load_plans()
+        for n in names:
+            if n not in plans:
+                continue
+            done = self.store.completed_chunks(n, self.tables[n])
+            missing = [c.index for c in plans[n] if c.index not in done]
+            if missing:
+                raise StartupError(f"the snapshot of {n} is not complete ({len(missing)} of {len(plans[n])} chunks "
+                                   "to go): run `binlake snapshot` (or `binlake run`) first")
+            self.filters[n] = HandoffFilter(plans[n], {i: BinlogPosition(r["hw_file"], r["hw_pos"])
+                                                       for i, r in done.items()})
+            lws = [BinlogPosition(r["lw_file"], r["lw_pos"]) for r in done.values()]
+            self.low_watermark = min([self.low_watermark, *lws] if self.low_watermark else lws)
+
+    def _start_position(self, cur) -> tuple[BinlogPosition, BinlogPosition | None]:
+        """Where reading starts and what was applied already (checkpoint), per the startup mode."""
+        cp = self.store.checkpoint()
+        if cp is not None:
+            return cp.offset.resume, cp.offset.applied
+        startup = self.cfg.source.startup
+        mode = startup.mode
+        if mode in ("initial", "snapshot"):
+            unsnapped = [n for n in self.schemas if n not in self.filters]
+            if unsnapped:
+                raise StartupError(f"no snapshot of {', '.join(unsnapped)}: run `binlake snapshot` (or `binlake run`) "
+                                   "before streaming with startup.mode " + mode)
+            return (self.low_watermark or master_position(cur)), None
+        if mode == "latest":
+            return master_position(cur), None
+        if mode == "earliest":
+            return earliest_position(cur), None
+        if mode == "specific" and startup.gtid:
+            return scan_for_start(self.conn, self.cfg.source.server_id, cur, gtid=startup.gtid), None
+        if mode == "specific":
+            if not startup.file or startup.pos is None:
+                raise StartupError("source.startup.mode specific needs file and pos (or gtid)")
+            return BinlogPosition(startup.file, startup.pos), None
+        if startup.timestamp_ms is None:
+            raise StartupError("source.startup.mode timestamp needs timestamp_ms")
+        return scan_for_start(self.conn, self.cfg.source.server_id, cur, timestamp_ms=startup.timestamp_ms), None
+
+    def _skip_filter(self, checkpoint: BinlogPosition | None) -> SkipFilter:
+        per_table = {}
+        for n, t in self.tables.items():
+            t.update_incremental()
+            key = applied_position_key(t, self.cfg.pipeline.name)
+            if key is not None:
+                per_table[n] = key
+        return SkipFilter(checkpoint, per_table)
+
+    # --- reader process -------------------------------------------------------------------
+
+    def _start_reader(self, start: BinlogPosition, skip_through: BinlogPosition | None) -> None:
+        # fork, not spawn: spawn re-imports the caller's __main__ (a script, Dagster, pytest),
+        # and the reader needs nothing the parent's threads could hold (it only opens sockets).
+        ctx = multiprocessing.get_context("fork")
+        self._queue = ctx.Queue(maxsize=QUEUE_ITEMS)
+        spec = ReaderSpec(self.conn, self.cfg.source.server_id, start, skip_through, self.until,
+                          frozenset(tuple(n.split(".", 1)) for n in self.schemas),
+                          report_as=f"binlake:{self.cfg.pipeline.name}")
+        self._reader = ctx.Process(target=run_reader, args=(spec, self._queue), name="binlake-reader", daemon=True)
+        self._reader.start()
+
+    def _stop_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.terminate()
+            self._reader.join(10)
+            if self._reader.is_alive():
+                self._reader.kill()
+                self._reader.join()
+            self._queue.close()
+            self._queue.cancel_join_thread()
+            self._reader = None
+
+    # --- main loop ------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Ask the engine to commit what it has read and stop (thread- and signal-safe)."""
+        self._stop.set()
+
+    def run(self) -> StreamSummary:
+        """Stream until ``--until now``'s end, ``max_seconds``, a stop request or a fatal error."""
+        started = time.monotonic()
+        handlers = self._install_signals()
+        self.life.to(State.STARTING)
+        try:
+            with connect(self.conn) as control, control.cursor() as cur:
+                self._prepare(cur)
+                start, applied = self._start_position(cur)
+                self.until = master_position(cur) if self.until_now else None
+                if self.cfg.source.startup.mode == "snapshot" and self.filters:
+                    hw = max(f.max_high_watermark for f in self.filters.values())
+                    self.until = hw if self.until is None else min(self.until, hw)
+                check_available(cur, start)
+                check_server_id(cur, self.cfg.source.server_id)
+            self.summary.start = start
+            self.skip = self._skip_filter(applied)
+            self.resume, self.position = start, applied or start
+            self.offset = StreamOffset(start, applied or start)
+            self._loop(start, applied)
+            self.life.to(State.STOPPING)
+            self.life.to(State.STOPPED)
+            self.store.save_checkpoint(self.offset, State.STOPPED, self.summary.changes)
+        except BaseException:
+            if self.life.state not in (State.STOPPED, State.FAILED):
+                self.life.to(State.FAILED)
+            raise
+        finally:
+            self._stop_reader()
+            self._pool.shutdown()
+            self._restore_signals(handlers)
+            self.summary.seconds = time.monotonic() - started
+            self.summary.end = self.offset.applied if hasattr(self, "offset") else None
+        return self.summary
+
+    def _install_signals(self):
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        return {s: signal.signal(s, lambda *_: self.request_stop()) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    @staticmethod
+    def _restore_signals(handlers) -> None:
+        for s, h in (handlers or {}).items():
+            signal.signal(s, h)
+
+    def _loop(self, start: BinlogPosition, applied: BinlogPosition | None) -> None:
+        deadline = None if self.max_seconds is None else time.monotonic() + self.max_seconds
+        self.batch = _Batch()
+        self.gtid, self.event_time = None, 0
+        self._start_reader(start, applied)
+        self.life.to(State.STREAMING)
+        last_checkpoint = time.monotonic()
+        failing_since = None
+        attempt = 0
+        while True:
+            if self._stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
+                self._commit()
+                self.summary.stop_reason = "stop requested" if self._stop.is_set() else "max-seconds reached"
+                return
+            try:
+                items = self._queue.get(timeout=0.05)
+            except queue_mod.Empty:
+                items = []
+                if not self._reader.is_alive():
+                    items = [("error", "transient", f"reader process exited with code {self._reader.exitcode}")]
+            for item in items:
+                kind = item[0]
+                if kind == "rows":
+                    self._on_rows(item)
+                elif kind == "txn":
+                    _, file, pos, gtid, ts = item
+                    self.position = self.resume = BinlogPosition(file, pos)
+                    self.gtid, self.event_time = gtid or self.gtid, ts or self.event_time
+                elif kind == "beat":
+                    if self.resume == self.position:  # between transactions: everything up to here is read
+                        self.position = self.resume = max(self.position, BinlogPosition(item[1], item[2]))
+                elif kind == "query":
+                    self._on_query(item)
+                elif kind == "end":
+                    self._commit()
+                    self.summary.stop_reason = f"reached {self.until}"
+                    return
+                else:  # error
+                    _, what, message = item
+                    self._commit()
+                    self._stop_reader()
+                    if what == "purged":
+                        raise PositionPurged(f"reading the binlog failed: {message}. Re-snapshot: delete the sink "
+                                             "folder (or use a new pipeline.name) and run `binlake run` again")
+                    if what == "server_id":
+                        raise ServerIdInUse(f"source.server_id {self.cfg.source.server_id} is in use by another "
+                                            f"replica, which took over the binlog connection ({message}); give each "
+                                            "pipeline and replica its own server_id")
+                    if what != "transient":
+                        raise StreamFailed(f"reading the binlog failed: {message}")
+                    failing_since = failing_since or time.monotonic()
+                    if time.monotonic() - failing_since > RETRY_FOR_SECONDS:
+                        raise StreamFailed(f"the source has been unreachable for over {RETRY_FOR_SECONDS:.0f} s: "
+                                           f"{message}")
+                    delay = RETRY_DELAYS[min(attempt, len(RETRY_DELAYS) - 1)]
+                    log.warning("binlog connection lost (%s); reconnecting from %s in %.1f s",
+                                message, self.offset.resume, delay)
+                    attempt += 1
+                    self.summary.reconnects += 1
+                    self.life.to(State.STARTING)
+                    if self._stop.wait(delay):
+                        return
+                    self.skip = self._skip_filter(self.offset.applied)
+                    self.resume, self.position = self.offset.resume, self.offset.applied
+                    self._start_reader(self.offset.resume, self.offset.applied)
+                    self.life.to(State.STREAMING)
+                    break
+            b = self.batch
+            now = time.monotonic()
+            if b.rows and (b.rows >= self.cfg.stream.max_batch_rows or b.bytes >= MAX_BATCH_BYTES
+                           or now - b.opened >= self.cfg.stream.max_batch_seconds):
+                self._commit()
+                last_checkpoint, failing_since, attempt = now, None, 0
+            elif now - last_checkpoint >= self.cfg.stream.heartbeat_seconds and self.position > self.offset.applied:
+                self._commit()  # nothing captured changed: move the restart point anyway
+                last_checkpoint = now
+
+    def _on_rows(self, item) -> None:
+        _, db, table, op, file, pos, columns, rows, ts, size = item
+        name = f"{db}.{table}"
+        p = BinlogPosition(file, pos)
+        self.position, self.event_time = p, ts or self.event_time
+        if name not in self.schemas or self.skip.applied(name, p):
+            return
+        b = self.batch
+        tb = b.tables.get(name)
+        if tb is None:
+            f = self.filters.get(name)
+            if f is not None and p > f.max_high_watermark:
+                del self.filters[name]  # past the hand-off: no more filtering for this table
+                f = None
+            tb = b.tables[name] = TableBatch(self.schemas[name], f.should_drop if f else None,
+                                             f.chunks[0].key if f else None)
+        tb.add_event(op, columns, rows, p)
+        if not b.rows:
+            b.opened = time.monotonic()
+        b.rows += len(rows)
+        b.bytes += size
+
+    def _on_query(self, item) -> None:
+        _, db, sql, file, pos, gtid, ts = item
+        self._commit()  # everything before the statement is durable before it takes effect
+        p = BinlogPosition(file, pos)
+        stmt = parse_statement(sql, db)
+        touched = [n for n in stmt.tables if n in self.schemas]
+        self.position = self.resume = p
+        self.gtid, self.event_time = gtid or self.gtid, ts or self.event_time
+        offset = StreamOffset(p, p, self.gtid, self.event_time)
+        if stmt.kind == "truncate":
+            for n in touched:
+                if not self.skip.applied(n, p):
+                    truncate(self.tables[n], stream_commit_properties(self.cfg.pipeline.name, offset))
+                    log.info("%s truncated at %s", n, p)
+        elif touched:
+            with connect(self.conn) as c, c.cursor() as cur:
+                for n in touched:
+                    try:
+                        self.schemas[n] = describe_table(cur, *n.split(".", 1))
+                    except LookupError:
+                        log.warning("%s was dropped or renamed at %s (%s)", n, p, stmt.kind)
+        self._checkpoint(offset)
+
+    def _commit(self) -> None:
+        """Apply the batch (tables in parallel), then advance the checkpoint past it."""
+        b, self.batch = self.batch, _Batch()
+        if self.position <= self.offset.applied and not b.tables:
+            return
+        offset = StreamOffset(min(self.resume, self.position), self.position, self.gtid, self.event_time)
+        props = stream_commit_properties(self.cfg.pipeline.name, offset)
+        work = []
+        for name, tb in b.tables.items():
+            plan = tb.plan()
+            self.summary.tables[name] = self.summary.tables.get(name, 0) + tb.rows_in - tb.dropped
+            self.summary.changes += tb.rows_in - tb.dropped
+            if not plan.empty:
+                work.append((name, tb.schema, plan))
+        futures = [self._pool.submit(self._apply, name, schema, plan, props) for name, schema, plan in work]
+        for f in futures:
+            f.result()  # a failed table stops the engine before the checkpoint moves
+        self.summary.commits += len(work)
+        self.summary.batches += 1
+        self._checkpoint(offset)
+
+    def _apply(self, name: str, schema: TableSchema, plan, props) -> None:
+        target = output_schema(schema)
+        apply_changes(self.tables[name], schema.primary_key, plan_to_arrow(schema, plan.append, target),
+                      plan_to_arrow(schema, plan.upsert, target), plan_to_arrow(schema, plan.delete, target), props)
+
+    def _checkpoint(self, offset: StreamOffset) -> None:
+        self.store.save_checkpoint(offset, self.life.state, self.summary.changes)
+        self.offset = offset
+        if self.progress:
+            self.progress(self.summary, offset)
