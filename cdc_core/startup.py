@@ -5,8 +5,8 @@ Invariants:
   start of a binlog file, or the end of a transaction found by scanning).
 - A start position the server no longer has (purged) is an error that says so and
   what to do; it is never replaced by a later position (that would lose changes).
-- ``timestamp`` starts at the first transaction whose binlog timestamp is at or after
-  the given instant; ``specific`` with a GTID starts right after that transaction
+- ``timestamp`` starts at the first transaction whose binlog timestamp (whole seconds)
+  is at or after the given instant's second; ``specific`` with a GTID starts right after that transaction
   (the GTID names the last transaction already applied, as MariaDB's gtid_slave_pos).
 """
 
@@ -109,7 +109,7 @@ def scan_for_start(conn: ConnectionSettings, server_id: int, cur, *, timestamp_m
         for event in reader:
             pos = BinlogPosition(reader.log_file, reader.log_pos)
             if isinstance(event, MariadbGtidEvent):
-                if timestamp_ms is not None and event.timestamp * 1000 >= timestamp_ms:
+                if timestamp_ms is not None and event.timestamp >= timestamp_ms // 1000:
                     return boundary
                 found = found or event.gtid == gtid
             elif isinstance(event, XidEvent) or (
