@@ -307,3 +307,45 @@ def _check_both_paths(name, spark, make_config, start, end):
 
     # And Delta equals MySQL, read by a third client (pymysql, UTC session).
     assert_equal(cfg, [f"{name}.types"])
+
+
+def test_type_matrix_through_the_stream(db, mariadb, spark, make_config):
+    """The stream (reader process → MERGE) writes every type exactly as the snapshot does."""
+    from pipelines.stream_engine import StreamEngine
+
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE types (" + ", ".join(f"`{c}` {t}" for c, (t, _) in COLUMNS.items()) + ")")
+        cur.execute("SELECT @@global.time_zone")
+        server_zone = cur.fetchone()[0]
+    streamed = make_config(name, chunk_size=2)
+    snapshot(streamed, spark)  # of the empty table: the stream writes every row
+    try:
+        _write_rows(mariadb, conn, name)
+    finally:
+        with conn.cursor() as cur:
+            cur.execute("SET GLOBAL time_zone = %s", (server_zone,))
+    StreamEngine(streamed, until_now=True).run()
+    via_stream = DeltaTable(table_uri(streamed.sink.path, f"{name}.types")).to_pyarrow_table().sort_by("id")
+    by_id = {r["id"]: r for r in via_stream.to_pylist()}
+    wrong = [f"{col} (id={row_id}): delta={by_id[row_id][col]!r} expected={want!r}"
+             for (row_id, col), want in EXPECTED.items()
+             if by_id[row_id][col] != want or type(by_id[row_id][col]) is not type(want)]
+    assert not wrong, "streamed values differ from the documented mapping:\n" + "\n".join(wrong)
+
+    # The snapshot path, into another lake, gives the same cells.
+    snapped = make_config(name, chunk_size=2, sink={"path": streamed.sink.path + "-snapshot"})
+    snapshot(snapped, spark)
+    via_snapshot = DeltaTable(table_uri(snapped.sink.path, f"{name}.types")).to_pyarrow_table().sort_by("id")
+    differences = [f"{col} (id={i}): stream={a!r} snapshot={b!r}" for col in COLUMNS
+                   for i, a, b in zip(via_stream.column("id").to_pylist(), via_stream.column(col).to_pylist(),
+                                      via_snapshot.column(col).to_pylist(), strict=True)
+                   if a != b or type(a) is not type(b)]
+    assert not differences, "\n".join(differences)
+
+    # Updates and deletes MERGE on rows holding every type.
+    with conn.cursor() as cur:
+        cur.execute("UPDATE types SET f = NULL, vc = CONCAT(LEFT(COALESCE(vc, ''), 200), '✓')")
+        cur.execute("DELETE FROM types WHERE id = 2")
+    StreamEngine(streamed, until_now=True).run()
+    assert_equal(streamed, [f"{name}.types"])
