@@ -18,6 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
+def captures(tables: list[str] | tuple[str, ...], exclude: list[str] | tuple[str, ...], qualified_name: str) -> bool:
+    """Whether ``db.table`` matches a ``tables`` regex and no ``exclude`` regex."""
+    return any(re.fullmatch(p, qualified_name) for p in tables) and not any(
+        re.fullmatch(p, qualified_name) for p in exclude)
+
+
 class ConfigError(ValueError):
     """A configuration problem; the message names the key and never holds a secret."""
 
@@ -72,9 +78,7 @@ class SourceConfig(_Strict):
 
     def captures(self, qualified_name: str) -> bool:
         """Whether ``db.table`` is captured: matches ``tables`` and no ``exclude_tables``."""
-        return any(re.fullmatch(p, qualified_name) for p in self.tables) and not any(
-            re.fullmatch(p, qualified_name) for p in self.exclude_tables
-        )
+        return captures(self.tables, self.exclude_tables, qualified_name)
 
 
 class SinkConfig(_Strict):

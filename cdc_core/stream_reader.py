@@ -41,6 +41,7 @@ from pymysqlreplication.event import HeartbeatLogEvent, MariadbGtidEvent, QueryE
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc_core.binlog import fix_image
+from cdc_core.config import captures
 from cdc_core.positions import BinlogPosition
 from cdc_core.source import ConnectionSettings
 
@@ -66,8 +67,42 @@ class ReaderSpec:
     start: BinlogPosition
     skip_through: BinlogPosition | None
     until: BinlogPosition | None
-    tables: frozenset[tuple[str, str]]
+    tables: tuple[str, ...]  # capture regexes over "db.table" (source.tables)
+    exclude: tuple[str, ...]  # source.exclude_tables
     report_as: str = "binlake"
+
+
+class _CaptureFilter:
+    """Capture by regex inside python-mysql-replication, so row events of other tables
+    are never decoded and tables created later are captured too.
+
+    The library asks ``table in only_tables`` and then ``schema in only_schemas`` for
+    each table map and row event; the first view remembers the table name, the second
+    decides on "schema.table" (cached)."""
+
+    def __init__(self, tables: tuple[str, ...], exclude: tuple[str, ...]):
+        self.tables, self.exclude = tables, exclude
+        self.table: str | None = None
+        self.cache: dict[tuple[str, str], bool] = {}
+        outer = self
+
+        class _Tables:
+            def __contains__(self, table: str) -> bool:
+                outer.table = table
+                return True
+
+        class _Schemas:
+            def __contains__(self, schema: str) -> bool:
+                return outer.captured(schema, outer.table or "")
+
+        self.only_tables, self.only_schemas = _Tables(), _Schemas()
+
+    def captured(self, schema: str, table: str) -> bool:
+        key = (schema, table)
+        hit = self.cache.get(key)
+        if hit is None:
+            hit = self.cache[key] = captures(self.tables, self.exclude, f"{schema}.{table}")
+        return hit
 
 
 class _Buffer:
@@ -153,6 +188,7 @@ def run_reader(spec: ReaderSpec, queue) -> None:
 
 
 def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
+    capture = _CaptureFilter(spec.tables, spec.exclude)
     reader = BinLogStreamReader(
         connection_settings=spec.conn.pymysql_kwargs(),
         server_id=spec.server_id,
@@ -166,8 +202,8 @@ def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
         enable_logging=False,
         only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent, MariadbGtidEvent,
                      HeartbeatLogEvent],
-        only_schemas=sorted({db for db, _ in spec.tables}) or ["-"],
-        only_tables=sorted({t for _, t in spec.tables}) or ["-"],
+        only_schemas=capture.only_schemas,
+        only_tables=capture.only_tables,
     )
     skip, until = spec.skip_through, spec.until
     gtid = None
@@ -178,7 +214,7 @@ def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
         for event in reader:
             file, pos = reader.log_file, reader.log_pos
             if isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
-                if (event.schema, event.table) in spec.tables and (skip is None or BinlogPosition(file, pos) > skip):
+                if capture.captured(event.schema, event.table) and (skip is None or BinlogPosition(file, pos) > skip):
                     rows, columns = _rows(event)
                     op = _OPS[type(event)]
                     buffer.add(("rows", event.schema, event.table, op, file, pos, columns, rows, event.timestamp,

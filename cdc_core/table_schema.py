@@ -3,6 +3,8 @@ the chunk reader); the binlog path carries its own table-map metadata."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from dataclasses import dataclass
 
@@ -44,6 +46,19 @@ class TableSchema:
     @property
     def qualified_name(self) -> str:
         return f"{self.database}.{self.table}"
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> TableSchema:
+        d = json.loads(text)
+        return cls(d["database"], d["table"], tuple(Column(**c) for c in d["columns"]), tuple(d["primary_key"]))
+
+    def renamed(self, qualified_name: str) -> TableSchema:
+        """The same columns under another "db.table" name."""
+        db, table = qualified_name.split(".", 1)
+        return dataclasses.replace(self, database=db, table=table)
 
     def column(self, name: str) -> Column:
         for c in self.columns:

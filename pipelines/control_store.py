@@ -33,6 +33,12 @@ CHECKPOINT_SCHEMA = pa.schema([
 # The checkpoint table gains one small file per batch; past this many live rows it is
 # rewritten as its latest row (one atomic overwrite), so reading it stays cheap.
 CHECKPOINT_COMPACT_ROWS = 500
+HISTORY_SCHEMA = pa.schema([
+    ("pipeline", pa.string()), ("table", pa.string()), ("file", pa.string()), ("pos", pa.int64()),
+    ("change_index", pa.int32()), ("kind", pa.string()), ("description", pa.string()), ("ddl", pa.string()),
+    ("schema_json", pa.string()), ("status", pa.string()), ("detail", pa.string()), ("held_ms", pa.float64()),
+    ("recorded_at", pa.timestamp("us", tz="UTC")),
+])
 CHUNKS_SCHEMA = pa.schema([
     ("pipeline", pa.string()), ("table", pa.string()), ("chunk_index", pa.int32()), ("rows", pa.int64()),
     ("lw_file", pa.string()), ("lw_pos", pa.int64()), ("hw_file", pa.string()), ("hw_pos", pa.int64()),
@@ -90,6 +96,21 @@ class ControlStore:
     def record_chunks(self, records: list[dict]) -> None:
         """Mirror chunk records (already committed with their data) into ``snapshot_chunks``."""
         self._append("snapshot_chunks", records, CHUNKS_SCHEMA)
+
+    def schema_history(self) -> list[dict]:
+        """Every recorded schema change of this pipeline, in binlog order."""
+        rows = self._read("schema_history")
+        return sorted(rows, key=lambda r: (BinlogPosition(r["file"], r["pos"]), r["change_index"], r["recorded_at"]))
+
+    def record_schema(self, table: str, pos: BinlogPosition, index: int, kind: str, *, status: str,
+                      description: str = "", ddl: str = "", schema_json: str | None = None, detail: str = "",
+                      held_ms: float | None = None) -> None:
+        """Append a schema-history entry: status is baseline, pending, applied, skipped, recorded
+        (known but not applied, e.g. needs a backfill), unparsed or failed."""
+        self._append("schema_history", [{
+            "pipeline": self.pipeline, "table": table, "file": pos.file, "pos": pos.pos, "change_index": index,
+            "kind": kind, "description": description, "ddl": ddl, "schema_json": schema_json, "status": status,
+            "detail": detail, "held_ms": held_ms, "recorded_at": dt.datetime.now(dt.UTC)}], HISTORY_SCHEMA)
 
     def checkpoint(self) -> Checkpoint | None:
         """The latest stream checkpoint, or None before the stream first committed."""

@@ -30,6 +30,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from deltalake import write_deltalake
+
 from cdc_core.chunk_reader import output_schema
 from cdc_core.config import BinlakeConfig
 from cdc_core.ddl import parse_statement
@@ -37,6 +39,7 @@ from cdc_core.handoff import HandoffFilter
 from cdc_core.lifecycle import Lifecycle, State
 from cdc_core.offsets import SkipFilter, StreamOffset
 from cdc_core.positions import BinlogPosition, master_position
+from cdc_core.schema_change import SchemaChange, UnparsedDDL, evolve_schema, parse_ddl
 from cdc_core.source import captured_tables, connect, connection_settings
 from cdc_core.startup import (
     PositionPurged,
@@ -59,6 +62,7 @@ from pipelines.delta_sink import (
     table_uri,
     truncate,
 )
+from pipelines.schema_applier import SchemaChangeRejected, apply_schema_change, conform, delta_schema
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +127,7 @@ class StreamEngine:
                                f"{', '.join(keyless)}; add a primary key or exclude them (source.exclude_tables)")
         self.tables = {n: ensure_table(table_uri(self.cfg.sink.path, n), output_schema(s),
                                        self.cfg.sink.storage_options) for n, s in self.schemas.items()}
+        self.sink_schemas = {n: delta_schema(t) for n, t in self.tables.items()}
         self.filters: dict[str, HandoffFilter] = {}
         self.low_watermark: BinlogPosition | None = None
         plans = self.store.load_plans()
@@ -166,6 +171,39 @@ class StreamEngine:
             raise StartupError("source.startup.mode timestamp needs timestamp_ms")
         return scan_for_start(self.conn, self.cfg.source.server_id, cur, timestamp_ms=startup.timestamp_ms), None
 
+    def _load_history(self, start: BinlogPosition, applied: BinlogPosition | None) -> None:
+        """The source schema in force at the restart point, from the schema history (a
+        table without history gets its current schema as a baseline)."""
+        upto = applied or start
+        self.history_keys: set[tuple] = set()
+        for r in self.store.schema_history():
+            pos = BinlogPosition(r["file"], r["pos"])
+            self.history_keys.add((r["table"], r["file"], r["pos"], r["change_index"], r["status"]))
+            if pos > upto or r["status"] not in ("baseline", "applied", "skipped", "recorded"):
+                continue
+            if r["schema_json"]:
+                self.schemas[r["table"]] = TableSchema.from_json(r["schema_json"])
+            elif r["kind"] in ("drop_table", "rename_table"):
+                self.schemas.pop(r["table"], None)
+        for n, schema in self.schemas.items():
+            if not any(k[0] == n for k in self.history_keys):
+                self._record(n, start, 0, "baseline", "baseline", schema=schema, description="schema at stream start")
+        for n in self.schemas:
+            if n not in self.tables:
+                self.tables[n] = ensure_table(table_uri(self.cfg.sink.path, n), output_schema(self.schemas[n]),
+                                              self.cfg.sink.storage_options)
+                self.sink_schemas[n] = delta_schema(self.tables[n])
+
+    def _record(self, table: str, pos: BinlogPosition, index: int, kind: str, status: str, *,
+                schema: TableSchema | None = None, description: str = "", ddl: str = "", detail: str = "",
+                held_ms: float | None = None) -> None:
+        key = (table, pos.file, pos.pos, index, status)
+        if key in self.history_keys:
+            return  # recorded before a restart
+        self.history_keys.add(key)
+        self.store.record_schema(table, pos, index, kind, status=status, description=description, ddl=ddl,
+                                 schema_json=schema.to_json() if schema else None, detail=detail, held_ms=held_ms)
+
     def _skip_filter(self, checkpoint: BinlogPosition | None) -> SkipFilter:
         per_table = {}
         for n, t in self.tables.items():
@@ -183,7 +221,7 @@ class StreamEngine:
         ctx = multiprocessing.get_context("fork")
         self._queue = ctx.Queue(maxsize=QUEUE_ITEMS)
         spec = ReaderSpec(self.conn, self.cfg.source.server_id, start, skip_through, self.until,
-                          frozenset(tuple(n.split(".", 1)) for n in self.schemas),
+                          tuple(self.cfg.source.tables), tuple(self.cfg.source.exclude_tables),
                           report_as=f"binlake:{self.cfg.pipeline.name}")
         self._reader = ctx.Process(target=run_reader, args=(spec, self._queue), name="binlake-reader", daemon=True)
         self._reader.start()
@@ -221,6 +259,7 @@ class StreamEngine:
                 check_available(cur, start)
                 check_server_id(cur, self.cfg.source.server_id)
             self.summary.start = start
+            self._load_history(start, applied)
             self.skip = self._skip_filter(applied)
             self.resume, self.position = start, applied or start
             self.offset = StreamOffset(start, applied or start)
@@ -351,26 +390,89 @@ class StreamEngine:
 
     def _on_query(self, item) -> None:
         _, db, sql, file, pos, gtid, ts = item
+        seen = time.monotonic()
         self._commit()  # everything before the statement is durable before it takes effect
         p = BinlogPosition(file, pos)
-        stmt = parse_statement(sql, db)
-        touched = [n for n in stmt.tables if n in self.schemas]
         self.position = self.resume = p
         self.gtid, self.event_time = gtid or self.gtid, ts or self.event_time
         offset = StreamOffset(p, p, self.gtid, self.event_time)
-        if stmt.kind == "truncate":
-            for n in touched:
-                if not self.skip.applied(n, p):
-                    truncate(self.tables[n], stream_commit_properties(self.cfg.pipeline.name, offset))
-                    log.info("%s truncated at %s", n, p)
-        elif touched:
-            with connect(self.conn) as c, c.cursor() as cur:
-                for n in touched:
-                    try:
-                        self.schemas[n] = describe_table(cur, *n.split(".", 1))
-                    except LookupError:
-                        log.warning("%s was dropped or renamed at %s (%s)", n, p, stmt.kind)
+        behavior = self.cfg.pipeline.schema_change_behavior
+        try:
+            changes = parse_ddl(sql, db)
+        except UnparsedDDL as e:
+            touched = [n for n in parse_statement(sql, db).tables if n in self.schemas]
+            if touched or not parse_statement(sql, db).tables:
+                for n in touched or ["?"]:
+                    self._record(n, p, 0, "unparsed", "unparsed", ddl=sql, detail=str(e))
+                if behavior == "exception" and touched:
+                    raise SchemaChangeRejected(f"schema_change_behavior is exception and a DDL on {', '.join(touched)} "
+                                               f"at {p} cannot be parsed: {sql}") from None
+                log.warning("DDL at %s not understood, recorded in the schema history: %s", p, e)
+            changes = []
+        for i, change in enumerate(changes):
+            self._schema_change(change, i, p, sql, offset, seen)
         self._checkpoint(offset)
+
+    def _schema_change(self, c: SchemaChange, index: int, p: BinlogPosition, sql: str, offset: StreamOffset,
+                       seen: float) -> None:
+        """Pause/flush/apply/resume for one change: the batch before it is already committed;
+        the table's later rows wait (the engine is single-threaded here) until it is applied."""
+        props = stream_commit_properties(self.cfg.pipeline.name, offset)
+        name = c.table
+        captured = self.cfg.source.captures(name)
+        if c.kind == "truncate_table":
+            if name in self.schemas and not self.skip.applied(name, p):
+                truncate(self.tables[name], props)
+                log.info("%s truncated at %s", name, p)
+            return
+        if c.kind == "create_table":
+            if not captured:
+                return
+            schema = c.schema or (self.schemas.get(c.like) or self._describe(c.like)).renamed(name)
+            if not schema.primary_key:
+                self._record(name, p, index, c.kind, "recorded", ddl=sql, description=c.describe(),
+                             detail="no primary key: not streamed")
+                return
+            dt = self.tables[name] = ensure_table(table_uri(self.cfg.sink.path, name), output_schema(schema),
+                                                  self.cfg.sink.storage_options)
+            if not self.skip.applied(name, p) and (dt.version() > 0 or delta_schema(dt) != output_schema(schema)):
+                # A table of that name existed before (dropped since): MySQL's new table is empty.
+                write_deltalake(dt, output_schema(schema).empty_table(), mode="overwrite", schema_mode="overwrite",
+                                commit_properties=props)
+            self.schemas[name] = schema
+            self.sink_schemas[name] = delta_schema(dt)
+            self._record(name, p, index, c.kind, "applied", schema=schema, ddl=sql, description=c.describe(),
+                         detail="captured from its creation", held_ms=(time.monotonic() - seen) * 1000)
+            return
+        if c.kind in ("drop_table", "rename_table"):
+            if name in self.schemas:
+                del self.schemas[name]
+                self._record(name, p, index, c.kind, "recorded", ddl=sql, description=c.describe(),
+                             detail="no longer captured under this name; the Delta table is kept")
+            if c.kind == "rename_table" and self.cfg.source.captures(c.new_name):
+                self._record(c.new_name, p, index, c.kind, "recorded", ddl=sql, description=c.describe(),
+                             detail="entered the capture list with existing rows: needs a backfill (not streamed)")
+            return
+        if name not in self.schemas:
+            return
+        before = self.schemas[name]
+        after = evolve_schema(before, c)
+        self._record(name, p, index, c.kind, "pending", ddl=sql, description=c.describe(), schema=after)
+        try:
+            result = apply_schema_change(self.tables[name], c, self.cfg.pipeline.schema_change_behavior, props)
+        except SchemaChangeRejected as e:
+            self._record(name, p, index, c.kind, "failed", ddl=sql, description=c.describe(), detail=str(e))
+            raise SchemaChangeRejected(f"{e} (DDL at {p}: {sql})") from None
+        self.schemas[name] = after
+        self.sink_schemas[name] = delta_schema(self.tables[name])
+        held = (time.monotonic() - seen) * 1000
+        self._record(name, p, index, c.kind, "skipped" if result.skipped else "applied", ddl=sql, schema=after,
+                     description=c.describe(), detail=result.action, held_ms=held)
+        log.info("schema change at %s: %s → %s (held %.0f ms)", p, c.describe(), result.action, held)
+
+    def _describe(self, name: str) -> TableSchema:
+        with connect(self.conn) as c, c.cursor() as cur:
+            return describe_table(cur, *name.split(".", 1))
 
     def _commit(self) -> None:
         """Apply the batch (tables in parallel), then advance the checkpoint past it."""
@@ -394,9 +496,13 @@ class StreamEngine:
         self._checkpoint(offset)
 
     def _apply(self, name: str, schema: TableSchema, plan, props) -> None:
-        target = output_schema(schema)
-        apply_changes(self.tables[name], schema.primary_key, plan_to_arrow(schema, plan.append, target),
-                      plan_to_arrow(schema, plan.upsert, target), plan_to_arrow(schema, plan.delete, target), props)
+        sink = self.sink_schemas[name]
+
+        def rows(r: list) -> object:
+            return conform(plan_to_arrow(schema, r), sink)
+
+        apply_changes(self.tables[name], schema.primary_key, rows(plan.append), rows(plan.upsert), rows(plan.delete),
+                      props)
 
     def _checkpoint(self, offset: StreamOffset) -> None:
         self.store.save_checkpoint(offset, self.life.state, self.summary.changes)

@@ -1,0 +1,782 @@
+"""Binlog stream benchmark: throughput, latency and memory of pipelines/stream_engine.py.
+
+    .venv/bin/python bench/stream.py [--rows N] [--repeat K] [--latency-seconds S]
+                                     [--only throughput|latency|memory] [--compare] [--strict]
+
+One run starts a throwaway MariaDB (pipelines.local_mariadb, server_id 1). No snapshot
+is taken: every measurement creates its tables empty before it records a start
+position, and the stream starts there with ``source.startup.mode: specific`` (file/pos
+= that position, on a fresh sink and pipeline name, so there is no checkpoint). The
+Delta tables are created empty by the engine (ensure_table), so after the stream
+Delta must equal MySQL.
+
+Backlog (shared by 1 and 3). Three tables ``bench.t1..t3`` of 7 columns (BIGINT PK,
+INT, VARCHAR(32), DECIMAL(12,2), DATETIME, DOUBLE, VARCHAR(64), as in snapshot.py).
+SHOW MASTER STATUS → N row changes in transactions of 100-1000 rows on a random
+table, by rows about 80 % multi-row INSERTs (pymysql executemany), 15 % range UPDATEs
+of live rows and 5 % DELETEs of the oldest rows → SHOW MASTER STATUS. The range
+(start, end] holds exactly those changes.
+
+1. Throughput, alternating K times over that range:
+   (a) python-mysql-replication alone: BinLogStreamReader(is_mariadb=False, log_file/
+       log_pos = start, resume_stream, blocking, only row events and XidEvent), iterating
+       ``event.rows`` of each row event until the reader's position reaches ``end``
+       (XidEvent is in only_events only so that the loop sees the end position: the
+       range ends with a COMMIT, after which a blocking reader would wait forever);
+   (b) binlake end to end into Delta: StreamEngine(cfg, until_now=True).run() in this
+       process (its reader is a forked child), then Delta row counts = MySQL's per table
+       (and with --compare a row-by-row pipelines.reconcile.compare after the first run).
+   rows/s = changes / wall seconds; reported: medians, and (b)/(a) (target ≥ 0.8).
+2. Latency: table ``lat.events``; ``binlake stream`` runs as a subprocess (startup
+   specific at the binlog end just before it starts). After a warm-up transaction is
+   visible in Delta, a writer inserts 20 rows per transaction at 100 transactions/s
+   (2,000 rows/s, paced) for S seconds and records time.time() right after each COMMIT
+   returns, per row id. A poller thread reads the Delta table every 50 ms
+   (update_incremental; on a new version it reads only the id column of files it has
+   not seen) and records when each id first became visible. Latency = visible − commit;
+   p50/p95/p99/max are reported (targets p50 ≤ 1.5 s, p99 ≤ 5 s), and, from the Delta
+   commit timestamps, how much of it is the engine (MySQL commit → Delta commit) and how
+   much the poller (Delta commit → seen).
+3. Memory: ``binlake stream -c FILE --until now`` as a subprocess over the backlog
+   (fresh sink). Every 50 ms the RSS of the process and of its descendants (the reader
+   is a forked child) is read and summed; reported: peak of the sum (an upper bound:
+   pages the fork shares are counted twice), peak PSS sum (sampled every ~0.5 s),
+   per-process peaks, and ru_maxrss from wait4 (the largest single process). Target
+   under 1 GiB.
+
+Tables are printed; figures go to bench/out/stream_{throughput,latency,memory}.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import logging
+import os
+import platform
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import psutil  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+import yaml  # noqa: E402
+from deltalake import DeltaTable  # noqa: E402
+from deltalake.exceptions import TableNotFoundError  # noqa: E402
+from pymysqlreplication import BinLogStreamReader  # noqa: E402
+from pymysqlreplication.event import XidEvent  # noqa: E402
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent  # noqa: E402
+
+from cdc_core.config import BinlakeConfig, parse_config  # noqa: E402
+from cdc_core.positions import BinlogPosition, master_position  # noqa: E402
+from cdc_core.source import connect, connection_settings  # noqa: E402
+from cdc_core.table_schema import describe_table  # noqa: E402
+from pipelines.local_mariadb import LocalMariaDB  # noqa: E402
+from pipelines.reconcile import compare  # noqa: E402
+from pipelines.stream_engine import StreamEngine, StreamSummary  # noqa: E402
+
+OUT_DIR = REPO / "bench" / "out"
+DB = "bench"
+TABLES = ("t1", "t2", "t3")
+LAT_DB, LAT_TABLE = "lat", "events"
+COLUMNS = ("id", "qty", "name", "price", "created_at", "score", "note")
+DDL = """CREATE TABLE `{db}`.`{table}` (
+  id BIGINT NOT NULL PRIMARY KEY,
+  qty INT NOT NULL,
+  name VARCHAR(32) NOT NULL,
+  price DECIMAL(12,2) NOT NULL,
+  created_at DATETIME NOT NULL,
+  score DOUBLE NULL,
+  note VARCHAR(64) NULL
+) ENGINE=InnoDB"""
+INSERT = "INSERT INTO `{db}`.`{table}` (" + ", ".join(COLUMNS) + ") VALUES (" + ", ".join(["%s"] * 7) + ")"
+MIX = (0.80, 0.15, 0.05)  # share of transactions (≈ of rows) that insert, update, delete
+TX_ROWS = (100, 1000)
+EPOCH_2020 = 1577836800  # 2020-01-01 00:00:00 UTC
+
+TARGET_RATIO = 0.8
+TARGET_P50_S, TARGET_P99_S = 1.5, 5.0
+TARGET_RSS_MB = 1024.0
+PASSWORD_ENV = "BINLAKE_BENCH_PASSWORD"
+
+SERVER_ID_RAW, SERVER_ID_STREAM, SERVER_ID_LATENCY, SERVER_ID_MEMORY = 6000, 6100, 6200, 6300
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def row_values(i: int) -> tuple:
+    """The 7 column values of row ``i`` (as snapshot.py's generated table)."""
+    return (i, i % 100000, f"user-{i}", f"{(i % 10_000_000) / 100:.2f}",
+            time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(EPOCH_2020 + i)),
+            None if i % 10 == 0 else i / 7, None if i % 7 == 0 else hashlib.md5(str(i).encode()).hexdigest())
+
+
+def percentile(sorted_values: list[float], p: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    if not sorted_values:
+        return float("nan")
+    k = max(0, min(len(sorted_values) - 1, int(round(p / 100 * len(sorted_values) + 0.5)) - 1))
+    return sorted_values[k]
+
+
+def fmt_rate(rows: int, seconds: float) -> str:
+    return f"{rows / seconds:,.0f}" if seconds > 0 else "-"
+
+
+def stream_config(server: LocalMariaDB, lake: Path, name: str, server_id: int, database: str,
+                      start: BinlogPosition, args: argparse.Namespace, password: str | None = None) -> dict:
+    """A config mapping for the stream engine: captures ``database``, starts at ``start``."""
+    stream: dict = {}
+    if args.max_batch_rows:
+        stream["max_batch_rows"] = args.max_batch_rows
+    if args.max_batch_seconds:
+        stream["max_batch_seconds"] = args.max_batch_seconds
+    return {
+        "pipeline": {"name": name},
+        "source": {"host": server.host, "port": server.port, "user": server.user,
+                   "password": password if password is not None else server.password,
+                   "server_id": server_id, "tables": [rf"{database}\..*"],
+                   "startup": {"mode": "specific", "file": start.file, "pos": start.pos}},
+        "sink": {"path": str(lake)},
+        **({"stream": stream} if stream else {}),
+    }
+
+
+def write_config_file(path: Path, raw: dict) -> None:
+    """YAML config for the CLI; the password comes from ${BINLAKE_BENCH_PASSWORD}."""
+    raw = json.loads(json.dumps(raw))
+    raw["source"]["password"] = "${" + PASSWORD_ENV + "}"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+
+
+def binlake_command() -> list[str]:
+    script = Path(sys.executable).with_name("binlake")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "pipelines.cli"]
+
+
+def delta_counts(lake: Path, database: str, tables: tuple[str, ...]) -> dict[str, int]:
+    return {t: DeltaTable(str(lake / database / t)).to_pyarrow_dataset().count_rows() for t in tables}
+
+
+def mysql_counts(server: LocalMariaDB, database: str, tables: tuple[str, ...]) -> dict[str, int]:
+    conn = server.connect()
+    with conn, conn.cursor() as cur:
+        out = {}
+        for t in tables:
+            cur.execute(f"SELECT COUNT(*) FROM `{database}`.`{t}`")
+            out[t] = int(cur.fetchone()[0])
+        return out
+
+
+def write_json(name: str, doc: dict, env: dict, args: argparse.Namespace) -> Path:
+    path = args.out_dir / f"stream_{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    full = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+            "env": {**env, "loadavg_end": [round(x, 2) for x in os.getloadavg()]}, **doc}
+    path.write_text(json.dumps(full, indent=2, default=str) + "\n")
+    return path
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+# --------------------------------------------------------------------------- backlog
+
+
+@dataclass
+class Backlog:
+    """N row changes in the binlog between ``start`` and ``end`` (both transaction boundaries)."""
+
+    start: BinlogPosition
+    end: BinlogPosition
+    changes: int = 0
+    inserts: int = 0
+    updates: int = 0
+    deletes: int = 0
+    transactions: int = 0
+    seconds: float = 0.0
+    mysql_rows: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def binlog_bytes(self) -> int:
+        return self.end.pos - self.start.pos if self.end.file == self.start.file else -1
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["start"], d["end"], d["binlog_bytes"] = str(self.start), str(self.end), self.binlog_bytes
+        return d
+
+
+def generate_backlog(server: LocalMariaDB, rows: int, seed: int = 7) -> Backlog:
+    """Create ``bench.t1..t3`` empty, then write ``rows`` row changes (see the module docstring)."""
+    conn = server.connect()
+    with conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{DB}` DEFAULT CHARSET utf8mb4")
+        for t in TABLES:
+            cur.execute(DDL.format(db=DB, table=t))
+        start = master_position(cur)
+        t0 = time.perf_counter()
+        conn.autocommit(False)
+        rng = random.Random(seed)
+        live = {t: [1, 1] for t in TABLES}  # live ids are [lo, hi): deletes take the oldest, inserts append
+        b = Backlog(start, start)
+        while b.changes < rows:
+            table = rng.choice(TABLES)
+            size = min(rng.randint(*TX_ROWS), max(rows - b.changes, 1))
+            lo, hi = live[table]
+            r = rng.random()
+            if r < MIX[0] or hi - lo < 2 * size:
+                cur.executemany(INSERT.format(db=DB, table=table), [row_values(i) for i in range(hi, hi + size)])
+                n = cur.rowcount
+                live[table][1] = hi + size
+                b.inserts += n
+            elif r < MIX[0] + MIX[1]:
+                first = rng.randint(lo, hi - size)
+                n = cur.execute(f"UPDATE `{DB}`.`{table}` SET qty = qty + 1, price = price + 0.01, "
+                                "note = CONCAT('upd-', id, '-', qty) WHERE id BETWEEN %s AND %s",
+                                (first, first + size - 1))
+                b.updates += n
+            else:
+                n = cur.execute(f"DELETE FROM `{DB}`.`{table}` WHERE id BETWEEN %s AND %s", (lo, lo + size - 1))
+                live[table][0] = lo + size
+                b.deletes += n
+            conn.commit()
+            b.changes += n
+            b.transactions += 1
+        conn.autocommit(True)
+        b.seconds = time.perf_counter() - t0
+        b.end = master_position(cur)
+    b.mysql_rows = mysql_counts(server, DB, TABLES)
+    return b
+
+
+# --------------------------------------------------------------------------- 1. throughput
+
+
+def run_raw_reader(server: LocalMariaDB, backlog: Backlog, server_id: int) -> dict:
+    """(a) python-mysql-replication alone over (start, end]: decode every row, nothing else."""
+    t0 = time.perf_counter()
+    reader = BinLogStreamReader(
+        connection_settings={"host": server.host, "port": server.port, "user": server.user,
+                             "passwd": server.password},
+        server_id=server_id, is_mariadb=False, log_file=backlog.start.file, log_pos=backlog.start.pos,
+        resume_stream=True, blocking=True,
+        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent])
+    rows = events = 0
+    try:
+        for event in reader:
+            if not isinstance(event, XidEvent):
+                events += 1
+                for _ in event.rows:
+                    rows += 1
+            if BinlogPosition(reader.log_file, reader.log_pos) >= backlog.end:
+                break
+    finally:
+        reader.close()
+    seconds = time.perf_counter() - t0
+    if rows != backlog.changes:
+        raise AssertionError(f"(a) raw reader saw {rows} row changes, the backlog has {backlog.changes}")
+    return {"seconds": seconds, "rows": rows, "row_events": events, "rows_per_s": rows / seconds}
+
+
+def run_engine(server: LocalMariaDB, backlog: Backlog, work: Path, run_id: str, server_id: int,
+               args: argparse.Namespace, check: bool = False) -> dict:
+    """(b) binlake end to end into a fresh sink over (start, end]; verifies Delta = MySQL."""
+    lake = work / f"lake-throughput-{run_id}"
+    cfg = parse_config(stream_config(server, lake, f"bench_stream_{run_id}", server_id, DB,
+                                         backlog.start, args))
+    first_commit: list[float] = []
+    t0 = time.perf_counter()
+
+    def progress(summary: StreamSummary, offset) -> None:
+        if not first_commit and summary.commits:
+            first_commit.append(time.perf_counter() - t0)
+
+    engine = StreamEngine(cfg, until_now=True, progress=progress)
+    summary = engine.run()
+    seconds = time.perf_counter() - t0
+    counts = delta_counts(lake, DB, TABLES)
+    if counts != backlog.mysql_rows:
+        raise AssertionError(f"(b) binlake: Delta rows {counts} != MySQL rows {backlog.mysql_rows}")
+    if summary.changes != backlog.changes:
+        raise AssertionError(f"(b) binlake read {summary.changes} changes, the backlog has {backlog.changes}")
+    out = {"seconds": seconds, "rows": summary.changes, "rows_per_s": summary.changes / seconds,
+           "engine_seconds": summary.seconds, "batches": summary.batches, "table_commits": summary.commits,
+           "first_commit_s": first_commit[0] if first_commit else None, "stop_reason": summary.stop_reason,
+           "end": str(summary.end), "delta_rows": counts}
+    if check:
+        out["compare"] = compare_tables(cfg, lake, DB, TABLES)
+        bad = [d for d in out["compare"].values() if not d["equal"]]
+        if bad:
+            raise AssertionError(f"(b) binlake: Delta differs from MySQL: {bad}")
+    shutil.rmtree(lake, ignore_errors=True)
+    return out
+
+
+def compare_tables(cfg: BinlakeConfig, lake: Path, database: str, tables: tuple[str, ...]) -> dict:
+    """Row-by-row comparison (pipelines.reconcile.compare) of each table."""
+    out = {}
+    with connect(connection_settings(cfg)) as conn, conn.cursor() as cur:
+        for t in tables:
+            t0 = time.perf_counter()
+            diff = compare(cur, describe_table(cur, database, t), str(lake / database / t))
+            out[t] = {"equal": diff.equal, "describe": diff.describe(), "seconds": time.perf_counter() - t0}
+    return out
+
+
+def measure_throughput(server: LocalMariaDB, backlog: Backlog, work: Path, env: dict,
+                       args: argparse.Namespace) -> dict:
+    results: dict[str, list[dict]] = {"a": [], "b": []}
+    for i in range(args.repeat):
+        r = run_raw_reader(server, backlog, SERVER_ID_RAW + i)
+        results["a"].append(r)
+        print(f"  [{i + 1}/{args.repeat}] (a) python-mysql-replication  {r['seconds']:7.2f} s  "
+              f"{r['rows_per_s']:>9,.0f} rows/s", flush=True)
+        r = run_engine(server, backlog, work, str(i), SERVER_ID_STREAM + i, args, check=args.compare and i == 0)
+        results["b"].append(r)
+        print(f"  [{i + 1}/{args.repeat}] (b) binlake stream → Delta     {r['seconds']:7.2f} s  "
+              f"{r['rows_per_s']:>9,.0f} rows/s  ({r['batches']} batches, {r['table_commits']} table commits)",
+              flush=True)
+    stats = {k: {"runs_s": [r["seconds"] for r in v], "median_s": statistics.median(r["seconds"] for r in v),
+                 "best_s": min(r["seconds"] for r in v)} for k, v in results.items()}
+    n = backlog.changes
+    for s in stats.values():
+        s["rows_per_s_median"] = n / s["median_s"]
+        s["rows_per_s_best"] = n / s["best_s"]
+    ratio = stats["b"]["rows_per_s_median"] / stats["a"]["rows_per_s_median"]
+    ratio_best = stats["b"]["rows_per_s_best"] / stats["a"]["rows_per_s_best"]
+
+    print()
+    print(f"1. Throughput: {n:,} row changes ({backlog.inserts:,} inserted, {backlog.updates:,} updated, "
+          f"{backlog.deletes:,} deleted) in {backlog.transactions:,} transactions on {len(TABLES)} tables, "
+          f"{backlog.binlog_bytes / 2**20:,.1f} MiB of binlog, {backlog.start} → {backlog.end}; repeat {args.repeat}")
+    header = f"  {'run':<52}{'median s':>10}{'best s':>9}{'rows/s (median)':>17}{'rows/s (best)':>15}"
+    print(header)
+    print("  " + "-" * (len(header) - 2))
+    labels = {"a": "(a) python-mysql-replication read loop",
+              "b": "(b) binlake StreamEngine(until_now) → Delta"}
+    for k in ("a", "b"):
+        s = stats[k]
+        print(f"  {labels[k]:<52}{s['median_s']:>10.2f}{s['best_s']:>9.2f}{fmt_rate(n, s['median_s']):>17}"
+              f"{fmt_rate(n, s['best_s']):>15}")
+    if args.repeat > 1:
+        print("  runs (s): " + "; ".join(f"{k}: " + ", ".join(f"{x:.2f}" for x in stats[k]["runs_s"])
+                                         for k in stats))
+    print(f"  (b)/(a) rows/s: median {ratio:.2f}, best {ratio_best:.2f}; target >= {TARGET_RATIO:.2f}: "
+          f"{verdict(ratio >= TARGET_RATIO)}")
+    b0 = results["b"][0]
+    first = f"{b0['first_commit_s']:.2f} s" if b0["first_commit_s"] is not None else "-"
+    print(f"  (b) run 1: {b0['batches']} batches, {b0['table_commits']} table commits, first commit after {first}; "
+          f"Delta rows {b0['delta_rows']} = MySQL rows {backlog.mysql_rows}")
+    if "compare" in b0:
+        print("  row-by-row compare (pipelines.reconcile.compare) after (b) run 1: " + "; ".join(
+            f"{d['describe']} ({d['seconds']:.1f} s)" for d in b0["compare"].values()))
+    doc = {"backlog": backlog.to_dict(), "results": {k: {**stats[k], "runs": results[k]} for k in results},
+           "ratio_b_over_a": {"median": ratio, "best": ratio_best, "target": TARGET_RATIO,
+                              "pass": ratio >= TARGET_RATIO}}
+    print(f"  figures written to {write_json('throughput', doc, env, args)}")
+    return doc
+
+
+# --------------------------------------------------------------------------- process-tree memory
+
+
+class TreeSampler:
+    """Samples RSS (every ``interval``) and PSS (every ``pss_every`` samples) of a process
+    and its descendants; keeps the peak of the sums and each process's peak RSS."""
+
+    def __init__(self, pid: int, interval: float = 0.05, pss_every: int = 10):
+        self.pid, self.interval, self.pss_every = pid, interval, pss_every
+        self.peak_rss_sum = 0
+        self.peak_pss_sum = 0
+        self.peak_by_pid: dict[int, dict] = {}
+        self.samples = 0
+        self.max_processes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def start(self) -> TreeSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            root = psutil.Process(self.pid)
+        except psutil.NoSuchProcess:
+            return
+        while not self._stop.is_set():
+            try:
+                procs = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                return
+            rss_sum = pss_sum = 0
+            want_pss = self.samples % self.pss_every == 0
+            for p in procs:
+                try:
+                    rss = p.memory_info().rss
+                    pss = p.memory_full_info().pss if want_pss else 0
+                except psutil.Error:
+                    continue
+                rss_sum += rss
+                pss_sum += pss
+                peak = self.peak_by_pid.setdefault(p.pid, {"role": "stream process (binlake CLI)" if p is root
+                                                           else "child (binlog reader)", "rss": 0})
+                peak["rss"] = max(peak["rss"], rss)
+            self.samples += 1
+            self.max_processes = max(self.max_processes, len(procs))
+            self.peak_rss_sum = max(self.peak_rss_sum, rss_sum)
+            self.peak_pss_sum = max(self.peak_pss_sum, pss_sum)
+            self._stop.wait(self.interval)
+
+
+def wait_reaping(proc: subprocess.Popen, timeout: float | None = None) -> tuple[int, int]:
+    """Wait for ``proc`` with wait4: (exit code, ru_maxrss in KiB of its largest process)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid == proc.pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return proc.returncode, usage.ru_maxrss
+        if deadline is not None and time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(proc.args, timeout or 0)
+        time.sleep(0.02)
+
+
+def tail(path: Path, lines: int = 5) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+# --------------------------------------------------------------------------- 3. memory
+
+
+def measure_memory(server: LocalMariaDB, backlog: Backlog, work: Path, env: dict, args: argparse.Namespace) -> dict:
+    lake = work / "lake-memory"
+    cfg_path = work / "memory.yaml"
+    write_config_file(cfg_path, stream_config(server, lake, "bench_memory", SERVER_ID_MEMORY, DB,
+                                                  backlog.start, args))
+    log_path = work / "memory-stream.log"
+    cmd = [*binlake_command(), "stream", "-c", str(cfg_path), "--until", "now"]
+    t0 = time.perf_counter()
+    with open(log_path, "wb") as logf:
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, cwd=REPO,
+                                env={**os.environ, PASSWORD_ENV: server.password})
+    sampler = TreeSampler(proc.pid, args.sample_interval).start()
+    try:
+        code, maxrss_kib = wait_reaping(proc, timeout=3600)
+    finally:
+        sampler.stop()
+        if proc.returncode is None:
+            proc.kill()
+            wait_reaping(proc)
+    seconds = time.perf_counter() - t0
+    if code != 0:
+        raise RuntimeError(f"binlake stream exited with {code}:\n{tail(log_path, 20)}")
+    counts = delta_counts(lake, DB, TABLES)
+    if counts != backlog.mysql_rows:
+        raise AssertionError(f"memory run: Delta rows {counts} != MySQL rows {backlog.mysql_rows}")
+    mib = 2**20
+    peak_sum_mb = sampler.peak_rss_sum / mib
+    per = {pid: {"role": p["role"], "peak_rss_mb": p["rss"] / mib} for pid, p in sampler.peak_by_pid.items()}
+    doc = {"backlog": backlog.to_dict(), "command": " ".join(cmd[-5:]), "seconds": seconds,
+           "rows_per_s": backlog.changes / seconds, "peak_rss_sum_mb": peak_sum_mb,
+           "peak_pss_sum_mb": sampler.peak_pss_sum / mib, "wait4_ru_maxrss_mb": maxrss_kib / 1024,
+           "per_process": per, "samples": sampler.samples, "sample_interval_s": args.sample_interval,
+           "max_processes": sampler.max_processes, "delta_rows": counts, "cli_output": tail(log_path, 3),
+           "target_mb": TARGET_RSS_MB, "pass": peak_sum_mb < TARGET_RSS_MB}
+    print()
+    print(f"3. Memory: `binlake stream -c FILE --until now` over the {backlog.changes:,}-change backlog "
+          f"({backlog.binlog_bytes / 2**20:,.1f} MiB of binlog), RSS sampled every "
+          f"{args.sample_interval * 1000:.0f} ms ({sampler.samples} samples)")
+    print(f"  {'what':<60}{'MiB':>10}")
+    print("  " + "-" * 70)
+    print(f"  {'peak of the summed RSS of the process tree':<60}{peak_sum_mb:>10.0f}")
+    print(f"  {'peak of the summed PSS (shared pages split; every ~0.5 s)':<60}{sampler.peak_pss_sum / mib:>10.0f}")
+    for pid, p in sorted(per.items()):
+        print(f"  {'peak RSS, ' + p['role'] + f' (pid {pid})':<60}{p['peak_rss_mb']:>10.0f}")
+    print(f"  {'ru_maxrss from wait4 (largest single process)':<60}{maxrss_kib / 1024:>10.0f}")
+    print(f"  target: peak tree RSS < {TARGET_RSS_MB:.0f} MiB: {verdict(peak_sum_mb < TARGET_RSS_MB)}")
+    print(f"  the CLI run took {seconds:.2f} s including interpreter start, imports and `validate` checks "
+          f"({backlog.changes / seconds:,.0f} rows/s); Delta rows {counts} = MySQL")
+    print(f"  figures written to {write_json('memory', doc, env, args)}")
+    return doc
+
+
+# --------------------------------------------------------------------------- 2. latency
+
+
+class DeltaPoller:
+    """Polls a Delta table and records when each id first became visible (time.time())."""
+
+    def __init__(self, uri: str, interval: float):
+        self.uri, self.interval = uri, interval
+        self.visible: dict[int, float] = {}
+        self.version_of: dict[int, tuple[int, bool]] = {}  # id -> (version, seen as a single new version)
+        self.polls = 0
+        self.poll_seconds: list[float] = []
+        self._files: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="delta-poller", daemon=True)
+
+    def start(self) -> DeltaPoller:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        table: DeltaTable | None = None
+        version = -1
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            t0 = time.perf_counter()
+            try:
+                if table is None:
+                    table = DeltaTable(self.uri)
+                else:
+                    table.update_incremental()
+            except TableNotFoundError:
+                table = None
+            if table is not None and table.version() != version:
+                now = time.time()
+                new_version = table.version()
+                single = new_version == version + 1
+                files = set(table.file_uris())
+                for f in files - self._files:
+                    path = f[len("file://"):] if f.startswith("file://") else f
+                    for i in pq.read_table(path, columns=["id"]).column(0).to_pylist():
+                        if i not in self.visible:
+                            self.visible[i] = now
+                            self.version_of[i] = (new_version, single)
+                self._files = files
+                version = new_version
+            self.polls += 1
+            self.poll_seconds.append(time.perf_counter() - t0)
+            next_at += self.interval
+            self._stop.wait(max(0.0, next_at - time.monotonic()))
+
+    def wait_for(self, ids: Callable[[], list[int]], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(i in self.visible for i in ids()):
+                return True
+            time.sleep(0.05)
+        return False
+
+
+class PacedWriter:
+    """Inserts ``rows_per_tx`` rows per transaction at ``tx_per_s``; commit time per id."""
+
+    def __init__(self, server: LocalMariaDB, rows_per_tx: int, tx_per_s: float):
+        self.conn = server.connect()
+        self.conn.autocommit(False)
+        self.rows_per_tx, self.tx_per_s = rows_per_tx, tx_per_s
+        self.sql = INSERT.format(db=LAT_DB, table=LAT_TABLE)
+        self.next_id = 1
+        self.committed: dict[int, float] = {}
+        self.late_tx = 0
+
+    def transaction(self) -> list[int]:
+        ids = list(range(self.next_id, self.next_id + self.rows_per_tx))
+        self.next_id += self.rows_per_tx
+        with self.conn.cursor() as cur:
+            cur.executemany(self.sql, [row_values(i) for i in ids])
+        self.conn.commit()
+        now = time.time()
+        for i in ids:
+            self.committed[i] = now
+        return ids
+
+    def run(self, seconds: float) -> tuple[list[int], float]:
+        """Write for ``seconds``; returns the ids written and the wall seconds taken."""
+        ids: list[int] = []
+        t0 = time.monotonic()
+        n = int(seconds * self.tx_per_s)
+        for k in range(n):
+            delay = t0 + k / self.tx_per_s - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            elif delay < -0.1:
+                self.late_tx += 1
+            ids.extend(self.transaction())
+        return ids, time.monotonic() - t0
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def measure_latency(server: LocalMariaDB, work: Path, env: dict, args: argparse.Namespace) -> dict:
+    conn = server.connect()
+    with conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS `{LAT_DB}` DEFAULT CHARSET utf8mb4")
+        cur.execute(DDL.format(db=LAT_DB, table=LAT_TABLE))
+        start = master_position(cur)
+    lake = work / "lake-latency"
+    cfg_path = work / "latency.yaml"
+    write_config_file(cfg_path, stream_config(server, lake, "bench_latency", SERVER_ID_LATENCY, LAT_DB,
+                                                  start, args))
+    log_path = work / "latency-stream.log"
+    budget = args.latency_seconds + 300
+    cmd = [*binlake_command(), "stream", "-c", str(cfg_path), "--max-seconds", str(budget)]
+    with open(log_path, "wb") as logf:
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, cwd=REPO,
+                                env={**os.environ, PASSWORD_ENV: server.password})
+    sampler = TreeSampler(proc.pid, 0.25, pss_every=1_000_000).start()
+    poller = DeltaPoller(str(lake / LAT_DB / LAT_TABLE), args.poll_interval).start()
+    writer = PacedWriter(server, args.rows_per_tx, args.tx_per_s)
+    try:
+        t0 = time.perf_counter()
+        warm = writer.transaction()
+        if not poller.wait_for(lambda: warm, 120):
+            raise RuntimeError(f"warm-up rows not visible after 120 s:\n{tail(log_path, 20)}")
+        warmup_s = time.perf_counter() - t0
+        print(f"  stream up (warm-up transaction visible after {warmup_s:.2f} s); writing "
+              f"{args.rows_per_tx * args.tx_per_s:,.0f} rows/s for {args.latency_seconds:.0f} s ...", flush=True)
+        ids, write_s = writer.run(args.latency_seconds)
+        all_visible = poller.wait_for(lambda: ids, 60)
+        drain_s = time.perf_counter() - t0 - warmup_s - write_s
+    finally:
+        poller.stop()
+        writer.close()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+        sampler.stop()
+    if code != 0:
+        raise RuntimeError(f"binlake stream exited with {code}:\n{tail(log_path, 20)}")
+    missing = [i for i in ids if i not in poller.visible]
+    lat = sorted(poller.visible[i] - writer.committed[i] for i in ids if i in poller.visible)
+    history = {h["version"]: h["timestamp"] / 1000 for h in DeltaTable(str(lake / LAT_DB / LAT_TABLE)).history()}
+    engine_part, poll_part = [], []
+    for i in ids:
+        v = poller.version_of.get(i)
+        if v and v[1] and v[0] in history:
+            engine_part.append(history[v[0]] - writer.committed[i])
+            poll_part.append(poller.visible[i] - history[v[0]])
+    engine_part.sort()
+    poll_part.sort()
+    polls = sorted(poller.poll_seconds)
+
+    def dist(values: list[float]) -> dict:
+        return {"n": len(values), "p50": percentile(values, 50), "p95": percentile(values, 95),
+                "p99": percentile(values, 99), "max": values[-1] if values else float("nan"),
+                "mean": statistics.fmean(values) if values else float("nan")}
+
+    d = dist(lat)
+    ok = d["p50"] <= TARGET_P50_S and d["p99"] <= TARGET_P99_S and not missing
+    doc = {"rows": len(ids), "write_seconds": write_s, "achieved_rows_per_s": len(ids) / write_s,
+           "late_transactions": writer.late_tx, "warmup_s": warmup_s, "drain_s": drain_s,
+           "all_visible": all_visible, "missing": len(missing), "latency_s": d,
+           "mysql_commit_to_delta_commit_s": dist(engine_part), "delta_commit_to_seen_s": dist(poll_part),
+           "poll_interval_s": args.poll_interval, "polls": poller.polls, "poll_p50_s": percentile(polls, 50),
+           "poll_max_s": polls[-1] if polls else None, "delta_versions": max(history) if history else 0,
+           "engine_peak_rss_sum_mb": sampler.peak_rss_sum / 2**20, "cli_output": tail(log_path, 3),
+           "targets": {"p50_s": TARGET_P50_S, "p99_s": TARGET_P99_S}, "pass": ok}
+    print()
+    print(f"2. Latency: {len(ids):,} rows inserted in {write_s:.1f} s ({len(ids) / write_s:,.0f} rows/s, "
+          f"{args.rows_per_tx} rows x {args.tx_per_s:.0f} tx/s, {writer.late_tx} transactions >100 ms late); "
+          f"`binlake stream` subprocess, poller every {args.poll_interval * 1000:.0f} ms")
+    header = f"  {'seconds':<44}{'p50':>8}{'p95':>8}{'p99':>8}{'max':>8}{'mean':>8}{'rows':>9}"
+    print(header)
+    print("  " + "-" * (len(header) - 2))
+    for label, x in (("MySQL COMMIT → visible to a Delta reader", d),
+                     ("  MySQL COMMIT → Delta commit timestamp", doc["mysql_commit_to_delta_commit_s"]),
+                     ("  Delta commit timestamp → seen by poller", doc["delta_commit_to_seen_s"])):
+        print(f"  {label:<44}{x['p50']:>8.3f}{x['p95']:>8.3f}{x['p99']:>8.3f}{x['max']:>8.3f}{x['mean']:>8.3f}"
+              f"{x['n']:>9,}")
+    print(f"  targets p50 <= {TARGET_P50_S} s, p99 <= {TARGET_P99_S} s, every row visible: {verdict(ok)}"
+          + (f" ({len(missing)} rows never seen)" if missing else ""))
+    print(f"  {doc['delta_versions']} Delta versions; poll p50 {doc['poll_p50_s'] * 1000:.0f} ms, "
+          f"max {doc['poll_max_s'] * 1000:.0f} ms; engine tree peak RSS {doc['engine_peak_rss_sum_mb']:.0f} MiB; "
+          "the split rows are those whose poll saw exactly one new version (commit timestamps are ms)")
+    print(f"  figures written to {write_json('latency', doc, env, args)}")
+    return doc
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=1_000_000, help="row changes in the backlog (throughput, memory)")
+    ap.add_argument("--repeat", type=int, default=1, help="run (a) and (b) this many times, alternating")
+    ap.add_argument("--latency-seconds", type=float, default=60.0, help="duration of the steady write load")
+    ap.add_argument("--only", choices=("throughput", "latency", "memory"), action="append",
+                    help="run only this measurement (repeatable); default: all three")
+    ap.add_argument("--compare", action="store_true",
+                    help="row-by-row Delta/MySQL comparison (pipelines.reconcile) after the first (b) run")
+    ap.add_argument("--rows-per-tx", type=int, default=20, help="latency writer: rows per transaction")
+    ap.add_argument("--tx-per-s", type=float, default=100.0, help="latency writer: transactions per second")
+    ap.add_argument("--poll-interval", type=float, default=0.05, help="latency poller interval (s)")
+    ap.add_argument("--sample-interval", type=float, default=0.05, help="memory: RSS sampling interval (s)")
+    ap.add_argument("--max-batch-rows", type=int, help="stream.max_batch_rows (default: the config default)")
+    ap.add_argument("--max-batch-seconds", type=float, help="stream.max_batch_seconds (default: config default)")
+    ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    ap.add_argument("--out-dir", type=Path, default=OUT_DIR)
+    args = ap.parse_args(argv)
+    only = set(args.only or ("throughput", "latency", "memory"))
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+    env = {"nproc": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
+           "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+           "started_at": dt.datetime.now(dt.UTC).isoformat()}
+    print(f"machine: nproc {env['nproc']}, load average {env['loadavg_start']}")
+    work = Path(tempfile.mkdtemp(prefix="binlake-stream-bench-"))
+    server = LocalMariaDB(server_id=1)
+    passed = []
+    try:
+        server.start()
+        print(f"MariaDB on port {server.port}", flush=True)
+        backlog = None
+        if only & {"throughput", "memory"}:
+            print(f"generating {args.rows:,} row changes ...", flush=True)
+            backlog = generate_backlog(server, args.rows)
+            print(f"  {backlog.changes:,} changes in {backlog.transactions:,} transactions in "
+                  f"{backlog.seconds:.1f} s ({backlog.binlog_bytes / 2**20:,.1f} MiB of binlog)", flush=True)
+        # Order matters: throughput and memory read (start, end] with --until now, so nothing
+        # may be written after the backlog until both are done; the latency load comes last.
+        if "throughput" in only:
+            passed.append(measure_throughput(server, backlog, work, env, args)["ratio_b_over_a"]["pass"])
+        if "memory" in only:
+            passed.append(measure_memory(server, backlog, work, env, args)["pass"])
+        if "latency" in only:
+            print()
+            print("latency: starting `binlake stream` ...", flush=True)
+            passed.append(measure_latency(server, work, env, args)["pass"])
+        return 1 if args.strict and not all(passed) else 0
+    finally:
+        server.cleanup()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

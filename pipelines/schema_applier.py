@@ -1,0 +1,212 @@
+"""Applying one schema change to a Delta table under ``pipeline.schema_change_behavior``.
+The engine calls ``apply_schema_change`` inline; the Dagster job for pending changes
+calls the same function.
+
+Behaviours (Flink CDC's semantics; ``lenient`` is the default):
+- exception: every change but create_table raises SchemaChangeRejected;
+- evolve: every change as is (drop, rename and retype rewrite the table); failure raises;
+- try_evolve: as evolve, but a change Delta cannot take is recorded and skipped;
+- lenient: added columns nullable, dropped columns kept (NULL from then on), renamed
+  column = new column filled from the old one (the old one kept), retyped column
+  rewritten to a type that holds every old and new value (a narrower MySQL type
+  keeps Delta's wider one);
+- ignore: only create_table; rows are written with the columns Delta has.
+
+Invariants (tests/test_schema_evolution.py):
+- Under lenient, after any change every column MySQL has holds MySQL's value for
+  every row (existing rows take a new column's DEFAULT, as in MySQL).
+- Delta has no in-place drop, rename or type change here (delta-rs has no column
+  mapping or type widening writer): those rewrite the table in one atomic overwrite
+  commit, recorded as ``rewritten``.
+- Every commit carries the stream offset of the DDL, so a restart knows the change is
+  in Delta even if its history record was not written.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake.schema import Field
+
+from cdc_core.schema_change import SchemaChange
+from cdc_core.table_schema import Column
+from cdc_core.types import arrow_type
+
+log = logging.getLogger(__name__)
+
+
+class SchemaChangeRejected(RuntimeError):
+    """The behaviour does not allow this change (exception) or it failed (evolve)."""
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """What applying a change did to Delta."""
+
+    action: str  # human-readable: "added column x in place", "rewrote: dropped column y", "kept: ..."
+    rewritten: bool = False
+    skipped: bool = False
+
+
+def delta_schema(dt: DeltaTable) -> pa.Schema:
+    """The Delta table's schema as a pyarrow schema."""
+    return pa.schema(dt.schema().to_arrow())
+
+
+def _implicit_default(col: Column):
+    """MySQL's implicit default of a NOT NULL column without DEFAULT, as binlake stores it."""
+    if col.data_type in ("enum",):
+        return col.members[0] if col.members else ""
+    t = arrow_type(col)
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return 0
+    if pa.types.is_string(t):
+        return "0" if col.data_type == "decimal" else ""
+    if pa.types.is_binary(t):
+        return b"\x00" * (col.char_length or 0) if col.data_type == "binary" else b""
+    if pa.types.is_boolean(t):
+        return False
+    return None  # temporal: MySQL's zero date, which binlake stores as NULL
+
+
+def _fill(col: Column, default, n: int) -> pa.Array:
+    value = default if default is not None else (None if col.nullable else _implicit_default(col))
+    t = arrow_type(col)
+    if value is None:
+        return pa.nulls(n, t)
+    return pc.cast(pa.array([value] * n), t) if not isinstance(value, (bytes, bool)) else pa.array([value] * n, t)
+
+
+def _widens(old: pa.DataType, new: pa.DataType) -> bool:
+    """Whether every value of ``old`` is exactly a value of ``new``."""
+    if old == new:
+        return True
+    ints = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
+    if old in ints and new in ints:
+        return ints.index(new) >= ints.index(old)
+    if pa.types.is_decimal(old) and pa.types.is_decimal(new):
+        return new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
+    if old in ints and pa.types.is_decimal(new):
+        return new.precision - new.scale >= {8: 3, 16: 5, 32: 10, 64: 19}[old.bit_width]
+    if old == pa.float32() and new == pa.float64():
+        return True
+    return pa.types.is_string(old) and pa.types.is_string(new) or pa.types.is_binary(old) and pa.types.is_binary(new)
+
+
+def _rewrite(dt: DeltaTable, transform: Callable[[pa.Table], pa.Table], props: CommitProperties) -> None:
+    table = transform(dt.to_pyarrow_table())
+    write_deltalake(dt, table, mode="overwrite", schema_mode="overwrite", commit_properties=props)
+    dt.update_incremental()
+
+
+def _with_column(table: pa.Table, name: str, array, index: int | None = None) -> pa.Table:
+    if name in table.column_names:
+        return table.set_column(table.column_names.index(name), name, array)
+    index = len(table.column_names) if index is None else index
+    return table.add_column(index, name, array)
+
+
+def _source_index(table: pa.Table) -> int:
+    """New source columns go before the reserved _cdc_ columns."""
+    names = table.column_names
+    return next((i for i, n in enumerate(names) if n.startswith("_cdc_")), len(names))
+
+
+def apply_schema_change(dt: DeltaTable, change: SchemaChange, behavior: str, props: CommitProperties) -> ApplyResult:
+    """Apply a column change of a captured table to its Delta table (see the module doc).
+    create/truncate/drop/rename of tables are handled by the engine."""
+    kind = change.kind
+    if behavior == "exception":
+        raise SchemaChangeRejected(f"schema_change_behavior is exception: {change.describe()}")
+    if behavior == "ignore":
+        return ApplyResult(f"ignored: {change.describe()}", skipped=True)
+    current = delta_schema(dt)
+    try:
+        if kind == "add_column":
+            return _add_column(dt, change, current, props)
+        if kind == "drop_column":
+            if behavior == "lenient" or change.name not in current.names:
+                return ApplyResult(f"kept column {change.name} (NULL from now on)", skipped=True)
+            _rewrite(dt, lambda t: t.drop_columns([change.name]), props)
+            return ApplyResult(f"rewrote: dropped column {change.name}", rewritten=True)
+        if kind == "rename_column":
+            return _rename_column(dt, change, behavior, current, props)
+        if kind == "alter_column_type":
+            return _alter_type(dt, change, behavior, current, props)
+    except SchemaChangeRejected:
+        raise
+    except Exception as e:  # noqa: BLE001 - try_evolve records what Delta could not take
+        if behavior == "try_evolve":
+            log.warning("schema change not applied (try_evolve): %s: %s", change.describe(), e)
+            return ApplyResult(f"not applied: {type(e).__name__}: {e}", skipped=True)
+        raise SchemaChangeRejected(f"applying {change.describe()} failed: {type(e).__name__}: {e}") from e
+    return ApplyResult(f"nothing to do for {kind}", skipped=True)
+
+
+def _add_column(dt: DeltaTable, change: SchemaChange, current: pa.Schema, props: CommitProperties) -> ApplyResult:
+    col = change.column
+    if col.name in current.names:
+        return ApplyResult(f"column {col.name} already in Delta", skipped=True)
+    fill = _fill(col, change.default, 0)
+    if change.default is None and col.nullable:
+        dt.alter.add_columns(Field.from_arrow(pa.field(col.name, fill.type, nullable=True)), commit_properties=props)
+        dt.update_incremental()
+        return ApplyResult(f"added column {col.name} in place")
+    _rewrite(dt, lambda t: _with_column(t, col.name, _fill(col, change.default, t.num_rows), _source_index(t)), props)
+    return ApplyResult(f"rewrote: added column {col.name} with existing rows at its default", rewritten=True)
+
+
+def _rename_column(dt: DeltaTable, change: SchemaChange, behavior: str, current: pa.Schema,
+                   props: CommitProperties) -> ApplyResult:
+    old, new = change.name, change.new_name
+    if old not in current.names or new in current.names:
+        return ApplyResult(f"rename {old} → {new}: nothing to do in Delta", skipped=True)
+    if behavior == "lenient":
+        _rewrite(dt, lambda t: _with_column(t, new, t.column(old), _source_index(t)), props)
+        return ApplyResult(f"rewrote: added column {new} filled from {old}, kept {old}", rewritten=True)
+    _rewrite(dt, lambda t: t.rename_columns([new if n == old else n for n in t.column_names]), props)
+    return ApplyResult(f"rewrote: renamed column {old} to {new}", rewritten=True)
+
+
+def _alter_type(dt: DeltaTable, change: SchemaChange, behavior: str, current: pa.Schema,
+                props: CommitProperties) -> ApplyResult:
+    old, col = change.name, change.column
+    if old not in current.names:
+        return ApplyResult(f"column {old} not in Delta", skipped=True)
+    results = []
+    if col.name != old:  # CHANGE old new TYPE: a rename first
+        results.append(_rename_column(dt, SchemaChange("rename_column", change.table, name=old, new_name=col.name),
+                                      behavior, current, props))
+        current = delta_schema(dt)
+    have, want = current.field(col.name).type, arrow_type(col)
+    if have == want:
+        return results[0] if results else ApplyResult(f"type of {col.name} unchanged in Delta", skipped=True)
+    if behavior == "lenient" and _widens(want, have):
+        return ApplyResult(f"kept {col.name} as {have} (holds every {col.column_type} value)", skipped=True)
+    _rewrite(dt, lambda t: _with_column(t, col.name, pc.cast(t.column(col.name), want)), props)
+    return ApplyResult(f"rewrote: {col.name} {have} → {want}", rewritten=True)
+
+
+def conform(table: pa.Table, target: pa.Schema) -> pa.Table:
+    """Rows in the source's columns, shaped as the Delta table: columns matched by name,
+    cast to Delta's type, missing ones NULL; a value Delta's type cannot hold is NULL
+    (only under ignore/try_evolve, where Delta kept an older type) and logged."""
+    arrays = []
+    for f in target:
+        if f.name not in table.column_names:
+            arrays.append(pa.nulls(table.num_rows, f.type))
+            continue
+        a = table.column(f.name)
+        if a.type != f.type:
+            try:
+                a = pc.cast(a, f.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                log.warning("column %s: values do not fit Delta's %s (%s); written as NULL", f.name, f.type, e)
+                a = pa.nulls(table.num_rows, f.type)
+        arrays.append(a)
+    return pa.Table.from_arrays(arrays, schema=target)
