@@ -5,11 +5,12 @@ calls the same function.
 Behaviours (Flink CDC's semantics; ``lenient`` is the default):
 - exception: every change but create_table raises SchemaChangeRejected;
 - evolve: every change as is (drop, rename and retype rewrite the table); failure raises;
-- try_evolve: as evolve, but a change Delta cannot take is recorded and skipped;
+- try_evolve: as evolve, but a change Delta cannot take is recorded and skipped (for
+  example a type change whose cast fails on existing values);
 - lenient: added columns nullable, dropped columns kept (NULL from then on), renamed
   column = new column filled from the old one (the old one kept), retyped column
   rewritten to a type that holds every old and new value (a narrower MySQL type
-  keeps Delta's wider one);
+  keeps Delta's wider one; a cast that fails is recorded and skipped, as in try_evolve);
 - ignore: only create_table; rows are written with the columns Delta has.
 
 Invariants (tests/test_schema_evolution.py):
@@ -141,8 +142,8 @@ def apply_schema_change(dt: DeltaTable, change: SchemaChange, behavior: str, pro
     except SchemaChangeRejected:
         raise
     except Exception as e:  # noqa: BLE001 - try_evolve records what Delta could not take
-        if behavior == "try_evolve":
-            log.warning("schema change not applied (try_evolve): %s: %s", change.describe(), e)
+        if behavior in ("try_evolve", "lenient"):
+            log.warning("schema change not applied (%s): %s: %s", behavior, change.describe(), e)
             return ApplyResult(f"not applied: {type(e).__name__}: {e}", skipped=True)
         raise SchemaChangeRejected(f"applying {change.describe()} failed: {type(e).__name__}: {e}") from e
     return ApplyResult(f"nothing to do for {kind}", skipped=True)

@@ -37,6 +37,7 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
             end = master_position(cur)
     except Exception as e:  # noqa: BLE001 - status still shows the lake's side
         source_error = f"{type(e).__name__}: {e.args[-1] if e.args else e}"
+    backfill = {r["table"] for r in store.schema_history() if "backfill" in (r["detail"] or "")}
     names = sorted(set(names) | set(plans))
     now = time.time()
 
@@ -54,7 +55,9 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
         key = applied_position_key(t, cfg.pipeline.name) if t is not None else None
         plan = plans.get(n, [])
         done = store.completed_chunks(n, t) if plan else {}
-        if key is not None or (cp is not None and (not plan or len(done) == len(plan))):
+        if n in backfill and key is None:
+            phase = "needs backfill (not streamed)"
+        elif key is not None or (cp is not None and (not plan or len(done) == len(plan))):
             phase = f"streaming ({cp.state})" if cp else "streaming"
             key = key or (cp.offset.applied.file_number, cp.offset.applied.pos)
             if cp is not None:  # the checkpoint is at or past every table's own commit

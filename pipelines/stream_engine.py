@@ -179,15 +179,22 @@ class StreamEngine:
         for r in self.store.schema_history():
             pos = BinlogPosition(r["file"], r["pos"])
             self.history_keys.add((r["table"], r["file"], r["pos"], r["change_index"], r["status"]))
-            if pos > upto or r["status"] not in ("baseline", "applied", "skipped", "recorded"):
+            if pos > upto:
                 continue
-            if r["schema_json"]:
-                self.schemas[r["table"]] = TableSchema.from_json(r["schema_json"])
-            elif r["kind"] in ("drop_table", "rename_table"):
+            if r["status"] == "recorded":  # dropped, renamed away, or waiting for a backfill: not streamed
                 self.schemas.pop(r["table"], None)
-        for n, schema in self.schemas.items():
-            if not any(k[0] == n for k in self.history_keys):
+            elif r["status"] in ("baseline", "applied", "skipped") and r["schema_json"]:
+                self.schemas[r["table"]] = TableSchema.from_json(r["schema_json"])
+        known = {k[0] for k in self.history_keys}
+        for n, schema in list(self.schemas.items()):
+            if n in known:
+                continue
+            if applied is None:  # the stream's first start: every captured table begins here
                 self._record(n, start, 0, "baseline", "baseline", schema=schema, description="schema at stream start")
+            else:  # appeared while the stream was stopped, with whatever rows it has: never half-capture it
+                del self.schemas[n]
+                self._record(n, start, 0, "appeared", "recorded", description="table appeared while stopped",
+                             detail="entered the capture list with existing rows: needs a backfill (not streamed)")
         for n in self.schemas:
             if n not in self.tables:
                 self.tables[n] = ensure_table(table_uri(self.cfg.sink.path, n), output_schema(self.schemas[n]),
