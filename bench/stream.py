@@ -57,6 +57,7 @@ import logging
 import os
 import platform
 import random
+import resource
 import shutil
 import signal
 import statistics
@@ -105,7 +106,7 @@ DDL = """CREATE TABLE `{db}`.`{table}` (
   note VARCHAR(64) NULL
 ) ENGINE=InnoDB"""
 INSERT = "INSERT INTO `{db}`.`{table}` (" + ", ".join(COLUMNS) + ") VALUES (" + ", ".join(["%s"] * 7) + ")"
-MIX = (0.80, 0.15, 0.05)  # share of transactions (≈ of rows) that insert, update, delete
+MIX = (0.80, 0.15, 0.05)  # default share of transactions (≈ of rows) that insert, update, delete
 TX_ROWS = (100, 1000)
 EPOCH_2020 = 1577836800  # 2020-01-01 00:00:00 UTC
 
@@ -193,8 +194,34 @@ def write_json(name: str, doc: dict, env: dict, args: argparse.Namespace) -> Pat
     return path
 
 
+def parse_mix(text: str) -> tuple[float, float, float]:
+    """``80/15/5`` → (0.80, 0.15, 0.05)."""
+    parts = [float(x) for x in text.split("/")]
+    if len(parts) != 3 or any(p < 0 for p in parts) or not sum(parts):
+        raise argparse.ArgumentTypeError("expected I/U/D percentages, e.g. 80/15/5")
+    total = sum(parts)
+    return parts[0] / total, parts[1] / total, parts[2] / total
+
+
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
+
+
+def cpu_snapshot(server: LocalMariaDB) -> dict[str, float]:
+    """CPU seconds (user + system) so far of this process, of its reaped children and of mariadbd."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = {"self": me.ru_utime + me.ru_stime, "children": kids.ru_utime + kids.ru_stime, "mariadbd": 0.0}
+    if server._proc is not None:
+        try:
+            t = psutil.Process(server._proc.pid).cpu_times()
+            out["mariadbd"] = t.user + t.system
+        except psutil.Error:
+            pass
+    return out
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before[k] for k in before}
 
 
 # --------------------------------------------------------------------------- backlog
@@ -224,7 +251,8 @@ class Backlog:
         return d
 
 
-def generate_backlog(server: LocalMariaDB, rows: int, seed: int = 7) -> Backlog:
+def generate_backlog(server: LocalMariaDB, rows: int, mix: tuple[float, float, float] = MIX,
+                     seed: int = 7) -> Backlog:
     """Create ``bench.t1..t3`` empty, then write ``rows`` row changes (see the module docstring)."""
     conn = server.connect()
     with conn, conn.cursor() as cur:
@@ -242,12 +270,12 @@ def generate_backlog(server: LocalMariaDB, rows: int, seed: int = 7) -> Backlog:
             size = min(rng.randint(*TX_ROWS), max(rows - b.changes, 1))
             lo, hi = live[table]
             r = rng.random()
-            if r < MIX[0] or hi - lo < 2 * size:
+            if r < mix[0] or hi - lo < 2 * size:
                 cur.executemany(INSERT.format(db=DB, table=table), [row_values(i) for i in range(hi, hi + size)])
                 n = cur.rowcount
                 live[table][1] = hi + size
                 b.inserts += n
-            elif r < MIX[0] + MIX[1]:
+            elif r < mix[0] + mix[1]:
                 first = rng.randint(lo, hi - size)
                 n = cur.execute(f"UPDATE `{DB}`.`{table}` SET qty = qty + 1, price = price + 0.01, "
                                 "note = CONCAT('upd-', id, '-', qty) WHERE id BETWEEN %s AND %s",
@@ -272,6 +300,7 @@ def generate_backlog(server: LocalMariaDB, rows: int, seed: int = 7) -> Backlog:
 
 def run_raw_reader(server: LocalMariaDB, backlog: Backlog, server_id: int) -> dict:
     """(a) python-mysql-replication alone over (start, end]: decode every row, nothing else."""
+    cpu0 = cpu_snapshot(server)
     t0 = time.perf_counter()
     reader = BinLogStreamReader(
         connection_settings={"host": server.host, "port": server.port, "user": server.user,
@@ -291,9 +320,11 @@ def run_raw_reader(server: LocalMariaDB, backlog: Backlog, server_id: int) -> di
     finally:
         reader.close()
     seconds = time.perf_counter() - t0
+    cpu = cpu_delta(cpu0, cpu_snapshot(server))
     if rows != backlog.changes:
         raise AssertionError(f"(a) raw reader saw {rows} row changes, the backlog has {backlog.changes}")
-    return {"seconds": seconds, "rows": rows, "row_events": events, "rows_per_s": rows / seconds}
+    return {"seconds": seconds, "rows": rows, "row_events": events, "rows_per_s": rows / seconds,
+            "cpu_s": {"reader (this process)": cpu["self"], "mariadbd": cpu["mariadbd"]}}
 
 
 def run_engine(server: LocalMariaDB, backlog: Backlog, work: Path, run_id: str, server_id: int,
@@ -310,9 +341,12 @@ def run_engine(server: LocalMariaDB, backlog: Backlog, work: Path, run_id: str, 
             first_commit.append(time.perf_counter() - t0)
 
     engine = StreamEngine(cfg, until_now=True, progress=progress)
+    cpu0 = cpu_snapshot(server)
     summary = engine.run()
     seconds = time.perf_counter() - t0
+    cpu = cpu_delta(cpu0, cpu_snapshot(server))
     counts = delta_counts(lake, DB, TABLES)
+    files = {t: len(DeltaTable(str(lake / DB / t)).file_uris()) for t in TABLES}
     if counts != backlog.mysql_rows:
         raise AssertionError(f"(b) binlake: Delta rows {counts} != MySQL rows {backlog.mysql_rows}")
     if summary.changes != backlog.changes:
@@ -320,7 +354,9 @@ def run_engine(server: LocalMariaDB, backlog: Backlog, work: Path, run_id: str, 
     out = {"seconds": seconds, "rows": summary.changes, "rows_per_s": summary.changes / seconds,
            "engine_seconds": summary.seconds, "batches": summary.batches, "table_commits": summary.commits,
            "first_commit_s": first_commit[0] if first_commit else None, "stop_reason": summary.stop_reason,
-           "end": str(summary.end), "delta_rows": counts}
+           "end": str(summary.end), "delta_rows": counts, "delta_files": files,
+           "cpu_s": {"engine (this process)": cpu["self"], "reader (forked child)": cpu["children"],
+                     "mariadbd": cpu["mariadbd"]}}
     if check:
         out["compare"] = compare_tables(cfg, lake, DB, TABLES)
         bad = [d for d in out["compare"].values() if not d["equal"]]
@@ -364,9 +400,11 @@ def measure_throughput(server: LocalMariaDB, backlog: Backlog, work: Path, env: 
     ratio_best = stats["b"]["rows_per_s_best"] / stats["a"]["rows_per_s_best"]
 
     print()
-    print(f"1. Throughput: {n:,} row changes ({backlog.inserts:,} inserted, {backlog.updates:,} updated, "
-          f"{backlog.deletes:,} deleted) in {backlog.transactions:,} transactions on {len(TABLES)} tables, "
-          f"{backlog.binlog_bytes / 2**20:,.1f} MiB of binlog, {backlog.start} → {backlog.end}; repeat {args.repeat}")
+    mix = "/".join(f"{x * 100:.0f}" for x in args.mix)
+    print(f"1. Throughput ({mix} insert/update/delete transactions): {n:,} row changes ({backlog.inserts:,} "
+          f"inserted, {backlog.updates:,} updated, {backlog.deletes:,} deleted) in {backlog.transactions:,} "
+          f"transactions on {len(TABLES)} tables, {backlog.binlog_bytes / 2**20:,.1f} MiB of binlog, "
+          f"{backlog.start} → {backlog.end}; repeat {args.repeat}")
     header = f"  {'run':<52}{'median s':>10}{'best s':>9}{'rows/s (median)':>17}{'rows/s (best)':>15}"
     print(header)
     print("  " + "-" * (len(header) - 2))
@@ -381,10 +419,22 @@ def measure_throughput(server: LocalMariaDB, backlog: Backlog, work: Path, env: 
                                          for k in stats))
     print(f"  (b)/(a) rows/s: median {ratio:.2f}, best {ratio_best:.2f}; target >= {TARGET_RATIO:.2f}: "
           f"{verdict(ratio >= TARGET_RATIO)}")
+    cols = ("engine proc", "reader proc", "mariadbd", "busy cores")
+    print(f"  {'CPU seconds (user + system), median':<52}" + "".join(f"{c:>13}" for c in cols))
+    for k in ("a", "b"):
+        runs = results[k]
+        cpu = {n: statistics.median(r["cpu_s"][n] for r in runs) for n in runs[0]["cpu_s"]}
+        vals = list(cpu.values())
+        if k == "a":  # no engine: the reader is this process
+            vals = [float("nan"), *vals]
+        vals.append(sum(cpu.values()) / stats[k]["median_s"])
+        print(f"  {labels[k]:<52}" + "".join(f"{'-' if v != v else f'{v:.1f}':>13}" for v in vals[:3])
+              + f"{vals[3]:>13.2f}")
     b0 = results["b"][0]
     first = f"{b0['first_commit_s']:.2f} s" if b0["first_commit_s"] is not None else "-"
     print(f"  (b) run 1: {b0['batches']} batches, {b0['table_commits']} table commits, first commit after {first}; "
-          f"Delta rows {b0['delta_rows']} = MySQL rows {backlog.mysql_rows}")
+          f"Delta rows {b0['delta_rows']} = MySQL rows {backlog.mysql_rows}; Delta files at the end "
+          f"{b0['delta_files']}")
     if "compare" in b0:
         print("  row-by-row compare (pipelines.reconcile.compare) after (b) run 1: " + "; ".join(
             f"{d['describe']} ({d['seconds']:.1f} s)" for d in b0["compare"].values()))
@@ -443,6 +493,11 @@ class TreeSampler:
                 peak = self.peak_by_pid.setdefault(p.pid, {"role": "stream process (binlake CLI)" if p is root
                                                            else "child (binlog reader)", "rss": 0})
                 peak["rss"] = max(peak["rss"], rss)
+                try:
+                    t = p.cpu_times()
+                    peak["cpu_s"] = t.user + t.system
+                except psutil.Error:
+                    pass
             self.samples += 1
             self.max_processes = max(self.max_processes, len(procs))
             self.peak_rss_sum = max(self.peak_rss_sum, rss_sum)
@@ -450,14 +505,15 @@ class TreeSampler:
             self._stop.wait(self.interval)
 
 
-def wait_reaping(proc: subprocess.Popen, timeout: float | None = None) -> tuple[int, int]:
-    """Wait for ``proc`` with wait4: (exit code, ru_maxrss in KiB of its largest process)."""
+def wait_reaping(proc: subprocess.Popen, timeout: float | None = None) -> tuple[int, resource.struct_rusage]:
+    """Wait for ``proc`` with wait4: (exit code, its rusage: CPU of the process and its reaped
+    descendants; ru_maxrss in KiB of the largest single process among them)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid == proc.pid:
             proc.returncode = os.waitstatus_to_exitcode(status)
-            return proc.returncode, usage.ru_maxrss
+            return proc.returncode, usage
         if deadline is not None and time.monotonic() > deadline:
             raise subprocess.TimeoutExpired(proc.args, timeout or 0)
         time.sleep(0.02)
@@ -486,13 +542,14 @@ def measure_memory(server: LocalMariaDB, backlog: Backlog, work: Path, env: dict
                                 env={**os.environ, PASSWORD_ENV: server.password})
     sampler = TreeSampler(proc.pid, args.sample_interval).start()
     try:
-        code, maxrss_kib = wait_reaping(proc, timeout=3600)
+        code, usage = wait_reaping(proc, timeout=3600)
     finally:
         sampler.stop()
         if proc.returncode is None:
             proc.kill()
             wait_reaping(proc)
     seconds = time.perf_counter() - t0
+    maxrss_kib = usage.ru_maxrss
     if code != 0:
         raise RuntimeError(f"binlake stream exited with {code}:\n{tail(log_path, 20)}")
     counts = delta_counts(lake, DB, TABLES)
@@ -500,12 +557,15 @@ def measure_memory(server: LocalMariaDB, backlog: Backlog, work: Path, env: dict
         raise AssertionError(f"memory run: Delta rows {counts} != MySQL rows {backlog.mysql_rows}")
     mib = 2**20
     peak_sum_mb = sampler.peak_rss_sum / mib
-    per = {pid: {"role": p["role"], "peak_rss_mb": p["rss"] / mib} for pid, p in sampler.peak_by_pid.items()}
+    per = {pid: {"role": p["role"], "peak_rss_mb": p["rss"] / mib, "cpu_s_last_sample": p.get("cpu_s")}
+           for pid, p in sampler.peak_by_pid.items()}
+    tree_cpu = usage.ru_utime + usage.ru_stime
     doc = {"backlog": backlog.to_dict(), "command": " ".join(cmd[-5:]), "seconds": seconds,
            "rows_per_s": backlog.changes / seconds, "peak_rss_sum_mb": peak_sum_mb,
            "peak_pss_sum_mb": sampler.peak_pss_sum / mib, "wait4_ru_maxrss_mb": maxrss_kib / 1024,
            "per_process": per, "samples": sampler.samples, "sample_interval_s": args.sample_interval,
-           "max_processes": sampler.max_processes, "delta_rows": counts, "cli_output": tail(log_path, 3),
+           "max_processes": sampler.max_processes, "tree_cpu_s": tree_cpu, "delta_rows": counts,
+           "cli_output": tail(log_path, 3),
            "target_mb": TARGET_RSS_MB, "pass": peak_sum_mb < TARGET_RSS_MB}
     print()
     print(f"3. Memory: `binlake stream -c FILE --until now` over the {backlog.changes:,}-change backlog "
@@ -521,6 +581,9 @@ def measure_memory(server: LocalMariaDB, backlog: Backlog, work: Path, env: dict
     print(f"  target: peak tree RSS < {TARGET_RSS_MB:.0f} MiB: {verdict(peak_sum_mb < TARGET_RSS_MB)}")
     print(f"  the CLI run took {seconds:.2f} s including interpreter start, imports and `validate` checks "
           f"({backlog.changes / seconds:,.0f} rows/s); Delta rows {counts} = MySQL")
+    print(f"  CPU: {tree_cpu:.1f} s for the process tree (wait4), of which " + ", ".join(
+        f"{p['role'].split(' (')[0]} {p['cpu_s_last_sample'] or 0:.1f} s" for p in per.values())
+          + " (last samples)")
     print(f"  figures written to {write_json('memory', doc, env, args)}")
     return doc
 
@@ -732,6 +795,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-seconds", type=float, default=60.0, help="duration of the steady write load")
     ap.add_argument("--only", choices=("throughput", "latency", "memory"), action="append",
                     help="run only this measurement (repeatable); default: all three")
+    ap.add_argument("--mix", type=parse_mix, default=MIX, metavar="I/U/D",
+                    help="backlog: percent of transactions that insert/update/delete (default 80/15/5; "
+                         "100/0/0 = inserts only, no MERGE)")
     ap.add_argument("--compare", action="store_true",
                     help="row-by-row Delta/MySQL comparison (pipelines.reconcile) after the first (b) run")
     ap.add_argument("--rows-per-tx", type=int, default=20, help="latency writer: rows per transaction")
@@ -759,7 +825,7 @@ def main(argv: list[str] | None = None) -> int:
         backlog = None
         if only & {"throughput", "memory"}:
             print(f"generating {args.rows:,} row changes ...", flush=True)
-            backlog = generate_backlog(server, args.rows)
+            backlog = generate_backlog(server, args.rows, args.mix)
             print(f"  {backlog.changes:,} changes in {backlog.transactions:,} transactions in "
                   f"{backlog.seconds:.1f} s ({backlog.binlog_bytes / 2**20:,.1f} MiB of binlog)", flush=True)
         # Order matters: throughput and memory read (start, end] with --until now, so nothing

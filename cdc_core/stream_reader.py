@@ -29,7 +29,9 @@ Invariants:
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import os
 import signal
 import threading
 import time
@@ -167,13 +169,28 @@ def classify(error: BaseException) -> str:
     return "fatal"
 
 
-def run_reader(spec: ReaderSpec, queue) -> None:
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> None:
+    """A SIGKILLed engine must not leave its reader holding the replication connection
+    (and the server_id): the kernel kills this process when the thread that forked it ends."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: rely on the engine terminating the reader
+        log.debug("prctl(PR_SET_PDEATHSIG) unavailable")
+    if os.getppid() != parent:  # the engine died before prctl took effect
+        os._exit(1)
+
+
+def run_reader(spec: ReaderSpec, queue, parent: int) -> None:
     """Process entry point: read from ``spec.start`` and put items on ``queue`` until
     ``spec.until`` (if any), an error, or the process is terminated."""
     # A forked child inherits the engine's handlers: SIGTERM must end it, and Ctrl-C (sent to the
     # whole process group) is the engine's to handle, which then terminates this process.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent)
     buffer = _Buffer(queue)
     flusher = threading.Thread(target=buffer.flusher, name="flusher", daemon=True)
     flusher.start()

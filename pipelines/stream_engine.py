@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import queue as queue_mod
 import signal
 import threading
@@ -230,7 +231,8 @@ class StreamEngine:
         spec = ReaderSpec(self.conn, self.cfg.source.server_id, start, skip_through, self.until,
                           tuple(self.cfg.source.tables), tuple(self.cfg.source.exclude_tables),
                           report_as=f"binlake:{self.cfg.pipeline.name}")
-        self._reader = ctx.Process(target=run_reader, args=(spec, self._queue), name="binlake-reader", daemon=True)
+        self._reader = ctx.Process(target=run_reader, args=(spec, self._queue, os.getpid()), name="binlake-reader",
+                                   daemon=True)
         self._reader.start()
 
     def _stop_reader(self) -> None:

@@ -32,7 +32,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import pymysql
 import pytest
 import yaml
 from deltalake import DeltaTable
@@ -408,13 +407,28 @@ def kill_at_random(cfg, config, names, log_dir, rng, kills: int, password: str, 
             while time.monotonic() - started < delay and s.alive():
                 time.sleep(0.01)
         else:
-            counter = ((lambda: _delta_log_count(cfg, names) > tables_before) if mode == "after table commit"
-                       else (lambda: _checkpoint_count(cfg) > cps_before))
-            while time.monotonic() - started < 8.0 and s.alive() and not counter():
+            if mode == "after table commit":
+                def landed(n=tables_before):
+                    return _delta_log_count(cfg, names) > n
+            else:
+                def landed(n=cps_before):
+                    return _checkpoint_count(cfg) > n
+            while time.monotonic() - started < 8.0 and s.alive() and not landed():
                 time.sleep(0.002)
         assert s.alive(), f"kill {i} ({mode}): the stream stopped by itself: {s.describe()}"
         s.kill()
         modes[mode] += 1
+        # Where the kill landed: before the run committed anything (start-up), or after; and
+        # whether some table was committed past the checkpoint (a batch torn by the kill).
+        if _delta_log_count(cfg, names) + _checkpoint_count(cfg) == tables_before + cps_before:
+            modes["landed before any commit"] += 1
+        cp = ControlStore(cfg.sink.path, cfg.pipeline.name).checkpoint()
+        applied = [DeltaTable(table_uri(cfg.sink.path, n)).transaction_version(app_id(cfg.pipeline.name))
+                   for n in names]
+        if cp is not None and any(v is not None and v > cp.offset.applied.seq() for v in applied):
+            modes["tables committed past the checkpoint"] += 1
+        if cp is not None and cp.offset.resume < cp.offset.applied:
+            modes["checkpoint left inside a transaction"] += 1
     return modes
 
 
@@ -437,10 +451,11 @@ def test_sigkill_at_random_moments_under_random_workload(mariadb, db, spark, mak
     writer.start()
     try:
         snapshot(cfg, spark)  # under the workload: the first runs also cross the hand-off
-        # 14 kills; the writer is off for kills 5-7 and 11-12 (the stream catches up a backlog, big
-        # transactions included) and on for the rest; big transactions just before kills 1, 5, 9, 11.
+        # 14 kills; the writer is off during kills 5-7 and 12-13 (the stream works through a backlog
+        # that includes a big transaction requested just before kills 4 and 11) and on for the rest;
+        # big transactions are also requested before kills 1 and 9 and come at random.
         modes = kill_at_random(cfg, config, names, tmp_path / "logs", rng, 14, mariadb.password, writer=writer,
-                               writer_off={5, 6, 7, 11, 12}, big_at={1, 5, 9, 11})
+                               writer_off={5, 6, 7, 12, 13}, big_at={1, 4, 9, 11})
         assert writer.ops["big transaction"] >= 3
         writer.stop()
     finally:
@@ -556,12 +571,7 @@ def test_source_server_restart_mid_stream(own_server, tmp_path):
         _rows(server, range(1, 2001), "before")
         wait_for(lambda: tables_equal(cfg, names), 60, "the rows written before the restart")
 
-        # 1. A clean shutdown while the stream is inside a large transaction.
-        before = DeltaTable(table_uri(cfg.sink.path, "shop.t")).to_pyarrow_dataset().count_rows()
-        with server.connect("shop") as c, c.cursor() as cur:
-            cur.execute("INSERT INTO t SELECT 100000 + seq, 0, 'big' FROM seq_1_to_30000")
-        wait_for(lambda: DeltaTable(table_uri(cfg.sink.path, "shop.t")).to_pyarrow_dataset().count_rows() > before,
-                 60, "the stream to start on the large transaction", interval=0.01)
+        # 1. A clean shutdown and start between transactions.
         server.stop()
         time.sleep(1.0)
         server.start()
@@ -569,10 +579,25 @@ def test_source_server_restart_mid_stream(own_server, tmp_path):
         _rows(server, range(2001, 4001), "after restart")
         wait_for(lambda: tables_equal(cfg, names), 90, "the rows written after the restart (reconnect)")
 
-        # 2. A crash of the server (SIGKILL), then more writes.
+        # 2. A crash of the server (SIGKILL) while the stream is inside a transaction of 80000+
+        # rows: it commits what it read, reconnects at the transaction's start and skips what it
+        # already applied.
+        def delta_count() -> int:
+            return DeltaTable(table_uri(cfg.sink.path, "shop.t")).to_pyarrow_dataset().count_rows()
+
+        before = delta_count()
+        with server.connect("shop") as c, c.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute("INSERT INTO t SELECT 100000 + seq, 0, 'big' FROM seq_1_to_80000")
+            cur.execute("UPDATE t SET counter = counter + 1 WHERE id < 100000 OR id % 1000 = 0")
+            cur.execute("COMMIT")
+        wait_for(lambda: delta_count() > before, 60, "the stream to start on the large transaction", interval=0.005)
         server._proc.kill()
         server._proc.wait()
         server._proc = None
+        time.sleep(1.0)
+        print(f"{delta_count() - before} of the large transaction's 80000 new rows were committed when the "
+              "server was killed")
         server.start()
         _rows(server, range(4001, 6001), "after crash")
         wait_for(lambda: tables_equal(cfg, names), 90, "the rows written after the server crash")
