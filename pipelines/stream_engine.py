@@ -5,7 +5,8 @@ Invariants (tests/test_stream*.py):
 - Exactly once: every table commit carries its offset atomically (Delta transaction
   identifier + commit metadata); a restart skips row events at or before the
   checkpoint and, per table, at or before that table's own committed offset
-  (cdc_core/offsets.py). A SIGKILL at any instant loses and repeats nothing.
+  (cdc_core/offsets.py). The start position is checkpointed before the first table
+  commit. A SIGKILL at any instant loses and repeats nothing.
 - Ordered commit: the checkpoint is written only after every table of the batch is
   committed, and batches are applied one after another, so the checkpoint never
   passes a change that is not durable; a key's changes keep binlog order.
@@ -272,6 +273,10 @@ class StreamEngine:
             self.skip = self._skip_filter(applied)
             self.resume, self.position = start, applied or start
             self.offset = StreamOffset(start, applied or start)
+            if applied is None:
+                # The start point is durable before any table commit: a crash between the first
+                # table commits and the first checkpoint must resume here, not at a new "latest".
+                self.store.save_checkpoint(self.offset, self.life.state, 0)
             self._loop(start, applied)
             self.life.to(State.STOPPING)
             self.life.to(State.STOPPED)

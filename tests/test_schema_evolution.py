@@ -161,7 +161,8 @@ def test_two_ddls_on_two_tables_in_one_batch_and_restart_before_apply(db, make_c
     # A stream stopped right after the first DDL's position (a crash between DDL and apply
     # is the same: the checkpoint is before the DDL and the DDL is read again).
     with connect(connection_settings(cfg)) as c, c.cursor() as cur:
-        cur.execute("SHOW BINLOG EVENTS")
+        cur.execute("SHOW MASTER STATUS")
+        cur.execute("SHOW BINLOG EVENTS IN %s", (cur.fetchone()[0],))
         events = cur.fetchall()
     first_ddl = next(e for e in events if "ADD COLUMN pn" in str(e[5]))
     store = ControlStore(cfg.sink.path, cfg.pipeline.name)
