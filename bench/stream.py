@@ -1,7 +1,7 @@
 """Binlog stream benchmark: throughput, latency and memory of pipelines/stream_engine.py.
 
     .venv/bin/python bench/stream.py [--rows N] [--repeat K] [--latency-seconds S]
-                                     [--only throughput|latency|memory] [--compare] [--strict]
+                                     [--only throughput|latency|memory] [--mix I/U/D] [--compare] [--strict]
 
 One run starts a throwaway MariaDB (pipelines.local_mariadb, server_id 1). No snapshot
 is taken: every measurement creates its tables empty before it records a start
@@ -14,8 +14,9 @@ Backlog (shared by 1 and 3). Three tables ``bench.t1..t3`` of 7 columns (BIGINT 
 INT, VARCHAR(32), DECIMAL(12,2), DATETIME, DOUBLE, VARCHAR(64), as in snapshot.py).
 SHOW MASTER STATUS → N row changes in transactions of 100-1000 rows on a random
 table, by rows about 80 % multi-row INSERTs (pymysql executemany), 15 % range UPDATEs
-of live rows and 5 % DELETEs of the oldest rows → SHOW MASTER STATUS. The range
-(start, end] holds exactly those changes.
+of live rows and 5 % DELETEs of the oldest rows (--mix) → SHOW MASTER STATUS. The range
+(start, end] holds exactly those changes. Throughput and memory read it with --until
+now semantics, so they run first; the latency load comes last.
 
 1. Throughput, alternating K times over that range:
    (a) python-mysql-replication alone: BinLogStreamReader(is_mariadb=False, log_file/
@@ -26,7 +27,8 @@ of live rows and 5 % DELETEs of the oldest rows → SHOW MASTER STATUS. The rang
    (b) binlake end to end into Delta: StreamEngine(cfg, until_now=True).run() in this
        process (its reader is a forked child), then Delta row counts = MySQL's per table
        (and with --compare a row-by-row pipelines.reconcile.compare after the first run).
-   rows/s = changes / wall seconds; reported: medians, and (b)/(a) (target ≥ 0.8).
+   rows/s = changes / wall seconds; reported: medians, and (b)/(a) (target ≥ 0.8), and
+   CPU seconds of the reader, the engine process and mariadbd per run (getrusage, psutil).
 2. Latency: table ``lat.events``; ``binlake stream`` runs as a subprocess (startup
    specific at the binlog end just before it starts). After a warm-up transaction is
    visible in Delta, a writer inserts 20 rows per transaction at 100 transactions/s
@@ -39,10 +41,11 @@ of live rows and 5 % DELETEs of the oldest rows → SHOW MASTER STATUS. The rang
    much the poller (Delta commit → seen).
 3. Memory: ``binlake stream -c FILE --until now`` as a subprocess over the backlog
    (fresh sink). Every 50 ms the RSS of the process and of its descendants (the reader
-   is a forked child) is read and summed; reported: peak of the sum (an upper bound:
-   pages the fork shares are counted twice), peak PSS sum (sampled every ~0.5 s),
-   per-process peaks, and ru_maxrss from wait4 (the largest single process). Target
-   under 1 GiB.
+   is a forked child) is read and summed; reported: peak of the sum (pages the fork
+   shares are counted twice), peak PSS sum (sampled every ~0.5 s), per-process peaks,
+   ru_maxrss from wait4 (the largest single process, which sampling cannot miss) and the
+   bound ru_maxrss + the other processes' peaks. Target: the larger of the summed peak
+   and that bound under 1 GiB.
 
 Tables are printed; figures go to bench/out/stream_{throughput,latency,memory}.json.
 """
@@ -54,6 +57,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import math
 import os
 import platform
 import random
@@ -132,7 +136,7 @@ def percentile(sorted_values: list[float], p: float) -> float:
     """Nearest-rank percentile of an ascending list."""
     if not sorted_values:
         return float("nan")
-    k = max(0, min(len(sorted_values) - 1, int(round(p / 100 * len(sorted_values) + 0.5)) - 1))
+    k = max(0, min(len(sorted_values) - 1, math.ceil(p / 100 * len(sorted_values)) - 1))
     return sorted_values[k]
 
 
@@ -560,13 +564,17 @@ def measure_memory(server: LocalMariaDB, backlog: Backlog, work: Path, env: dict
     per = {pid: {"role": p["role"], "peak_rss_mb": p["rss"] / mib, "cpu_s_last_sample": p.get("cpu_s")}
            for pid, p in sampler.peak_by_pid.items()}
     tree_cpu = usage.ru_utime + usage.ru_stime
+    # Sampling can miss a short peak; wait4's ru_maxrss cannot (for the largest process), so
+    # the largest process's ru_maxrss plus the other processes' sampled peaks bounds the tree too.
+    peaks = sorted((p["rss"] for p in sampler.peak_by_pid.values()), reverse=True)
+    bound_mb = max(peak_sum_mb, (maxrss_kib * 1024 + sum(peaks[1:])) / mib)
     doc = {"backlog": backlog.to_dict(), "command": " ".join(cmd[-5:]), "seconds": seconds,
            "rows_per_s": backlog.changes / seconds, "peak_rss_sum_mb": peak_sum_mb,
            "peak_pss_sum_mb": sampler.peak_pss_sum / mib, "wait4_ru_maxrss_mb": maxrss_kib / 1024,
            "per_process": per, "samples": sampler.samples, "sample_interval_s": args.sample_interval,
            "max_processes": sampler.max_processes, "tree_cpu_s": tree_cpu, "delta_rows": counts,
            "cli_output": tail(log_path, 3),
-           "target_mb": TARGET_RSS_MB, "pass": peak_sum_mb < TARGET_RSS_MB}
+           "peak_bound_mb": bound_mb, "target_mb": TARGET_RSS_MB, "pass": bound_mb < TARGET_RSS_MB}
     print()
     print(f"3. Memory: `binlake stream -c FILE --until now` over the {backlog.changes:,}-change backlog "
           f"({backlog.binlog_bytes / 2**20:,.1f} MiB of binlog), RSS sampled every "
@@ -578,7 +586,9 @@ def measure_memory(server: LocalMariaDB, backlog: Backlog, work: Path, env: dict
     for pid, p in sorted(per.items()):
         print(f"  {'peak RSS, ' + p['role'] + f' (pid {pid})':<60}{p['peak_rss_mb']:>10.0f}")
     print(f"  {'ru_maxrss from wait4 (largest single process)':<60}{maxrss_kib / 1024:>10.0f}")
-    print(f"  target: peak tree RSS < {TARGET_RSS_MB:.0f} MiB: {verdict(peak_sum_mb < TARGET_RSS_MB)}")
+    print(f"  {'bound: ru_maxrss + the other processes sampled peaks':<60}{bound_mb:>10.0f}")
+    print(f"  target: peak tree RSS (the larger of the sampled sum and the bound) < {TARGET_RSS_MB:.0f} MiB: "
+          f"{verdict(bound_mb < TARGET_RSS_MB)}")
     print(f"  the CLI run took {seconds:.2f} s including interpreter start, imports and `validate` checks "
           f"({backlog.changes / seconds:,.0f} rows/s); Delta rows {counts} = MySQL")
     print(f"  CPU: {tree_cpu:.1f} s for the process tree (wait4), of which " + ", ".join(
