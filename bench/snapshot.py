@@ -61,7 +61,7 @@ OUT = REPO / "bench" / "out" / "snapshot.json"
 TARGET_A_OVER_B = 2.0
 TARGET_A_OVER_C = 1 / 3
 
-DDL = f"""CREATE TABLE `{DB}`.`{TABLE}` (
+DDL = """CREATE TABLE `{db}`.`{table}` (
   id BIGINT NOT NULL PRIMARY KEY,
   qty INT NOT NULL,
   name VARCHAR(32) NOT NULL,
@@ -81,7 +81,7 @@ def load_table(server: LocalMariaDB, rows: int) -> float:
     conn = server.connect()
     with conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{DB}` DEFAULT CHARSET utf8mb4")
-        cur.execute(DDL)
+        cur.execute(DDL.format(db=DB, table=TABLE))
         conn.select_db(DB)  # seq_M_to_N (Sequence engine) resolves in the current database
         cur.execute("SET SESSION sql_log_bin = 0")  # the load itself is not part of any measurement
         step = 1_000_000

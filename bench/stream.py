@@ -87,6 +87,7 @@ from pymysqlreplication import BinLogStreamReader  # noqa: E402
 from pymysqlreplication.event import XidEvent  # noqa: E402
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent  # noqa: E402
 
+from bench.snapshot import DDL  # noqa: E402  (the same 7-column table as the snapshot benchmark)
 from cdc_core.config import BinlakeConfig, parse_config  # noqa: E402
 from cdc_core.positions import BinlogPosition, master_position  # noqa: E402
 from cdc_core.source import connect, connection_settings  # noqa: E402
@@ -100,15 +101,6 @@ DB = "bench"
 TABLES = ("t1", "t2", "t3")
 LAT_DB, LAT_TABLE = "lat", "events"
 COLUMNS = ("id", "qty", "name", "price", "created_at", "score", "note")
-DDL = """CREATE TABLE `{db}`.`{table}` (
-  id BIGINT NOT NULL PRIMARY KEY,
-  qty INT NOT NULL,
-  name VARCHAR(32) NOT NULL,
-  price DECIMAL(12,2) NOT NULL,
-  created_at DATETIME NOT NULL,
-  score DOUBLE NULL,
-  note VARCHAR(64) NULL
-) ENGINE=InnoDB"""
 INSERT = "INSERT INTO `{db}`.`{table}` (" + ", ".join(COLUMNS) + ") VALUES (" + ", ".join(["%s"] * 7) + ")"
 MIX = (0.80, 0.15, 0.05)  # default share of transactions (≈ of rows) that insert, update, delete
 TX_ROWS = (100, 1000)
@@ -452,9 +444,32 @@ def measure_throughput(server: LocalMariaDB, backlog: Backlog, work: Path, env: 
 # --------------------------------------------------------------------------- process-tree memory
 
 
-class TreeSampler:
+class _Background:
+    """A daemon thread running ``_run`` until ``stop()``."""
+
+    name = "background"
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class TreeSampler(_Background):
     """Samples RSS (every ``interval``) and PSS (every ``pss_every`` samples) of a process
     and its descendants; keeps the peak of the sums and each process's peak RSS."""
+
+    name = "rss-sampler"
 
     def __init__(self, pid: int, interval: float = 0.05, pss_every: int = 10):
         self.pid, self.interval, self.pss_every = pid, interval, pss_every
@@ -463,16 +478,7 @@ class TreeSampler:
         self.peak_by_pid: dict[int, dict] = {}
         self.samples = 0
         self.max_processes = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
-
-    def start(self) -> TreeSampler:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
+        super().__init__()
 
     def _run(self) -> None:
         try:
@@ -601,8 +607,10 @@ def measure_memory(server: LocalMariaDB, backlog: Backlog, work: Path, env: dict
 # --------------------------------------------------------------------------- 2. latency
 
 
-class DeltaPoller:
+class DeltaPoller(_Background):
     """Polls a Delta table and records when each id first became visible (time.time())."""
+
+    name = "delta-poller"
 
     def __init__(self, uri: str, interval: float):
         self.uri, self.interval = uri, interval
@@ -611,16 +619,7 @@ class DeltaPoller:
         self.polls = 0
         self.poll_seconds: list[float] = []
         self._files: set[str] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="delta-poller", daemon=True)
-
-    def start(self) -> DeltaPoller:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
+        super().__init__()
 
     def _run(self) -> None:
         table: DeltaTable | None = None

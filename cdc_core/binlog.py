@@ -47,6 +47,21 @@ class RowChange:
         return self.position.seq(self.row_index)
 
 
+def open_binlog(conn: ConnectionSettings, server_id: int, start: BinlogPosition, **options) -> BinLogStreamReader:
+    """A blocking replication reader from ``start`` (a transaction boundary); the
+    callers stop it themselves at their end position."""
+    return BinLogStreamReader(
+        connection_settings=conn.pymysql_kwargs(),
+        server_id=server_id,
+        is_mariadb=False,  # with True, MariaDB resumes by GTID only and ignores log_file/log_pos
+        log_file=start.file,
+        log_pos=start.pos,
+        resume_stream=True,
+        blocking=True,  # non-blocking reconnects from the first binlog at its end
+        **options,
+    )
+
+
 def read_changes(
     conn: ConnectionSettings,
     server_id: int,
@@ -57,14 +72,8 @@ def read_changes(
     """Yield row changes in (start, end] for ``tables`` (all tables when None)."""
     if end <= start:
         return
-    reader = BinLogStreamReader(
-        connection_settings=conn.pymysql_kwargs(),
-        server_id=server_id,
-        is_mariadb=False,  # with True, MariaDB resumes by GTID only and ignores log_file/log_pos
-        log_file=start.file,
-        log_pos=start.pos,
-        resume_stream=True,
-        blocking=True,  # non-blocking reconnects from the first binlog at its end; we stop at `end`
+    reader = open_binlog(
+        conn, server_id, start,
         filter_non_implemented_events=False,  # every event returns, so the end check sees each one
         only_schemas=sorted({db for db, _ in tables}) if tables else None,
         only_tables=sorted({t for _, t in tables}) if tables else None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import sqlglot
 from sqlglot import exp
@@ -31,6 +31,7 @@ class Statement:
     kind: str  # truncate | alter | create | drop | rename | unparsed | other
     tables: tuple[str, ...]
     sql: str
+    tree: exp.Expression | None = field(default=None, compare=False, repr=False)  # sqlglot's parse
 
 
 def _qualified(name: str, default_db: str) -> str:
@@ -54,4 +55,4 @@ def parse_statement(sql: str, default_db: str) -> Statement:
     if kind in ("create", "drop") and str(tree.args.get("kind", "")).upper() not in ("TABLE", ""):
         kind = "other"  # CREATE/DROP DATABASE, VIEW, INDEX on no captured table data
     tables = tuple(f"{t.db or default_db}.{t.name}" for t in tree.find_all(exp.Table) if t.name)
-    return Statement(kind, tables, sql)
+    return Statement(kind, tables, sql, tree)

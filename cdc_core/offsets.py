@@ -74,4 +74,4 @@ class SkipFilter:
         if self.checkpoint is not None and pos <= self.checkpoint:
             return True
         done = self.per_table.get(table)
-        return done is not None and (pos.file_number, pos.pos) <= done
+        return done is not None and pos.key <= done

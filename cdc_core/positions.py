@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 _FILE_NUM = re.compile(r"\.(\d+)$")
 
@@ -20,27 +21,29 @@ class BinlogPosition:
     file: str
     pos: int
 
-    @property
+    @cached_property  # compared on every event of the stream: parse the file name once
     def file_number(self) -> int:
         m = _FILE_NUM.search(self.file)
         if not m:
             raise ValueError(f"binlog file name without a sequence number: {self.file!r}")
         return int(m.group(1))
 
-    def _key(self) -> tuple[int, int]:
+    @property
+    def key(self) -> tuple[int, int]:
+        """(file number, offset): the total order of positions."""
         return (self.file_number, self.pos)
 
     def __lt__(self, other: BinlogPosition) -> bool:
-        return self._key() < other._key()
+        return self.key < other.key
 
     def __le__(self, other: BinlogPosition) -> bool:
-        return self._key() <= other._key()
+        return self.key <= other.key
 
     def __gt__(self, other: BinlogPosition) -> bool:
-        return self._key() > other._key()
+        return self.key > other.key
 
     def __ge__(self, other: BinlogPosition) -> bool:
-        return self._key() >= other._key()
+        return self.key >= other.key
 
     def seq(self, row_index: int = 0) -> int:
         """Sortable int64: 19 bits of file number, 32 of offset, 12 of row index."""

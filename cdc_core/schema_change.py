@@ -18,7 +18,6 @@ import re
 from dataclasses import dataclass, replace
 from decimal import Decimal
 
-import sqlglot
 from sqlglot import exp
 
 from cdc_core.ddl import parse_statement
@@ -32,9 +31,10 @@ _ALIASES = {"integer": "int", "boolean": "tinyint", "bool": "tinyint", "dec": "d
 class UnparsedDDL(ValueError):
     """A DDL statement on a captured table that binlake cannot turn into schema changes."""
 
-    def __init__(self, sql: str, why: str):
+    def __init__(self, sql: str, why: str, tables: tuple[str, ...] = ()):
         super().__init__(f"cannot parse DDL ({why}): {sql}")
         self.sql = sql
+        self.tables = tables  # "db.table" names it touches, where they could be read
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,7 @@ def parse_ddl(sql: str, default_db: str) -> list[SchemaChange]:
         raise UnparsedDDL(sql, "sqlglot could not parse it")
     if stmt.kind not in ("create", "alter"):
         return []
-    tree = sqlglot.parse_one(sql, read="mysql")
+    tree = stmt.tree
     table = tree.find(exp.Table)
     name = f"{table.db or default_db}.{table.name}"
     try:
@@ -160,7 +160,7 @@ def parse_ddl(sql: str, default_db: str) -> list[SchemaChange]:
             return [_create(tree, name, default_db)]
         return [c for action in tree.args.get("actions") or [] for c in _alter_action(action, name, default_db)]
     except (ValueError, AttributeError, IndexError) as e:
-        raise UnparsedDDL(sql, str(e)) from None
+        raise UnparsedDDL(sql, str(e), stmt.tables) from None
 
 
 def _create(tree: exp.Create, name: str, default_db: str) -> SchemaChange:

@@ -16,9 +16,9 @@ import logging
 import time
 
 import pymysql
-from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
 
+from cdc_core.binlog import open_binlog
 from cdc_core.positions import BinlogPosition, master_position
 from cdc_core.source import ConnectionSettings
 
@@ -108,10 +108,7 @@ def scan_for_start(conn: ConnectionSettings, server_id: int, cur, *, timestamp_m
     start, end = earliest_position(cur), master_position(cur)
     if end <= start:
         return end
-    reader = BinLogStreamReader(
-        connection_settings=conn.pymysql_kwargs(), server_id=server_id, is_mariadb=False,
-        log_file=start.file, log_pos=start.pos, resume_stream=True, blocking=True,
-        only_events=[MariadbGtidEvent, XidEvent, QueryEvent])
+    reader = open_binlog(conn, server_id, start, only_events=[MariadbGtidEvent, XidEvent, QueryEvent])
     boundary, found = start, False
     try:
         for event in reader:

@@ -38,11 +38,10 @@ import time
 from dataclasses import dataclass
 
 import pymysql
-from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from cdc_core.binlog import fix_image
+from cdc_core.binlog import fix_image, open_binlog
 from cdc_core.config import captures
 from cdc_core.positions import BinlogPosition
 from cdc_core.source import ConnectionSettings
@@ -206,14 +205,8 @@ def run_reader(spec: ReaderSpec, queue, parent: int) -> None:
 
 def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
     capture = _CaptureFilter(spec.tables, spec.exclude)
-    reader = BinLogStreamReader(
-        connection_settings=spec.conn.pymysql_kwargs(),
-        server_id=spec.server_id,
-        is_mariadb=False,  # with True, MariaDB resumes by GTID only and ignores log_file/log_pos
-        log_file=spec.start.file,
-        log_pos=spec.start.pos,
-        resume_stream=True,
-        blocking=True,
+    reader = open_binlog(
+        spec.conn, spec.server_id, spec.start,
         slave_heartbeat=HEARTBEAT_SECONDS,
         report_slave=spec.report_as,
         enable_logging=False,
@@ -230,8 +223,9 @@ def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
             return
         for event in reader:
             file, pos = reader.log_file, reader.log_pos
+            at = BinlogPosition(file, pos)
             if isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
-                if capture.captured(event.schema, event.table) and (skip is None or BinlogPosition(file, pos) > skip):
+                if capture.captured(event.schema, event.table) and (skip is None or at > skip):
                     rows, columns = _rows(event)
                     op = _OPS[type(event)]
                     buffer.add(("rows", event.schema, event.table, op, file, pos, columns, rows, event.timestamp,
@@ -252,7 +246,7 @@ def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
                     buffer.add(("query", db, sql, file, pos, gtid, event.timestamp))
             elif isinstance(event, HeartbeatLogEvent):
                 buffer.add(("beat", file, pos))
-            if until is not None and BinlogPosition(file, pos) >= until:
+            if until is not None and at >= until:
                 buffer.add(("end", file, pos))
                 return
     finally:

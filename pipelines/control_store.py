@@ -53,6 +53,7 @@ class ControlStore:
         self.root = f"{sink_path.rstrip('/')}/_binlake"
         self.pipeline = pipeline
         self.storage_options = storage_options or None
+        self._checkpoints = None  # the stream_checkpoint table, once it exists
 
     def _read(self, name: str) -> list[dict]:
         t = open_table(f"{self.root}/{name}", self.storage_options)
@@ -128,13 +129,17 @@ class ControlStore:
                "resume_pos": offset.resume.pos, "applied_file": offset.applied.file,
                "applied_pos": offset.applied.pos, "gtid": offset.gtid, "event_time": offset.event_time,
                "rows_applied": rows_applied, "committed_at": dt.datetime.now(dt.UTC)}
-        uri = f"{self.root}/stream_checkpoint"
-        t = open_table(uri, self.storage_options)
-        if t is not None and len(t.file_uris()) >= CHECKPOINT_COMPACT_ROWS:
+        # One handle for the stream's life: a checkpoint per batch must not replay the table's log each time.
+        t = self._checkpoints = self._checkpoints or open_table(f"{self.root}/stream_checkpoint", self.storage_options)
+        if t is None:
+            self._append("stream_checkpoint", [row], CHECKPOINT_SCHEMA)
+            return
+        t.update_incremental()
+        if len(t.file_uris()) >= CHECKPOINT_COMPACT_ROWS:
             others = [r for r in t.to_pyarrow_table().to_pylist() if r["pipeline"] != self.pipeline]
             write_deltalake(t, pa.Table.from_pylist(others + [row], schema=CHECKPOINT_SCHEMA), mode="overwrite")
         else:
-            self._append("stream_checkpoint", [row], CHECKPOINT_SCHEMA)
+            write_deltalake(t, pa.Table.from_pylist([row], schema=CHECKPOINT_SCHEMA), mode="append")
 
 
 @dataclass(frozen=True)

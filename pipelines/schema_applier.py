@@ -197,6 +197,8 @@ def conform(table: pa.Table, target: pa.Schema) -> pa.Table:
     """Rows in the source's columns, shaped as the Delta table: columns matched by name,
     cast to Delta's type, missing ones NULL; a value Delta's type cannot hold is NULL
     (only under ignore/try_evolve, where Delta kept an older type) and logged."""
+    if table.schema == target:  # the usual case: no schema change since the table was created
+        return table
     arrays = []
     for f in target:
         if f.name not in table.column_names:

@@ -59,15 +59,13 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
             phase = "needs backfill (not streamed)"
         elif key is not None or (cp is not None and (not plan or len(done) == len(plan))):
             phase = f"streaming ({cp.state})" if cp else "streaming"
-            key = key or (cp.offset.applied.file_number, cp.offset.applied.pos)
             if cp is not None:  # the checkpoint is at or past every table's own commit
-                key = max(key, (cp.offset.applied.file_number, cp.offset.applied.pos))
+                key = max(k for k in (key, cp.offset.applied.key) if k is not None)
         elif plan and len(done) < len(plan):
             phase = f"snapshot {len(done)}/{len(plan)} chunks"
         elif plan:
             phase = "snapshot done"
-            hws = [(BinlogPosition(r["hw_file"], r["hw_pos"])) for r in done.values()]
-            key = max((h.file_number, h.pos) for h in hws) if hws else None
+            key = max((BinlogPosition(r["hw_file"], r["hw_pos"]).key for r in done.values()), default=None)
         else:
             phase = "not started"
         lag_s, lag_b = lag(key, cp.offset.event_time if cp else 0)
@@ -80,7 +78,7 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
               "gtid": cp.offset.gtid if cp else None,
               "checkpoint_at": cp.committed_at.isoformat() if cp else None,
               "source_end": str(end) if end else None}
-    key = (cp.offset.applied.file_number, cp.offset.applied.pos) if cp else None
+    key = cp.offset.applied.key if cp else None
     stream["lag_seconds"], stream["lag_bytes"] = lag(key, cp.offset.event_time if cp else 0)
     return {"pipeline": cfg.pipeline.name, "stream": stream, "tables": tables, "source_error": source_error,
             "at": dt.datetime.now(dt.UTC).isoformat()}

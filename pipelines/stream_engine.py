@@ -32,11 +32,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from deltalake import write_deltalake
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
 
 from cdc_core.chunk_reader import output_schema
 from cdc_core.config import BinlakeConfig
-from cdc_core.ddl import parse_statement
 from cdc_core.handoff import HandoffFilter
 from cdc_core.lifecycle import Lifecycle, State
 from cdc_core.offsets import SkipFilter, StreamOffset
@@ -60,6 +60,7 @@ from pipelines.delta_sink import (
     applied_position_key,
     apply_changes,
     ensure_table,
+    open_table,
     stream_commit_properties,
     table_uri,
     truncate,
@@ -117,6 +118,7 @@ class StreamEngine:
         self._pool = ThreadPoolExecutor(4, thread_name_prefix="apply")
         self._reader = None
         self._queue = None
+        self.offset: StreamOffset | None = None  # the last checkpointed offset
 
     # --- set-up -------------------------------------------------------------------------
 
@@ -127,16 +129,16 @@ class StreamEngine:
         if keyless:
             raise StartupError(f"tables without a primary key cannot be streamed (updates and deletes need a key): "
                                f"{', '.join(keyless)}; add a primary key or exclude them (source.exclude_tables)")
-        self.tables = {n: ensure_table(table_uri(self.cfg.sink.path, n), output_schema(s),
-                                       self.cfg.sink.storage_options) for n, s in self.schemas.items()}
-        self.sink_schemas = {n: delta_schema(t) for n, t in self.tables.items()}
+        self.tables: dict[str, DeltaTable] = {}  # opened once the schema history says what is captured
+        self.sink_schemas: dict[str, pa.Schema] = {}
         self.filters: dict[str, HandoffFilter] = {}
         self.low_watermark: BinlogPosition | None = None
         plans = self.store.load_plans()
         for n in names:
             if n not in plans:
                 continue
-            done = self.store.completed_chunks(n, self.tables[n])
+            done = self.store.completed_chunks(n, open_table(table_uri(self.cfg.sink.path, n),
+                                                             self.cfg.sink.storage_options))
             missing = [c.index for c in plans[n] if c.index not in done]
             if missing:
                 raise StartupError(f"the snapshot of {n} is not complete ({len(missing)} of {len(plans[n])} chunks "
@@ -197,11 +199,15 @@ class StreamEngine:
                 del self.schemas[n]
                 self._record(n, start, 0, "appeared", "recorded", description="table appeared while stopped",
                              detail="entered the capture list with existing rows: needs a backfill (not streamed)")
-        for n in self.schemas:
-            if n not in self.tables:
-                self.tables[n] = ensure_table(table_uri(self.cfg.sink.path, n), output_schema(self.schemas[n]),
+        for n, schema in self.schemas.items():
+            self._open_sink(n, schema)
+
+    def _open_sink(self, name: str, schema: TableSchema) -> DeltaTable:
+        """The table's Delta table (created empty with ``schema`` if missing), with its schema noted."""
+        dt = self.tables[name] = ensure_table(table_uri(self.cfg.sink.path, name), output_schema(schema),
                                               self.cfg.sink.storage_options)
-                self.sink_schemas[n] = delta_schema(self.tables[n])
+        self.sink_schemas[name] = delta_schema(dt)
+        return dt
 
     def _record(self, table: str, pos: BinlogPosition, index: int, kind: str, status: str, *,
                 schema: TableSchema | None = None, description: str = "", ddl: str = "", detail: str = "",
@@ -290,7 +296,7 @@ class StreamEngine:
             self._pool.shutdown()
             self._restore_signals(handlers)
             self.summary.seconds = time.monotonic() - started
-            self.summary.end = self.offset.applied if hasattr(self, "offset") else None
+            self.summary.end = self.offset.applied if self.offset else None
         return self.summary
 
     def _install_signals(self):
@@ -414,8 +420,8 @@ class StreamEngine:
         try:
             changes = parse_ddl(sql, db)
         except UnparsedDDL as e:
-            touched = [n for n in parse_statement(sql, db).tables if n in self.schemas]
-            if touched or not parse_statement(sql, db).tables:
+            touched = [n for n in e.tables if n in self.schemas]
+            if touched or not e.tables:
                 for n in touched or ["?"]:
                     self._record(n, p, 0, "unparsed", "unparsed", ddl=sql, detail=str(e))
                 if behavior == "exception" and touched:
@@ -447,14 +453,14 @@ class StreamEngine:
                 self._record(name, p, index, c.kind, "recorded", ddl=sql, description=c.describe(),
                              detail="no primary key: not streamed")
                 return
-            dt = self.tables[name] = ensure_table(table_uri(self.cfg.sink.path, name), output_schema(schema),
-                                                  self.cfg.sink.storage_options)
-            if not self.skip.applied(name, p) and (dt.version() > 0 or delta_schema(dt) != output_schema(schema)):
+            dt = self._open_sink(name, schema)
+            reused = dt.version() > 0 or self.sink_schemas[name] != output_schema(schema)
+            if reused and not self.skip.applied(name, p):
                 # A table of that name existed before (dropped since): MySQL's new table is empty.
                 write_deltalake(dt, output_schema(schema).empty_table(), mode="overwrite", schema_mode="overwrite",
                                 commit_properties=props)
+                self.sink_schemas[name] = delta_schema(dt)
             self.schemas[name] = schema
-            self.sink_schemas[name] = delta_schema(dt)
             self._record(name, p, index, c.kind, "applied", schema=schema, ddl=sql, description=c.describe(),
                          detail="captured from its creation", held_ms=(time.monotonic() - seen) * 1000)
             return

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from cdc_core.positions import BinlogPosition
 from cdc_core.source import connect, connection_settings
 from cdc_core.table_schema import describe_table
 from cdc_core.types import arrow_type
@@ -166,8 +167,8 @@ def test_two_ddls_on_two_tables_in_one_batch_and_restart_before_apply(db, make_c
         events = cur.fetchall()
     first_ddl = next(e for e in events if "ADD COLUMN pn" in str(e[5]))
     store = ControlStore(cfg.sink.path, cfg.pipeline.name)
-    store.record_schema(f"{name}.p", __import__("cdc_core.positions", fromlist=["BinlogPosition"]).BinlogPosition(
-        first_ddl[0], first_ddl[4]), 0, "add_column", status="pending", description="left pending by a crash")
+    store.record_schema(f"{name}.p", BinlogPosition(first_ddl[0], first_ddl[4]), 0, "add_column", status="pending",
+                        description="left pending by a crash")
     StreamEngine(cfg, until_now=True).run()
     diffs = [d for d in diff_tables(cfg, [f"{name}.p", f"{name}.q"]) if not d.equal]
     assert not diffs, "\n".join(d.describe() for d in diffs)
@@ -218,7 +219,6 @@ def test_alter_on_200k_rows_while_writes_continue(db, make_config):
 
 def test_new_table_and_rename_into_capture(db, make_config):
     name, conn = db
-    cfg = make_config(name, source={"startup": {"mode": "latest"}})
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE outside_x (id INT PRIMARY KEY)")
         cur.execute("INSERT INTO outside_x VALUES (1)")

@@ -378,6 +378,13 @@ class Writer(threading.Thread):
 
 # --- crash safety ------------------------------------------------------------------------------
 
+def _shop(conn, name: str, make_config, tmp_path: Path, chunk_size: int):
+    """The three crash-test tables, filled; their names, config and config file."""
+    create_tables(conn)
+    cfg = make_config(name, chunk_size=chunk_size, stream=STREAM)
+    return [f"{name}.acct", f"{name}.orders", f"{name}.tags"], cfg, _write_config(cfg, tmp_path / "binlake.yaml")
+
+
 def _delta_log_count(cfg: BinlakeConfig, names: list[str]) -> int:
     return sum(len(list((Path(table_uri(cfg.sink.path, n)) / "_delta_log").glob("*.json"))) for n in names)
 
@@ -442,10 +449,7 @@ def _finish(cfg, config, names, log_dir, password) -> Stream:
 
 def test_sigkill_at_random_moments_under_random_workload(mariadb, db, spark, make_config, tmp_path):
     name, conn = db
-    create_tables(conn)
-    names = [f"{name}.acct", f"{name}.orders", f"{name}.tags"]
-    cfg = make_config(name, chunk_size=400, stream=STREAM)
-    config = _write_config(cfg, tmp_path / "binlake.yaml")
+    names, cfg, config = _shop(conn, name, make_config, tmp_path, chunk_size=400)
     rng = random.Random(SEED)
     writer = Writer(mariadb, name, SEED + 1)
     writer.start()
@@ -472,10 +476,7 @@ def test_sigkill_while_catching_up_on_large_transactions(mariadb, db, spark, mak
     """A backlog of transactions of thousands of rows (batches of 500 rows cut inside each),
     killed again and again while the stream works through it."""
     name, conn = db
-    create_tables(conn)
-    names = [f"{name}.acct", f"{name}.orders", f"{name}.tags"]
-    cfg = make_config(name, chunk_size=1000, stream=STREAM)
-    config = _write_config(cfg, tmp_path / "binlake.yaml")
+    names, cfg, config = _shop(conn, name, make_config, tmp_path, chunk_size=1000)
     snapshot(cfg, spark)
     writer = Writer(mariadb, name, SEED + 2)
     with mariadb.connect(name) as c, c.cursor() as cur:
@@ -619,10 +620,7 @@ def test_source_server_restart_mid_stream(own_server, tmp_path):
 
 def test_binlog_rotation_while_streaming(mariadb, db, spark, make_config, tmp_path):
     name, conn = db
-    create_tables(conn)
-    names = [f"{name}.acct", f"{name}.orders", f"{name}.tags"]
-    cfg = make_config(name, chunk_size=1000, stream=STREAM)
-    config = _write_config(cfg, tmp_path / "binlake.yaml")
+    names, cfg, config = _shop(conn, name, make_config, tmp_path, chunk_size=1000)
     snapshot(cfg, spark)
     logs = tmp_path / "logs"
     writer = Writer(mariadb, name, SEED + 4)
