@@ -22,6 +22,9 @@ _RENAME = re.compile(r"^\s*RENAME\s+TABLES?\s+(.*)$", re.IGNORECASE | re.DOTALL)
 _IDENT = r"(?:`(?:[^`]|``)+`|[\w$]+)"
 _NAME = rf"({_IDENT}(?:\s*\.\s*{_IDENT})?)"
 _PAIR = re.compile(rf"{_NAME}\s+TO\s+{_NAME}", re.IGNORECASE)
+# A table DDL sqlglot only keeps as an opaque command (e.g. ALTER TABLE t ADD COLUMN (a INT, b INT)).
+_TABLE_DDL = re.compile(rf"^\s*(?:/\*.*?\*/\s*)*(?:ALTER|CREATE|DROP|TRUNCATE)\s+(?:TEMPORARY\s+)?TABLE\s+"
+                        rf"(?:IF\s+(?:NOT\s+)?EXISTS\s+)?{_NAME}", re.IGNORECASE | re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,11 @@ def parse_statement(sql: str, default_db: str) -> Statement:
     except sqlglot.errors.ParseError:
         log.debug("unparsed statement", exc_info=True)
         return Statement("unparsed", (), sql)
+    if isinstance(tree, exp.Command):
+        m = _TABLE_DDL.match(sql)
+        if m:  # a table's DDL that sqlglot could not parse: never "other", never skipped
+            return Statement("unparsed", (_qualified(m.group(1), default_db),), sql)
+        return Statement("other", (), sql)
     kind = {exp.TruncateTable: "truncate", exp.Alter: "alter", exp.Create: "create", exp.Drop: "drop"}.get(
         type(tree), "other")
     if kind in ("create", "drop") and str(tree.args.get("kind", "")).upper() not in ("TABLE", ""):

@@ -149,7 +149,7 @@ def parse_ddl(sql: str, default_db: str) -> list[SchemaChange]:
     if stmt.kind == "drop":
         return [SchemaChange("drop_table", t) for t in stmt.tables]
     if stmt.kind == "unparsed":
-        raise UnparsedDDL(sql, "sqlglot could not parse it")
+        raise UnparsedDDL(sql, "sqlglot could not parse it", stmt.tables)
     if stmt.kind not in ("create", "alter"):
         return []
     tree = stmt.tree

@@ -243,3 +243,24 @@ def test_new_table_and_rename_into_capture(db, make_config):
 
     phases = {t["table"]: t["phase"] for t in pipeline_status(cfg)["tables"]}
     assert "backfill" in phases[f"{name}.t_renamed"]
+
+
+@pytest.mark.parametrize("behavior", ["exception", "lenient"])
+def test_unparsed_ddl_on_a_captured_table_is_never_skipped_silently(db, make_config, behavior):
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE u ({BASE})")
+    cfg = make_config(name, pipeline={"schema_change_behavior": behavior}, source={"startup": {"mode": "latest"}})
+    StreamEngine(cfg, until_now=True).run()
+    ddl = "ALTER TABLE u ADD COLUMN (p INT, q INT)"  # sqlglot keeps this form as an opaque command
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO u (id) VALUES (1)")
+        cur.execute(ddl)
+    if behavior == "exception":
+        with pytest.raises(SchemaChangeRejected, match=r"cannot be parsed: ALTER TABLE u ADD COLUMN \(p INT, q INT\)"):
+            StreamEngine(cfg, until_now=True).run()
+    else:
+        StreamEngine(cfg, until_now=True).run()
+    unparsed = [r for r in ControlStore(cfg.sink.path, cfg.pipeline.name).schema_history()
+                if r["status"] == "unparsed"]
+    assert [(r["table"], r["ddl"]) for r in unparsed] == [(f"{name}.u", ddl)]
