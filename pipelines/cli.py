@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 
@@ -213,5 +214,20 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_RUNTIME
 
 
+def run() -> None:
+    """Console-script entry: run ``main`` and leave the process without interpreter teardown.
+
+    Arrow's C++ scanner threads (behind deltalake's ``to_pyarrow_table``) can still be joinable
+    when the interpreter tears down, and then the process aborts with SIGABRT ("terminate called
+    without an active exception", apache/arrow#34314) after all work is done, turning exit 0 or 2
+    into -6. Every output is flushed first; nothing else is pending once ``main`` has returned.
+    """
+    code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
