@@ -90,6 +90,10 @@ class StreamConfig(_Strict):
     max_batch_rows: int = Field(10000, ge=1)
     max_batch_seconds: float = Field(1.0, gt=0)
     heartbeat_seconds: float = Field(30, gt=0)
+    # inline: the engine applies a column change itself; external: it records the change as
+    # pending and holds the table until another process (the Dagster sensor's run) applies it.
+    schema_changes: Literal["inline", "external"] = "inline"
+    max_held_rows: int = Field(100_000, ge=1)  # rows of held tables kept in memory before reading pauses
 
 
 class RouteConfig(_Strict):

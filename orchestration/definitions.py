@@ -1,6 +1,7 @@
 """Dagster code location: one asset per captured table, materialised by the chunked
 snapshot on Spark, with row counts and chunk watermarks as asset metadata and an
-asset check comparing Delta with MySQL row by row.
+asset check comparing Delta with MySQL row by row; and the schema-change sensor with
+the job it launches (orchestration/schema_changes.py).
 
 The table list is read from MySQL when the code location loads; if the source is
 unreachable, the location still loads (with no table assets) and says why in the
@@ -23,6 +24,7 @@ from dagster import (
 )
 
 from cdc_core.config import load_config
+from orchestration.schema_changes import apply_schema_changes, schema_change_sensor
 from pipelines.delta_sink import table_uri
 from resources.binlake import BinlakeConfigResource, SparkResource, config_path
 
@@ -87,7 +89,9 @@ def build_definitions(path: str) -> Definitions:
         assets.append(snapshot_tables)
     return Definitions(
         assets=assets,
-        jobs=[define_asset_job("snapshot_job", selection=[s.key for s in specs])] if specs else [],
+        jobs=[apply_schema_changes, *([define_asset_job("snapshot_job", selection=[s.key for s in specs])]
+                                      if specs else [])],
+        sensors=[schema_change_sensor],
         resources={"binlake": BinlakeConfigResource(path=path), "spark": SparkResource()},
     )
 

@@ -12,6 +12,7 @@ from cdc_core.source import captured_tables, connect, connection_settings
 from cdc_core.startup import binlog_files, lag_bytes
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import applied_position_key, open_table, table_uri
+from pipelines.schema_registry import pending_changes
 
 
 def _file_name(number: int, like: str | None) -> str:
@@ -37,7 +38,9 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
             end = master_position(cur)
     except Exception as e:  # noqa: BLE001 - status still shows the lake's side
         source_error = f"{type(e).__name__}: {e.args[-1] if e.args else e}"
-    backfill = {r["table"] for r in store.schema_history() if "backfill" in (r["detail"] or "")}
+    history = store.schema_history()
+    backfill = {r["table"] for r in history if "backfill" in (r["detail"] or "")}
+    held = {p.table: p for p in pending_changes(store, history)}
     names = sorted(set(names) | set(plans))
     now = time.time()
 
@@ -55,7 +58,9 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
         key = applied_position_key(t, cfg.pipeline.name) if t is not None else None
         plan = plans.get(n, [])
         done = store.completed_chunks(n, t) if plan else {}
-        if n in backfill and key is None:
+        if n in held:
+            phase = f"held: schema change pending since {held[n].position} ({held[n].description})"
+        elif n in backfill and key is None:
             phase = "needs backfill (not streamed)"
         elif key is not None or (cp is not None and (not plan or len(done) == len(plan))):
             phase = f"streaming ({cp.state})" if cp else "streaming"

@@ -18,6 +18,14 @@ Invariants (tests/test_stream*.py):
 - Transient faults (connection loss, server restart) commit what was read and
   reconnect from the checkpoint with backoff; a purged position or a server_id in
   use stops the engine with an error saying what to do.
+- Schema changes (pause/flush/apply/resume): everything before a DDL is committed
+  before it takes effect. Inline, the change is applied before the next event is read.
+  With ``stream.schema_changes: external`` the change is recorded pending and the
+  table is held: its later rows wait in memory (other tables keep flowing) until the
+  schema history shows the change resolved; past ``max_held_rows`` held rows reading
+  pauses. While a table is held the pipeline checkpoint stays at the offset before
+  its DDL (other tables' own offsets skip what they already have), so a crash or
+  reconnect re-reads the DDL and the held rows; nothing held is ever lost.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
@@ -65,13 +74,15 @@ from pipelines.delta_sink import (
     table_uri,
     truncate,
 )
-from pipelines.schema_applier import SchemaChangeRejected, apply_schema_change, conform, delta_schema
+from pipelines.schema_applier import SchemaChangeRejected, conform, delta_schema
+from pipelines.schema_registry import PendingChange, apply_pending, resolutions
 
 log = logging.getLogger(__name__)
 
 MAX_BATCH_BYTES = 64 << 20
 RETRY_DELAYS = (0.5, 1, 2, 4, 8, 15, 30)
 RETRY_FOR_SECONDS = 300.0  # give up on a transient fault that lasts longer than this
+HOLD_POLL_SECONDS = 0.5  # how often a held table's change is looked up in the schema history
 
 
 class StreamFailed(RuntimeError):
@@ -91,6 +102,7 @@ class StreamSummary:
     seconds: float = 0.0
     stop_reason: str = ""
     tables: dict[str, int] = field(default_factory=dict)  # changes per table
+    held_rows_peak: int = 0  # most rows of held tables kept in memory at once (external schema changes)
 
 
 @dataclass
@@ -99,6 +111,16 @@ class _Batch:
     rows: int = 0
     bytes: int = 0
     opened: float = 0.0  # monotonic time of the first row
+
+
+@dataclass
+class _Hold:
+    """A table waiting for its pending schema change to be applied by another process."""
+
+    pending: PendingChange
+    before: TableSchema  # the source schema before the DDL (restored when the DDL is read again)
+    checkpoint: StreamOffset  # the pipeline offset before the DDL: the checkpoint stays here
+    batch: _Batch = field(default_factory=_Batch)  # the table's rows after the DDL
 
 
 class StreamEngine:
@@ -119,6 +141,8 @@ class StreamEngine:
         self._reader = None
         self._queue = None
         self.offset: StreamOffset | None = None  # the last checkpointed offset
+        self.holds: dict[str, _Hold] = {}
+        self._polled = 0.0
 
     # --- set-up -------------------------------------------------------------------------
 
@@ -318,17 +342,26 @@ class StreamEngine:
         last_checkpoint = time.monotonic()
         failing_since = None
         attempt = 0
+        ended = False  # the reader reached --until now's end
         while True:
             if self._stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
                 self._commit()
                 self.summary.stop_reason = "stop requested" if self._stop.is_set() else "max-seconds reached"
                 return
-            try:
-                items = self._queue.get(timeout=0.05)
-            except queue_mod.Empty:
-                items = []
-                if not self._reader.is_alive():
-                    items = [("error", "transient", f"reader process exited with code {self._reader.exitcode}")]
+            self._poll_holds()
+            if ended and not self.holds:
+                self._commit()
+                self.summary.stop_reason = f"reached {self.until}"
+                return
+            items = []
+            if ended or self._held_rows() >= self.cfg.stream.max_held_rows:
+                self._stop.wait(0.05)  # the reader blocks on the full queue: memory stays bounded
+            else:
+                try:
+                    items = self._queue.get(timeout=0.05)
+                except queue_mod.Empty:
+                    if not self._reader.is_alive():
+                        items = [("error", "transient", f"reader process exited with code {self._reader.exitcode}")]
             for item in items:
                 kind = item[0]
                 if kind == "rows":
@@ -341,11 +374,10 @@ class StreamEngine:
                     if self.resume == self.position:  # between transactions: everything up to here is read
                         self.position = self.resume = max(self.position, BinlogPosition(item[1], item[2]))
                 elif kind == "query":
-                    self._on_query(item)
+                    if not self._on_query(item):
+                        break  # stopping while waiting for a held table: the statement is read again
                 elif kind == "end":
-                    self._commit()
-                    self.summary.stop_reason = f"reached {self.until}"
-                    return
+                    ended = True  # done once every held table is released
                 else:  # error
                     _, what, message = item
                     self._commit()
@@ -371,6 +403,7 @@ class StreamEngine:
                     self.life.to(State.STARTING)
                     if self._stop.wait(delay):
                         return
+                    self._drop_holds()  # their DDLs and rows are read again from the checkpoint
                     self.skip = self._skip_filter(self.offset.applied)
                     self.resume, self.position = self.offset.resume, self.offset.applied
                     self._start_reader(self.offset.resume, self.offset.applied)
@@ -393,7 +426,8 @@ class StreamEngine:
         self.position, self.event_time = p, ts or self.event_time
         if name not in self.schemas or self.skip.applied(name, p):
             return
-        b = self.batch
+        hold = self.holds.get(name)
+        b = hold.batch if hold else self.batch
         tb = b.tables.get(name)
         if tb is None:
             f = self.filters.get(name)
@@ -407,19 +441,80 @@ class StreamEngine:
             b.opened = time.monotonic()
         b.rows += len(rows)
         b.bytes += size
+        if hold:
+            self.summary.held_rows_peak = max(self.summary.held_rows_peak, self._held_rows())
 
-    def _on_query(self, item) -> None:
+    # --- held tables (stream.schema_changes: external) ---------------------------------------
+
+    def _held_rows(self) -> int:
+        return sum(h.batch.rows for h in self.holds.values())
+
+    def _poll_holds(self, force: bool = False) -> None:
+        """Release every held table whose change the schema history shows resolved."""
+        now = time.monotonic()
+        if not self.holds or (not force and now - self._polled < HOLD_POLL_SECONDS):
+            return
+        self._polled = now
+        resolved = resolutions(self.store)
+        for name, hold in list(self.holds.items()):
+            r = resolved.get(hold.pending.key)
+            if r is None:
+                continue
+            if r["status"] == "failed":
+                raise SchemaChangeRejected(f"the schema change of {name} at {hold.pending.position} failed: "
+                                           f"{r['detail']} (DDL: {hold.pending.ddl})")
+            del self.holds[name]
+            table = self.tables[name]
+            table.update_incremental()  # the change was committed by another process
+            self.sink_schemas[name] = delta_schema(table)
+            held = hold.batch.tables.get(name)
+            if held is not None:  # nothing of the table is in the open batch: its rows all went to the hold
+                b = self.batch
+                b.tables[name] = held
+                b.opened = min(b.opened, hold.batch.opened) if b.rows else hold.batch.opened
+                b.rows += hold.batch.rows
+                b.bytes += hold.batch.bytes
+            log.info("%s released: %s %s (%s)", name, hold.pending.description, r["status"], r["detail"])
+
+    def _drop_holds(self) -> None:
+        """Forget held rows before reading again from the checkpoint, which is before their DDLs."""
+        for name, hold in self.holds.items():
+            self.schemas[name] = hold.before
+        self.holds.clear()
+
+    def _wait_for_holds(self, names: list[str]) -> bool:
+        """Block until none of ``names`` is held; False if a stop was requested meanwhile."""
+        while any(n in self.holds for n in names):
+            if self._stop.wait(HOLD_POLL_SECONDS / 5):
+                return False
+            self._poll_holds(force=True)
+            if self.batch.rows and time.monotonic() - self.batch.opened >= self.cfg.stream.max_batch_seconds:
+                self._commit()  # other tables' rows read so far keep flowing
+        return True
+
+    # --- DDL ----------------------------------------------------------------------------------
+
+    def _on_query(self, item) -> bool:
+        """Handle a DDL statement; False when a stop was requested before it could be handled."""
         _, db, sql, file, pos, gtid, ts = item
         seen = time.monotonic()
-        self._commit()  # everything before the statement is durable before it takes effect
         p = BinlogPosition(file, pos)
-        self.position = self.resume = p
-        self.gtid, self.event_time = gtid or self.gtid, ts or self.event_time
-        offset = StreamOffset(p, p, self.gtid, self.event_time)
         behavior = self.cfg.pipeline.schema_change_behavior
+        unparsed = None
         try:
             changes = parse_ddl(sql, db)
         except UnparsedDDL as e:
+            changes, unparsed = [], e
+        touched = [c.table for c in changes] + [c.new_name for c in changes if c.new_name] + list(
+            unparsed.tables if unparsed else ())
+        if not self._wait_for_holds(touched):  # a table's changes stay in binlog order
+            return False
+        self._commit()  # everything before the statement is durable before it takes effect
+        self.position = self.resume = p
+        self.gtid, self.event_time = gtid or self.gtid, ts or self.event_time
+        offset = StreamOffset(p, p, self.gtid, self.event_time)
+        if unparsed is not None:
+            e = unparsed
             touched = [n for n in e.tables if n in self.schemas]
             if touched or not e.tables:
                 for n in touched or ["?"]:
@@ -428,10 +523,10 @@ class StreamEngine:
                     raise SchemaChangeRejected(f"schema_change_behavior is exception and a DDL on {', '.join(touched)} "
                                                f"at {p} cannot be parsed: {sql}") from None
                 log.warning("DDL at %s not understood, recorded in the schema history: %s", p, e)
-            changes = []
         for i, change in enumerate(changes):
             self._schema_change(change, i, p, sql, offset, seen)
         self._checkpoint(offset)
+        return True
 
     def _schema_change(self, c: SchemaChange, index: int, p: BinlogPosition, sql: str, offset: StreamOffset,
                        seen: float) -> None:
@@ -478,17 +573,15 @@ class StreamEngine:
         before = self.schemas[name]
         after = evolve_schema(before, c)
         self._record(name, p, index, c.kind, "pending", ddl=sql, description=c.describe(), schema=after)
-        try:
-            result = apply_schema_change(self.tables[name], c, self.cfg.pipeline.schema_change_behavior, props)
-        except SchemaChangeRejected as e:
-            self._record(name, p, index, c.kind, "failed", ddl=sql, description=c.describe(), detail=str(e))
-            raise SchemaChangeRejected(f"{e} (DDL at {p}: {sql})") from None
-        self.schemas[name] = after
+        pending = PendingChange(name, p, index, c.kind, sql, c.describe(), after.to_json(),
+                                datetime.now(UTC) - timedelta(seconds=time.monotonic() - seen))
+        self.schemas[name] = after  # the table's rows after the DDL are decoded with its new schema
+        if self.cfg.stream.schema_changes == "external":
+            self.holds[name] = _Hold(pending, before, self.offset)
+            log.info("%s held at %s until %s is applied (Dagster sensor)", name, p, c.describe())
+            return
+        apply_pending(self.cfg, pending, store=self.store, table=self.tables[name])
         self.sink_schemas[name] = delta_schema(self.tables[name])
-        held = (time.monotonic() - seen) * 1000
-        self._record(name, p, index, c.kind, "skipped" if result.skipped else "applied", ddl=sql, schema=after,
-                     description=c.describe(), detail=result.action, held_ms=held)
-        log.info("schema change at %s: %s → %s (held %.0f ms)", p, c.describe(), result.action, held)
 
     def _describe(self, name: str) -> TableSchema:
         with connect(self.conn) as c, c.cursor() as cur:
@@ -525,7 +618,11 @@ class StreamEngine:
                       props)
 
     def _checkpoint(self, offset: StreamOffset) -> None:
-        self.store.save_checkpoint(offset, self.life.state, self.summary.changes)
+        if self.holds:  # a held table's rows after its DDL are only in memory: restart before the DDL
+            first = min((h.checkpoint for h in self.holds.values()), key=lambda o: o.applied)
+            offset = min(first, offset, key=lambda o: o.applied)
+        if offset != self.offset or not self.holds:
+            self.store.save_checkpoint(offset, self.life.state, self.summary.changes)
         self.offset = offset
         if self.progress:
             self.progress(self.summary, offset)

@@ -1,0 +1,130 @@
+"""Pending schema changes (Flink CDC's SchemaRegistry role): the stream engine records a
+column change of a captured table as ``pending`` in ``_binlake/schema_history``;
+``apply_pending`` applies it to the table's Delta table and records how it was resolved.
+The engine calls it inline (``stream.schema_changes: inline``, the default); with
+``external`` the engine holds the table and the Dagster job that the schema-change
+sensor launches calls the same function, while the engine polls for the resolution.
+
+Invariants (tests/test_schema_registry.py, tests/test_schema_evolution.py):
+- A pending change is resolved by one history record with status applied, skipped or
+  failed; ``pending_changes`` lists the unresolved ones in binlog order.
+- Applying is idempotent (a sensor firing twice, a run retried after a crash between
+  the Delta commit and the history record): a table whose own offset is past the DDL
+  already has every change of it; otherwise each change checks Delta's schema first
+  (an added column that is there, a dropped one that is gone, a type already in
+  place) and commits nothing again. The offset alone cannot tell: the changes of one
+  statement share its position.
+- A failure (the behaviour is ``exception``, or ``evolve`` could not apply the change)
+  is recorded as failed before ``SchemaChangeRejected`` is raised, so the engine that
+  holds the table stops with the same message.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass
+
+from deltalake import DeltaTable
+
+from cdc_core.config import BinlakeConfig
+from cdc_core.offsets import StreamOffset
+from cdc_core.positions import BinlogPosition
+from cdc_core.schema_change import SchemaChange, parse_ddl
+from pipelines.control_store import ControlStore
+from pipelines.delta_sink import applied_position_key, open_table, stream_commit_properties, table_uri
+from pipelines.schema_applier import ApplyResult, SchemaChangeRejected, apply_schema_change
+
+log = logging.getLogger(__name__)
+
+RESOLVED = ("applied", "skipped", "failed")
+
+
+@dataclass(frozen=True)
+class PendingChange:
+    """One column change of one table, at its DDL's binlog position, waiting to be applied."""
+
+    table: str
+    position: BinlogPosition
+    index: int  # the change's place among the statement's changes
+    kind: str
+    ddl: str
+    description: str
+    schema_json: str | None  # the source table's schema right after the change
+    recorded_at: dt.datetime
+
+    @property
+    def key(self) -> tuple[str, str, int, int]:
+        """Identifies the change in the schema history."""
+        return self.table, self.position.file, self.position.pos, self.index
+
+    @property
+    def run_key(self) -> str:
+        """A stable name for the change (the Dagster run key of its application)."""
+        return f"{self.table}@{self.position}#{self.index}"
+
+    def change(self) -> SchemaChange:
+        """The typed change, parsed again from the recorded DDL (unqualified names are the table's database)."""
+        return parse_ddl(self.ddl, self.table.split(".", 1)[0])[self.index]
+
+    @classmethod
+    def from_record(cls, r: dict) -> PendingChange:
+        """The pending change of a schema-history row."""
+        return cls(r["table"], BinlogPosition(r["file"], r["pos"]), r["change_index"], r["kind"], r["ddl"],
+                   r["description"], r["schema_json"], r["recorded_at"])
+
+
+def _key(r: dict) -> tuple[str, str, int, int]:
+    return r["table"], r["file"], r["pos"], r["change_index"]
+
+
+def resolutions(store: ControlStore) -> dict[tuple[str, str, int, int], dict]:
+    """The record resolving each resolved change, by change key."""
+    return {_key(r): r for r in store.schema_history() if r["status"] in RESOLVED}
+
+
+def pending_changes(store: ControlStore, history: list[dict] | None = None) -> list[PendingChange]:
+    """Recorded but unresolved changes, in binlog order (from ``history`` when the caller has read it)."""
+    history = store.schema_history() if history is None else history
+    resolved = {_key(r) for r in history if r["status"] in RESOLVED}
+    seen: set = set()
+    out = []
+    for r in history:
+        if r["status"] == "pending" and _key(r) not in resolved and _key(r) not in seen:
+            seen.add(_key(r))
+            out.append(PendingChange.from_record(r))
+    return out
+
+
+def apply_pending(cfg: BinlakeConfig, pending: PendingChange, *, store: ControlStore | None = None,
+                  table: DeltaTable | None = None, held_since: dt.datetime | None = None) -> ApplyResult:
+    """Apply ``pending`` to its Delta table under ``pipeline.schema_change_behavior`` and
+    record the resolution (see the module invariants); raises SchemaChangeRejected on failure."""
+    store = store or ControlStore(cfg.sink.path, cfg.pipeline.name, cfg.sink.storage_options)
+    if table is None:
+        table = open_table(table_uri(cfg.sink.path, pending.table), cfg.sink.storage_options)
+        if table is None:
+            raise SchemaChangeRejected(f"{pending.table} has no Delta table to apply {pending.description} to")
+    p = pending.position
+    held_since = held_since or pending.recorded_at
+    props = stream_commit_properties(cfg.pipeline.name, StreamOffset(p, p))
+
+    def record(status: str, detail: str) -> None:
+        held_ms = (dt.datetime.now(dt.UTC) - held_since).total_seconds() * 1000
+        store.record_schema(pending.table, p, pending.index, pending.kind, status=status, ddl=pending.ddl,
+                            description=pending.description, schema_json=pending.schema_json, detail=detail,
+                            held_ms=held_ms if status != "failed" else None)
+
+    done = applied_position_key(table, cfg.pipeline.name)
+    if done is not None and done > p.key:
+        result = ApplyResult(f"already in Delta (the table's offset is past {p})", skipped=True)
+        record("applied", result.action)
+        return result
+    try:
+        result = apply_schema_change(table, pending.change(), cfg.pipeline.schema_change_behavior, props)
+    except SchemaChangeRejected as e:
+        record("failed", str(e))
+        raise SchemaChangeRejected(f"{e} (DDL at {p}: {pending.ddl})") from None
+    record("skipped" if result.skipped else "applied", result.action)
+    log.info("schema change of %s at %s: %s → %s", pending.table, p, pending.description, result.action)
+    return result

@@ -1,0 +1,178 @@
+"""External schema changes (stream.schema_changes: external): the engine records a column
+change as pending and holds that table while other tables flow; the Dagster sensor
+launches the run that applies it with the same function the engine uses inline, and
+the engine then releases the table (pipelines/schema_registry.py, stream_engine.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import yaml
+from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
+from deltalake import DeltaTable
+
+from cdc_core.stream_reader import FLUSH_ROWS
+from orchestration.definitions import build_definitions
+from pipelines.control_store import ControlStore
+from pipelines.delta_sink import table_uri
+from pipelines.schema_applier import SchemaChangeRejected
+from pipelines.schema_registry import apply_pending, pending_changes
+from pipelines.status import pipeline_status
+from pipelines.stream_engine import StreamEngine
+from resources.binlake import BinlakeConfigResource
+from tests.helpers import assert_equal
+
+BASE = "id INT PRIMARY KEY, a INT, s VARCHAR(20)"
+
+
+def _setup(db, make_config, tmp_path, **stream):
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE t ({BASE})")
+        cur.execute(f"CREATE TABLE u ({BASE})")
+    cfg = make_config(name, source={"startup": {"mode": "latest"}},
+                      stream={"schema_changes": "external", "max_batch_seconds": 0.2} | stream)
+    path = tmp_path / "binlake.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json") | {
+        "source": cfg.source.model_dump(mode="json") | {"password": "${BINLAKE_TEST_PASSWORD}"}}))
+    StreamEngine(cfg, until_now=True).run()  # Delta tables and a checkpoint at the binlog end
+    return cfg, name, conn, str(path)
+
+
+def _rows(uri: str) -> int:
+    return DeltaTable(uri).to_pyarrow_dataset().count_rows()
+
+
+def _evaluate_sensor(path: str, instance):
+    defs = build_definitions(path)
+    sensor = defs.resolve_sensor_def("schema_change_sensor")
+    with build_sensor_context(instance=instance, resources={"binlake": BinlakeConfigResource(path=path)}) as ctx:
+        return defs, sensor(ctx)
+
+
+def _wait(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+class _Background(threading.Thread):
+    def __init__(self, engine: StreamEngine):
+        super().__init__(daemon=True)
+        self.engine, self.summary, self.error = engine, None, None
+
+    def run(self):
+        try:
+            self.summary = self.engine.run()
+        except BaseException as e:  # noqa: BLE001 - handed to the test thread
+            self.error = e
+
+
+def test_sensor_applies_the_held_change_while_other_tables_flow(db, make_config, tmp_path):
+    cfg, name, conn, path = _setup(db, make_config, tmp_path)
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO t SELECT seq, seq, 'before' FROM seq_1_to_100")
+        cur.execute("INSERT INTO u SELECT seq, seq, 'before' FROM seq_1_to_100")
+        cur.execute("ALTER TABLE t ADD COLUMN n INT NOT NULL DEFAULT 5 AFTER a")  # a rewrite in Delta
+        cur.execute("INSERT INTO t (id, a, n, s) SELECT seq, seq, seq * 2, 'after' FROM seq_101_to_150")
+        cur.execute("UPDATE t SET s = 'updated', n = 9 WHERE id <= 10")
+        cur.execute("INSERT INTO u SELECT seq, seq, 'after' FROM seq_101_to_150")
+        cur.execute("DELETE FROM u WHERE id <= 10")
+    t_uri, u_uri = table_uri(cfg.sink.path, f"{name}.t"), table_uri(cfg.sink.path, f"{name}.u")
+    store = ControlStore(cfg.sink.path, cfg.pipeline.name)
+
+    engine = _Background(StreamEngine(cfg, until_now=True))
+    engine.start()
+    # u flows past the DDL while t is held with its rows before the DDL applied
+    _wait(lambda: _rows(u_uri) == 140 or engine.error, 60, "u to be streamed past t's DDL")
+    assert engine.error is None, engine.error
+    (pending,) = pending_changes(store)
+    assert pending.table == f"{name}.t" and pending.kind == "add_column"
+    time.sleep(1.0)  # several poll rounds: still held
+    assert engine.is_alive()
+    t = DeltaTable(t_uri)
+    assert "n" not in t.schema().to_arrow().names and t.to_pyarrow_dataset().count_rows() == 100
+    assert store.checkpoint().offset.applied <= pending.position  # never past the held DDL
+    phases = {r["table"]: r["phase"] for r in pipeline_status(cfg)["tables"]}
+    assert phases[f"{name}.t"].startswith("held: schema change pending") and "add column n" in phases[f"{name}.t"]
+    assert phases[f"{name}.u"].startswith("streaming")
+
+    instance = DagsterInstance.ephemeral()
+    defs, requests = _evaluate_sensor(path, instance)
+    assert [type(r) for r in requests] == [RunRequest]
+    assert requests[0].run_key == pending.run_key
+    result = defs.resolve_job_def("apply_schema_changes").execute_in_process(
+        run_config=requests[0].run_config, instance=instance)
+    assert result.success
+    (mat,) = result.asset_materializations_for_node("apply_schema_change")
+    assert mat.asset_key.path == [name, "t"] and "rewrote" in mat.metadata["action"].value
+
+    engine.join(60)
+    assert not engine.is_alive() and engine.error is None, engine.error
+    assert engine.summary.stop_reason.startswith("reached")
+    assert_equal(cfg, [f"{name}.t", f"{name}.u"])
+    (resolved,) = [r for r in store.schema_history() if r["status"] == "applied" and r["table"] == f"{name}.t"]
+    assert resolved["held_ms"] >= 1000  # held from the DDL until the Dagster run applied it
+    _, again = _evaluate_sensor(path, instance)
+    assert isinstance(again, SkipReason)
+    # the same change applied again (a retried run) commits nothing
+    version = DeltaTable(t_uri).version()
+    assert "already in Delta" in apply_pending(cfg, pending).action
+    assert DeltaTable(t_uri).version() == version
+
+
+def test_held_rows_are_bounded_and_a_restart_holds_again(db, make_config, tmp_path):
+    cfg, name, conn, path = _setup(db, make_config, tmp_path, max_held_rows=50)
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO t SELECT seq, seq, 'before' FROM seq_1_to_20")
+        cur.execute("ALTER TABLE t DROP COLUMN s")  # lenient: kept in Delta, NULL from now on
+        for lo in range(21, 10021, 100):  # 100 statements: the reader hands them over in several items
+            cur.execute(f"INSERT INTO t SELECT seq, seq FROM seq_{lo}_to_{lo + 99}")
+        cur.execute("INSERT INTO u SELECT seq, seq, 'late' FROM seq_1_to_100")
+    t_uri, u_uri = table_uri(cfg.sink.path, f"{name}.t"), table_uri(cfg.sink.path, f"{name}.u")
+    store = ControlStore(cfg.sink.path, cfg.pipeline.name)
+
+    summary = StreamEngine(cfg, max_seconds=4).run()  # nobody applies the change: held until the stop
+    # at most the bound plus one queue item (twice the reader's flush size, plus one 100-row event)
+    assert 50 <= summary.held_rows_peak <= 50 + 2 * FLUSH_ROWS + 100
+    assert _rows(t_uri) == 20  # rows before the DDL only
+    assert _rows(u_uri) == 0  # behind the held rows: reading paused at the bound
+    (pending,) = pending_changes(store)
+    assert store.checkpoint().offset.applied <= pending.position
+
+    apply_pending(cfg, pending)  # what the Dagster run does (same function)
+    summary = StreamEngine(cfg, until_now=True).run()  # reads the DDL again, finds it applied, releases t
+    assert summary.stop_reason.startswith("reached")
+    assert_equal(cfg, [f"{name}.t", f"{name}.u"])
+    assert "s" in DeltaTable(t_uri).schema().to_arrow().names  # lenient kept the dropped column
+
+
+def test_a_rejected_change_stops_the_holding_engine(db, make_config, tmp_path):
+    cfg, name, conn, path = _setup(db, make_config, tmp_path)
+    cfg = cfg.model_copy(update={"pipeline": cfg.pipeline.model_copy(update={"schema_change_behavior": "exception"})})
+    path_text = yaml.safe_load(open(path))
+    path_text["pipeline"]["schema_change_behavior"] = "exception"
+    with open(path, "w") as f:
+        yaml.safe_dump(path_text, f)
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO t SELECT seq, seq, 'x' FROM seq_1_to_10")
+        cur.execute("ALTER TABLE t MODIFY a BIGINT")
+        cur.execute("INSERT INTO t VALUES (11, 11, 'y')")
+    engine = _Background(StreamEngine(cfg, until_now=True))
+    engine.start()
+    store = ControlStore(cfg.sink.path, cfg.pipeline.name)
+    _wait(lambda: pending_changes(store) or engine.error, 60, "the change to be pending")
+    instance = DagsterInstance.ephemeral()
+    defs, requests = _evaluate_sensor(path, instance)
+    result = defs.resolve_job_def("apply_schema_changes").execute_in_process(
+        run_config=requests[0].run_config, instance=instance, raise_on_error=False)
+    assert not result.success
+    engine.join(30)
+    assert isinstance(engine.error, SchemaChangeRejected), engine.error
+    assert "exception" in str(engine.error) and "MODIFY a BIGINT" in str(engine.error)
+    assert [r["status"] for r in store.schema_history() if r["table"] == f"{name}.t"][-1] == "failed"
+    assert _rows(table_uri(cfg.sink.path, f"{name}.t")) == 10  # nothing after the DDL was written
