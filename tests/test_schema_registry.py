@@ -5,6 +5,8 @@ the engine then releases the table (pipelines/schema_registry.py, stream_engine.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
@@ -176,3 +178,34 @@ def test_a_rejected_change_stops_the_holding_engine(db, make_config, tmp_path):
     assert "exception" in str(engine.error) and "MODIFY a BIGINT" in str(engine.error)
     assert [r["status"] for r in store.schema_history() if r["table"] == f"{name}.t"][-1] == "failed"
     assert _rows(table_uri(cfg.sink.path, f"{name}.t")) == 10  # nothing after the DDL was written
+
+
+def test_a_reconnect_while_held_reads_the_ddl_and_held_rows_again(db, make_config, tmp_path):
+    cfg, name, conn, path = _setup(db, make_config, tmp_path)
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO t SELECT seq, seq, 'before' FROM seq_1_to_50")
+        cur.execute("ALTER TABLE t RENAME COLUMN s TO s2")
+        cur.execute("INSERT INTO t SELECT seq, seq, 'after' FROM seq_51_to_80")
+        cur.execute("UPDATE t SET s2 = 'moved' WHERE id <= 5")
+        cur.execute("INSERT INTO u SELECT seq, seq, 'u' FROM seq_1_to_40")
+    store = ControlStore(cfg.sink.path, cfg.pipeline.name)
+    u_uri = table_uri(cfg.sink.path, f"{name}.u")
+    engine = _Background(StreamEngine(cfg, max_seconds=120))  # no --until now: the reader stays connected
+    engine.start()
+    _wait(lambda: _rows(u_uri) == 40 or engine.error, 60, "u to be streamed while t is held")
+    # The reader process dies (python-mysql-replication reconnects a killed connection by itself, so
+    # the engine's own reconnect is what a lost reader exercises): it restarts from its checkpoint.
+    os.kill(engine.engine._reader.pid, signal.SIGKILL)
+    _wait(lambda: engine.engine.summary.reconnects >= 1 or engine.error, 60, "a reconnect")
+    (pending,) = pending_changes(store)
+    apply_pending(cfg, pending)
+    t_uri = table_uri(cfg.sink.path, f"{name}.t")
+    _wait(lambda: _rows(t_uri) == 80 or engine.error, 60, "t to be released")
+    engine.engine.request_stop()
+    engine.join(60)
+    assert not engine.is_alive() and engine.error is None, engine.error
+    assert engine.summary.reconnects >= 1 and engine.summary.stop_reason == "stop requested"
+    assert engine.summary.held_rows_peak <= 35  # t's 30 inserts and 5 updates after the DDL, held once
+    assert_equal(cfg, [f"{name}.t", f"{name}.u"])  # held rows read again, none applied twice
+    names = DeltaTable(t_uri).schema().to_arrow().names
+    assert "s" in names and "s2" in names  # lenient rename: the new column, the old one kept
