@@ -39,7 +39,7 @@ SHARDS = {
 INSERT = {
     "user_1": "INSERT IGNORE INTO user_1 (id, name, score) VALUES (%s, %s, %s)",
     "user_2": "INSERT IGNORE INTO user_2 (id, name, score, amount) VALUES (%s, %s, %s, 1.25)",
-    "user_3": "INSERT IGNORE INTO user_3 (id, name, amount, born) VALUES (%s, %s, %s, '2001-02-03')",
+    "user_3": "INSERT IGNORE INTO user_3 (id, name, amount) VALUES (%s, %s, %s)",
 }
 
 
@@ -125,7 +125,8 @@ def test_three_shards_snapshot_stream_schema_change_restart(db, spark, make_conf
             cur.execute(f"CREATE TABLE {shard} ({cols})")
             # The same ids 1..299 in every shard: keys collide across shards.
             cur.executemany(INSERT[shard], [(i, f"{shard}-{i}", i % 50) for i in range(1, 300)])
-        cur.execute("UPDATE user_1 SET note = 'n'")
+        cur.execute("UPDATE user_1 SET note = 'n'")  # columns later dropped or renamed: not in the workload's inserts
+        cur.execute("UPDATE user_3 SET born = '2001-02-03' + INTERVAL id DAY")
         cur.execute("CREATE TABLE other (id INT PRIMARY KEY, v INT)")  # unrouted, same pipeline
         cur.executemany("INSERT INTO other VALUES (%s, %s)", [(i, i) for i in range(50)])
     cfg = make_config(name, chunk_size=100, routes=[{"source": rf"{name}\.user_\d+", "sink": f"{name}.user"}],
@@ -172,6 +173,9 @@ def test_three_shards_snapshot_stream_schema_change_restart(db, spark, make_conf
         cur.execute("ALTER TABLE user_3 ADD COLUMN score INT NOT NULL DEFAULT 5")  # a column other shards have
         cur.execute("UPDATE user_3 SET score = 77 WHERE id < 10")
         cur.execute("ALTER TABLE user_1 DROP COLUMN note")  # kept in the sink: routed columns are never dropped
+        cur.execute("ALTER TABLE user_3 RENAME COLUMN born TO birth")  # birth filled from born in user_3's rows
+        cur.execute("ALTER TABLE user_1 MODIFY score DECIMAL(30,2)")  # the sink's score widens for every shard
+        cur.execute("UPDATE user_1 SET score = 12345678901234567890.25 WHERE id = 3")
         cur.execute("CREATE TABLE user_4 (id INT PRIMARY KEY, name VARCHAR(20), z INT)")
         cur.executemany("INSERT INTO user_4 VALUES (%s, %s, %s)", [(i, f"n{i}", i) for i in range(1, 30)])
     _shard_workload(settings, name, 4, 150)
@@ -179,8 +183,9 @@ def test_three_shards_snapshot_stream_schema_change_restart(db, spark, make_conf
     shards.append(f"{name}.user_4")
     assert_equal(cfg, [*shards, f"{name}.other"])
     schema = pa.schema(_sink(cfg, name).schema().to_arrow())
-    assert set(schema.names) == {"id", "name", "score", "note", "amount", "born", "c", "z", CDC_SOURCE, "_cdc_op",
-                                 "_cdc_seq"}  # the union of every shard's columns, nothing dropped
+    assert set(schema.names) == {"id", "name", "score", "note", "amount", "born", "birth", "c", "z", CDC_SOURCE,
+                                 "_cdc_op", "_cdc_seq"}  # the union of every shard's columns, nothing dropped
+    assert schema.field("score").type == pa.decimal128(30, 2)
     rows = _sink(cfg, name).to_pyarrow_table().to_pylist()
     keys = [(r[CDC_SOURCE], r["id"]) for r in rows]
     assert len(keys) == len(set(keys))  # (_cdc_source, id) is unique
