@@ -65,6 +65,10 @@ class Router:
         """The "db.table" name of the Delta table ``name`` is written to (itself when unrouted)."""
         return self.route(name) or name
 
+    def is_sink(self, name: str) -> bool:
+        """Whether ``name`` is the sink of a configured route."""
+        return any(s == name for _, _, s in self._routes)
+
     def sources(self, sink: str, names: Iterable[str]) -> list[str]:
         """The routed tables among ``names`` whose sink is ``sink``, in name order."""
         return sorted(n for n in names if self.route(n) == sink)
@@ -72,12 +76,11 @@ class Router:
     def problems(self, schemas: Mapping[str, TableSchema]) -> list[str]:
         """Every reason the captured tables ``schemas`` cannot be routed as configured, one line each."""
         out = []
-        sinks = {self.route(n) for n in schemas} - {None}
         for n in sorted(schemas):
-            if n in sinks and not self.routed(n):
+            if self.is_sink(n) and not self.routed(n):
                 out.append(f"routes: sink {n} is also a captured table that no route sends there (both would write "
                            f"the Delta table {n}); exclude it, route it too, or choose another sink name")
-        for sink in sorted(sinks):
+        for sink in sorted({self.route(n) for n in schemas} - {None}):
             members = [schemas[n] for n in self.sources(sink, schemas)]
             keys = {s.qualified_name: s.primary_key for s in members}
             if len({frozenset(k) for k in keys.values()}) > 1:

@@ -175,8 +175,8 @@ class SnapshotJob:
             captured = captured_tables(self.cfg, cur)
             names = [n for n in captured if self.only is None or n in self.only]
             # A routed sink is shaped by all its sources, also those outside an `only` subset.
-            routed = [n for n in captured if self.router.routed(n)
-                      and any(self.router.sink(n) == self.router.sink(m) for m in names)]
+            sinks = {self.router.sink(n) for n in names}
+            routed = [n for n in captured if self.router.routed(n) and self.router.sink(n) in sinks]
             schemas = {n: describe_table(cur, *n.split(".", 1)) for n in sorted({*names, *routed})}
             self.router.check(schemas)
             plans = self.store.load_plans()

@@ -488,7 +488,7 @@ class StreamEngine:
                 self._record(name, p, index, c.kind, "recorded", ddl=sql, description=c.describe(),
                              detail="no primary key: not streamed")
                 return
-            if self.router.routed(name) or self.router.sources(name, self.schemas):  # a route's sink: never overwrite
+            if self.router.routed(name) or self.router.is_sink(name):  # a route's sink: never overwrite it
                 self._create_routed(c, schema, index, p, sql, props, seen)
                 return
             dt = self._open_sink(name, schema)
