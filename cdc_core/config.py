@@ -97,8 +97,27 @@ class StreamConfig(_Strict):
 
 
 class RouteConfig(_Strict):
-    source: str
-    sink: str
+    source: str  # regex over "db.table" (full match); the first matching route wins
+    sink: str  # "db.table" of the Delta table the matched tables are written to
+
+    @field_validator("source")
+    @classmethod
+    def _source_compiles(cls, pattern: str) -> str:
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise ValueError(f"invalid regex {pattern!r}: {e}") from None
+        return pattern
+
+    @field_validator("sink")
+    @classmethod
+    def _sink_is_qualified(cls, sink: str) -> str:
+        # The sink names the folder <sink.path>/<db>/<table>: a database part, no path separators,
+        # and not the control folder _binlake.
+        db, dot, table = sink.partition(".")
+        if not (db and dot and table) or "/" in sink or "\\" in sink or db == "_binlake":
+            raise ValueError(f"sink must be a table name 'db.table', got {sink!r}")
+        return sink
 
 
 class SparkConfig(_Strict):

@@ -187,3 +187,39 @@ def rows_to_arrow(schema: TableSchema, rows: list[dict], target: pa.Schema | Non
     """Arrow table of binlog row images (already canonical via :func:`binlog_value`)."""
     target = target or arrow_schema(schema)
     return pa.table({f.name: pa.array([r.get(f.name) for r in rows], type=f.type) for f in target}, schema=target)
+
+
+_INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}  # decimal digits of the largest signed value
+
+
+def widest_type(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
+    """The narrowest Arrow type that holds every value of ``a`` and of ``b`` exactly, or None
+    when there is none (routes merge several source tables' columns into one Delta column).
+
+    Integers widen to the larger integer; integers and decimals to a decimal with the most
+    integer digits and the largest scale (at most 38 digits); float32 with float64 to
+    float64, and integers of up to 32 bits with a float to a float that holds them; equal
+    types stay. Anything else (string with a number, a wall-clock timestamp with a UTC one,
+    date with timestamp, boolean with binary...) has no exact common type.
+    """
+    if a == b:
+        return a
+    ints = pa.types.is_integer
+    if ints(a) and ints(b):
+        return a if a.bit_width >= b.bit_width else b
+    if (ints(a) or pa.types.is_decimal(a)) and (ints(b) or pa.types.is_decimal(b)):
+        def digits(t: pa.DataType) -> tuple[int, int]:
+            return (t.precision - t.scale, t.scale) if pa.types.is_decimal(t) else (_INT_DIGITS[t.bit_width], 0)
+
+        (ia, sa), (ib, sb) = digits(a), digits(b)
+        whole, scale = max(ia, ib), max(sa, sb)
+        return pa.decimal128(whole + scale, scale) if whole + scale <= MAX_DELTA_DECIMAL_PRECISION else None
+    floats = pa.types.is_floating
+    if floats(a) and floats(b):
+        return pa.float64()
+    if ints(a) and floats(b) or floats(a) and ints(b):
+        i, f = (a, b) if ints(a) else (b, a)
+        if i.bit_width <= 16:  # float32's 24-bit mantissa holds every 16-bit integer
+            return f
+        return pa.float64() if i.bit_width <= 32 else None
+    return None

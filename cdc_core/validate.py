@@ -1,5 +1,6 @@
 """Prerequisite checks for ``binlake validate``: connectivity, privileges, binlog
-settings, and that every captured table exists and can be chunked."""
+settings, that every captured table exists and can be chunked, and that routed tables
+can share their sinks (same key columns, compatible column types)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pymysql
 
 from cdc_core.chunking import ChunkKeyError, chunk_key
 from cdc_core.config import BinlakeConfig
+from cdc_core.routes import Router
 from cdc_core.source import captured_tables, connect, connection_settings
 from cdc_core.table_schema import describe_table
 from cdc_core.types import UnsupportedType, arrow_type
@@ -69,8 +71,9 @@ def _tables(cfg: BinlakeConfig, cur) -> list[str]:
     if not names:
         return [f"source.tables: no table on the server matches {cfg.source.tables}"]
     out = []
+    schemas = {}
     for name in names:
-        schema = describe_table(cur, *name.split(".", 1))
+        schema = schemas[name] = describe_table(cur, *name.split(".", 1))
         try:
             chunk_key(schema, cfg.source.snapshot.chunk_key_columns)
         except ChunkKeyError as e:
@@ -83,4 +86,4 @@ def _tables(cfg: BinlakeConfig, cur) -> list[str]:
     for configured in cfg.source.snapshot.chunk_key_columns:
         if configured not in names:
             out.append(f"source.snapshot.chunk_key_columns: {configured!r} is not a captured table")
-    return out
+    return out + Router(cfg.routes).problems(schemas)

@@ -63,9 +63,9 @@ def build_definitions(path: str) -> Definitions:
         @multi_asset(specs=specs, check_specs=checks, can_subset=True, name="binlake_snapshot")
         def snapshot_tables(context: AssetExecutionContext, binlake: BinlakeConfigResource, spark: SparkResource):
             """Chunked, lock-free snapshot of the selected tables (resumable; no-op once done)."""
+            from cdc_core.routes import Router
             from cdc_core.source import connect, connection_settings
-            from cdc_core.table_schema import describe_table
-            from pipelines.reconcile import compare
+            from pipelines.reconcile import compare_table
             from pipelines.snapshot_job import SnapshotJob
 
             cfg = binlake.load()
@@ -75,14 +75,17 @@ def build_definitions(path: str) -> Definitions:
                 context.log.info(f"snapshot: {done}/{total} chunks, {rows:,} rows")
 
             summary = SnapshotJob(cfg, spark.session(cfg), progress, only=selected).run()
+            router = Router(cfg.routes)
             with connect(connection_settings(cfg)) as conn, conn.cursor() as cur:
                 for s in summary.tables:
-                    uri = table_uri(cfg.sink.path, s.table)
+                    # A routed table's rows live in its route's sink table (delta_rows: this source's rows).
+                    uri = table_uri(cfg.sink.path, router.sink(s.table))
                     yield MaterializeResult(asset_key=asset_key(s.table), metadata={
                         "delta_rows": s.delta_rows, "mysql_rows": s.mysql_rows, "chunks": s.chunks,
-                        "chunks_read_now": s.chunks_read, "path": uri, "phase": "snapshot complete",
+                        "chunks_read_now": s.chunks_read, "path": uri, "sink": router.sink(s.table),
+                        "phase": "snapshot complete",
                     })
-                    diff = compare(cur, describe_table(cur, *s.table.split(".", 1)), uri)
+                    diff = compare_table(cur, cfg, s.table)
                     yield AssetCheckResult(asset_key=asset_key(s.table), check_name="delta_equals_mysql",
                                            passed=diff.equal, metadata={"detail": diff.describe()})
 

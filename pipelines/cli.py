@@ -167,7 +167,8 @@ def cmd_status(args) -> int:
     for col in ("table", "phase", "rows", "committed position", "lag"):
         t.add_column(col, justify="right" if col == "rows" else "left", no_wrap=True)
     for r in st["tables"]:
-        t.add_row(r["table"], r["phase"], f"{r['rows']:,}", r["committed_position"] or "-", _lag(r))
+        shown = r["table"] if r["sink"] == r["table"] else f"{r['table']} → {r['sink']}"  # routed: where it goes
+        t.add_row(shown, r["phase"], f"{r['rows']:,}", r["committed_position"] or "-", _lag(r))
     out.print(t)
     return EXIT_OK
 

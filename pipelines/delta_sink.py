@@ -11,12 +11,14 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import AddAction
 
 from cdc_core.offsets import OFFSET_KEY, StreamOffset, app_id, position_key_of_version
+from cdc_core.routes import CDC_SOURCE
 
 SNAPSHOT_CHUNKS_KEY = "binlake.snapshot.chunks"
 
@@ -127,10 +129,28 @@ def apply_changes(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upsert
     dt.update_incremental()
 
 
-def truncate(dt: DeltaTable, props: CommitProperties) -> None:
-    """Remove every row (TRUNCATE TABLE) in one commit carrying the stream offset."""
-    dt.delete(commit_properties=props)
+def truncate(dt: DeltaTable, props: CommitProperties, predicate: str | None = None) -> None:
+    """Remove every row (TRUNCATE TABLE), or only those matching ``predicate`` (a routed
+    source's, :func:`source_predicate`), in one commit carrying the stream offset."""
+    dt.delete(predicate, commit_properties=props)
     dt.update_incremental()
+
+
+def source_predicate(source: str) -> str:
+    """SQL predicate on the rows of routed source ``source`` ("db.table") in its sink table."""
+    return f"{_sql_ident(CDC_SOURCE)} = '{source.replace(chr(39), chr(39) * 2)}'"
+
+
+def source_filter(source: str) -> ds.Expression:
+    """Dataset filter on the rows of routed source ``source`` in its sink table."""
+    # Cast first: files written by delta-rs's MERGE store strings as string_view, and Arrow has
+    # no equal kernel for (string, string_view), so a plain comparison fails on such files.
+    return ds.field(CDC_SOURCE).cast(pa.string()) == source
+
+
+def count_rows(dt: DeltaTable, source: str | None = None) -> int:
+    """Rows of ``dt``; with ``source``, only that routed source's rows."""
+    return dt.to_pyarrow_dataset().count_rows(filter=None if source is None else source_filter(source))
 
 
 def applied_position_key(dt: DeltaTable, pipeline: str) -> tuple[int, int] | None:

@@ -257,9 +257,7 @@ def _delta_versions(cfg) -> dict[str, int]:
 
 def _compare_all(cfg) -> bool:
     from cdc_core.source import connect, connection_settings
-    from cdc_core.table_schema import describe_table
-    from pipelines.delta_sink import table_uri
-    from pipelines.reconcile import compare
+    from pipelines.reconcile import compare_table
 
     t = Table(title="Delta vs MySQL, row by row (pipelines.reconcile.compare)")
     t.add_column("table", no_wrap=True, min_width=max(map(len, TABLES)))
@@ -268,7 +266,7 @@ def _compare_all(cfg) -> bool:
     ok = True
     with connect(connection_settings(cfg)) as conn, conn.cursor() as cur:
         for name in TABLES:
-            d = compare(cur, describe_table(cur, *name.split(".")), table_uri(cfg.sink.path, name))
+            d = compare_table(cur, cfg, name)
             ok &= d.equal
             t.add_row(name, f"{d.mysql_rows:,}", f"{d.delta_rows:,}", str(len(d.missing)), str(len(d.extra)),
                       str(len(d.different)), "[green]✓ equal[/green]" if d.equal else "[red]✗ differs[/red]")

@@ -2,7 +2,9 @@
 
 MySQL rows are read over pymysql (a different client than the snapshot's bulk
 reader) and brought to binlake's canonical values with the binlog path's
-conversion, so a match means both paths agree with the server.
+conversion, so a match means both paths agree with the server. A routed source
+table is compared with its rows in the route's sink (``_cdc_source`` = the source),
+on the source's own columns.
 """
 
 from __future__ import annotations
@@ -12,8 +14,11 @@ from dataclasses import dataclass, field
 
 from deltalake import DeltaTable
 
-from cdc_core.table_schema import TableSchema, quote_ident
+from cdc_core.config import BinlakeConfig
+from cdc_core.routes import Router
+from cdc_core.table_schema import TableSchema, describe_table, quote_ident
 from cdc_core.types import binlog_value
+from pipelines.delta_sink import source_filter, table_uri
 
 
 @dataclass
@@ -50,17 +55,21 @@ def mysql_rows(cursor, schema: TableSchema) -> list[tuple]:
     return [tuple(canonical_value(c, v) for c, v in zip(schema.columns, row)) for row in cursor.fetchall()]
 
 
-def delta_rows(uri: str, schema: TableSchema) -> list[tuple]:
-    """All rows of the Delta table, source columns only."""
-    t = DeltaTable(uri).to_pyarrow_table(columns=[c.name for c in schema.columns])
+def delta_rows(uri: str, schema: TableSchema, source: str | None = None) -> list[tuple]:
+    """All rows of the Delta table, source columns only; with ``source``, only the rows of
+    that routed source table."""
+    columns = [c.name for c in schema.columns]
+    dataset = DeltaTable(uri).to_pyarrow_dataset()
+    t = dataset.to_table(columns=columns, filter=None if source is None else source_filter(source))
     return [tuple(r[c.name] for c in schema.columns) for r in t.to_pylist()]
 
 
-def compare(cursor, schema: TableSchema, uri: str) -> TableDiff:
-    """Compare MySQL and Delta row by row, keyed by primary key (whole row without one)."""
+def compare(cursor, schema: TableSchema, uri: str, source: str | None = None) -> TableDiff:
+    """Compare MySQL and Delta row by row, keyed by primary key (whole row without one).
+    ``source``: the table is routed into ``uri``; only the rows of ``source`` are compared."""
     names = [c.name for c in schema.columns]
     key_idx = [names.index(k) for k in schema.primary_key] or list(range(len(names)))
-    src, dst = mysql_rows(cursor, schema), delta_rows(uri, schema)
+    src, dst = mysql_rows(cursor, schema), delta_rows(uri, schema, source)
     diff = TableDiff(schema.qualified_name, len(src), len(dst))
 
     def keyed(rows):
@@ -82,3 +91,10 @@ def compare(cursor, schema: TableSchema, uri: str) -> TableDiff:
                 if vx != vy:
                     diff.different.append((k, name, vx, vy))
     return diff
+
+
+def compare_table(cursor, cfg: BinlakeConfig, name: str) -> TableDiff:
+    """Compare captured table ``name`` ("db.table") with its Delta table, following routes."""
+    router = Router(cfg.routes)
+    schema = describe_table(cursor, *name.split(".", 1))
+    return compare(cursor, schema, table_uri(cfg.sink.path, router.sink(name)), name if router.routed(name) else None)

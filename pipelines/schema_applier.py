@@ -1,6 +1,6 @@
 """Applying one schema change to a Delta table under ``pipeline.schema_change_behavior``.
-The engine calls ``apply_schema_change`` inline; the Dagster job for pending changes
-calls the same function.
+The engine (inline) and the Dagster job for pending changes both reach it through
+``pipelines.schema_registry.apply_pending``.
 
 Behaviours (Flink CDC's semantics; ``lenient`` is the default):
 - exception: every change but create_table raises SchemaChangeRejected;
@@ -12,6 +12,11 @@ Behaviours (Flink CDC's semantics; ``lenient`` is the default):
   rewritten to a type that holds every old and new value (a narrower MySQL type
   keeps Delta's wider one; a cast that fails is recorded and skipped, as in try_evolve);
 - ignore: only create_table; rows are written with the columns Delta has.
+
+Routed tables (``source=``, README "Routes"): the shared sink only grows, since other
+sources may still have a column: never dropped, renamed away or narrowed; a change
+fills only the changed source's rows, and a type no column can share with the other
+sources is treated as a change Delta cannot take.
 
 Invariants (tests/test_schema_evolution.py):
 - Under lenient, after any change every column MySQL has holds MySQL's value for
@@ -34,9 +39,10 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.schema import Field
 
+from cdc_core.routes import CDC_SOURCE, SOURCE_FIELD
 from cdc_core.schema_change import SchemaChange
 from cdc_core.table_schema import Column
-from cdc_core.types import arrow_type
+from cdc_core.types import arrow_type, widest_type
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +124,11 @@ def _source_index(table: pa.Table) -> int:
     return next((i for i, n in enumerate(names) if n.startswith("_cdc_")), len(names))
 
 
-def apply_schema_change(dt: DeltaTable, change: SchemaChange, behavior: str, props: CommitProperties) -> ApplyResult:
+def apply_schema_change(dt: DeltaTable, change: SchemaChange, behavior: str, props: CommitProperties,
+                        source: str | None = None) -> ApplyResult:
     """Apply a column change of a captured table to its Delta table (see the module doc).
-    create/truncate/drop/rename of tables are handled by the engine."""
+    create/truncate/drop/rename of tables are handled by the engine. ``source``: the table
+    is routed and ``dt`` is its route's shared sink (see :func:`_apply_routed`)."""
     kind = change.kind
     if behavior == "exception":
         raise SchemaChangeRejected(f"schema_change_behavior is exception: {change.describe()}")
@@ -128,6 +136,8 @@ def apply_schema_change(dt: DeltaTable, change: SchemaChange, behavior: str, pro
         return ApplyResult(f"ignored: {change.describe()}", skipped=True)
     current = delta_schema(dt)
     try:
+        if source is not None:
+            return _apply_routed(dt, change, current, props, source)
         if kind == "add_column":
             return _add_column(dt, change, current, props)
         if kind == "drop_column":
@@ -213,3 +223,113 @@ def conform(table: pa.Table, target: pa.Schema) -> pa.Table:
                 a = pa.nulls(table.num_rows, f.type)
         arrays.append(a)
     return pa.Table.from_arrays(arrays, schema=target)
+
+
+# --- routed tables (cdc_core/routes.py) ------------------------------------------------------
+
+
+def conform_routed(table: pa.Table, source: str, target: pa.Schema) -> pa.Table:
+    """Rows of the routed table ``source`` shaped as its sink: ``_cdc_source`` filled, then
+    :func:`conform` (columns the source lacks are NULL, narrower types cast up)."""
+    return conform(table.append_column(SOURCE_FIELD, pa.repeat(pa.scalar(source, pa.string()), table.num_rows)),
+                   target)
+
+
+def widen_to(dt: DeltaTable, target: pa.Schema, props: CommitProperties | None = None) -> str | None:
+    """Evolve ``dt`` to ``target``, a widening of its schema (cdc_core.routes.sink_schema):
+    new columns are added in place (nullable); a wider type rewrites the table (delta-rs
+    cannot widen in place). Returns what was done, or None when ``dt`` already matches."""
+    current = delta_schema(dt)
+    new = [f.with_nullable(True) for f in target if f.name not in current.names]
+    retyped = [f for f in target if f.name in current.names and current.field(f.name).type != f.type]
+    if retyped:
+        def transform(t: pa.Table) -> pa.Table:
+            for f in retyped:
+                t = _with_column(t, f.name, pc.cast(t.column(f.name), f.type))
+            for f in new:
+                t = _with_column(t, f.name, pa.nulls(t.num_rows, f.type), _source_index(t))
+            return t
+
+        _rewrite(dt, transform, props)
+        return f"rewrote: widened {', '.join(f'{f.name} to {f.type}' for f in retyped)}" + (
+            f", added {', '.join(f.name for f in new)}" if new else "")
+    if new:
+        dt.alter.add_columns([Field.from_arrow(f) for f in new], commit_properties=props)
+        dt.update_incremental()
+        return f"added columns {', '.join(f.name for f in new)} in place"
+    return None
+
+
+def _apply_routed(dt: DeltaTable, change: SchemaChange, current: pa.Schema, props: CommitProperties,
+                  source: str) -> ApplyResult:
+    """A column change of one source of a routed table. The shared table only ever grows:
+    other sources may still have a column this one drops, renames or narrows, so columns
+    are never dropped, renamed away or narrowed (under every behaviour that applies
+    changes); a change only fills ``source``'s own rows. A type no column can share with
+    the other sources raises ValueError (skipped under lenient/try_evolve, fatal under
+    evolve, by :func:`apply_schema_change`)."""
+    kind = change.kind
+    if kind == "add_column":
+        col = change.column
+        value = change.default if change.default is not None else (None if col.nullable else _implicit_default(col))
+        wide = _shared_type(current, col.name, arrow_type(col), source)
+        if value is None and col.name not in current.names:
+            dt.alter.add_columns(Field.from_arrow(pa.field(col.name, wide, nullable=True)), commit_properties=props)
+            dt.update_incremental()
+            return ApplyResult(f"added column {col.name} in place (NULL in other sources' rows)")
+        if value is None and current.field(col.name).type == wide:
+            return ApplyResult(f"column {col.name} already in the routed table", skipped=True)
+        _rewrite(dt, lambda t: _fill_source(t, col.name, wide, source,
+                                            None if value is None else _fill(col, value, t.num_rows)), props)
+        return ApplyResult(f"rewrote: column {col.name} ({wide})" + (
+            f" with {source}'s existing rows at its default" if value is not None else ""), rewritten=True)
+    if kind == "drop_column":
+        return ApplyResult(f"kept column {change.name} (a routed table keeps every source's columns; NULL in "
+                           f"{source}'s rows written from now on)", skipped=True)
+    if kind == "rename_column":
+        return _rename_routed(dt, change.name, change.new_name, current, props, source)
+    if kind == "alter_column_type":
+        old, col = change.name, change.column
+        if old not in current.names:
+            return ApplyResult(f"column {old} not in Delta", skipped=True)
+        renamed = None
+        if col.name != old:  # CHANGE old new TYPE: the rename first
+            renamed = _rename_routed(dt, old, col.name, current, props, source)
+            current = delta_schema(dt)
+        have = current.field(col.name).type
+        wide = _shared_type(current, col.name, arrow_type(col), source)
+        if wide == have:
+            return renamed or ApplyResult(f"kept {col.name} as {have} (holds every {col.column_type} value and the "
+                                          "other sources' values)", skipped=True)
+        _rewrite(dt, lambda t: _with_column(t, col.name, pc.cast(t.column(col.name), wide)), props)
+        return ApplyResult(f"rewrote: {col.name} {have} → {wide}", rewritten=True)
+    return ApplyResult(f"nothing to do for {kind}", skipped=True)
+
+
+def _shared_type(current: pa.Schema, name: str, want: pa.DataType, source: str) -> pa.DataType:
+    """The type column ``name`` needs in the routed table to also hold ``want``."""
+    if name not in current.names:
+        return want
+    have = current.field(name).type
+    wide = widest_type(have, want)
+    if wide is None:
+        raise ValueError(f"column {name} is {have} in the routed table, which cannot also hold {source}'s {want}")
+    return wide
+
+
+def _fill_source(t: pa.Table, name: str, wide: pa.DataType, source: str, values: pa.Array | None) -> pa.Table:
+    """Column ``name`` cast to ``wide`` (NULL where absent), with ``values`` in ``source``'s rows."""
+    column = pc.cast(t.column(name), wide) if name in t.column_names else pa.nulls(t.num_rows, wide)
+    if values is not None:
+        column = pc.if_else(pc.equal(t.column(CDC_SOURCE), source), pc.cast(values, wide), column)
+    return _with_column(t, name, column, None if name in t.column_names else _source_index(t))
+
+
+def _rename_routed(dt: DeltaTable, old: str, new: str, current: pa.Schema, props: CommitProperties,
+                   source: str) -> ApplyResult:
+    if old not in current.names or old == new:
+        return ApplyResult(f"rename {old} → {new}: nothing to do in Delta", skipped=True)
+    wide = _shared_type(current, new, current.field(old).type, source)
+    _rewrite(dt, lambda t: _fill_source(t, new, wide, source, t.column(old)), props)
+    return ApplyResult(f"rewrote: column {new} filled from {old} in {source}'s rows; kept {old} (other sources "
+                       "may have it)", rewritten=True)

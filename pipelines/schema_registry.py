@@ -9,8 +9,9 @@ Invariants (tests/test_schema_registry.py, tests/test_schema_evolution.py):
 - A pending change is resolved by one history record with status applied, skipped or
   failed; ``pending_changes`` lists the unresolved ones in binlog order.
 - Applying is idempotent (a sensor firing twice, a run retried after a crash between
-  the Delta commit and the history record): a table whose own offset is past the DDL
-  already has every change of it; otherwise each change checks Delta's schema first
+  the Delta commit and the history record): an unrouted table whose own offset is past
+  the DDL already has every change of it (a route's sink moves on with its other
+  sources, so there the check below decides); otherwise each change checks Delta's schema first
   (an added column that is there, a dropped one that is gone, a type already in
   place) and commits nothing again. The offset alone cannot tell: the changes of one
   statement share its position.
@@ -30,6 +31,7 @@ from deltalake import DeltaTable
 from cdc_core.config import BinlakeConfig
 from cdc_core.offsets import StreamOffset
 from cdc_core.positions import BinlogPosition
+from cdc_core.routes import Router
 from cdc_core.schema_change import SchemaChange, parse_ddl
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import applied_position_key, open_table, stream_commit_properties, table_uri
@@ -101,8 +103,10 @@ def apply_pending(cfg: BinlakeConfig, pending: PendingChange, *, store: ControlS
     """Apply ``pending`` to its Delta table under ``pipeline.schema_change_behavior`` and
     record the resolution (see the module invariants); raises SchemaChangeRejected on failure."""
     store = store or ControlStore(cfg.sink.path, cfg.pipeline.name, cfg.sink.storage_options)
+    router = Router(cfg.routes)
+    source = pending.table if router.routed(pending.table) else None  # its sink holds other sources' rows too
     if table is None:
-        table = open_table(table_uri(cfg.sink.path, pending.table), cfg.sink.storage_options)
+        table = open_table(table_uri(cfg.sink.path, router.sink(pending.table)), cfg.sink.storage_options)
         if table is None:
             raise SchemaChangeRejected(f"{pending.table} has no Delta table to apply {pending.description} to")
     p = pending.position
@@ -116,12 +120,13 @@ def apply_pending(cfg: BinlakeConfig, pending: PendingChange, *, store: ControlS
                             held_ms=held_ms if status != "failed" else None)
 
     done = applied_position_key(table, cfg.pipeline.name)
-    if done is not None and done > p.key:
+    if source is None and done is not None and done > p.key:
         result = ApplyResult(f"already in Delta (the table's offset is past {p})", skipped=True)
         record("applied", result.action)
         return result
     try:
-        result = apply_schema_change(table, pending.change(), cfg.pipeline.schema_change_behavior, props)
+        result = apply_schema_change(table, pending.change(), cfg.pipeline.schema_change_behavior, props,
+                                     source=source)
     except SchemaChangeRejected as e:
         record("failed", str(e))
         raise SchemaChangeRejected(f"{e} (DDL at {p}: {pending.ddl})") from None

@@ -9,6 +9,10 @@ Invariants:
   its record; files of an interrupted group are never committed (no duplicates),
   and a re-run reads only chunks without a record. After success a re-run is a no-op.
 - Concurrent binlog readers use distinct server ids: ``source.server_id + 1 + slot``.
+- Routed tables (cdc_core/routes.py): each source's chunks are written into its route's
+  sink table, shaped as the sink (``_cdc_source`` filled; the sink is first widened to
+  hold every source); chunk plans and records stay per source table. Only the driver
+  commits, one group at a time, so several sources never race on one Delta table.
 """
 
 from __future__ import annotations
@@ -29,10 +33,12 @@ import pymysql
 from cdc_core.chunk_reader import ChunkReader, output_schema
 from cdc_core.chunking import INTEGER_TYPES, Chunk, chunk_key, plan_chunks
 from cdc_core.config import BinlakeConfig
+from cdc_core.routes import Router, sink_schema
 from cdc_core.source import ConnectionSettings, captured_tables, connect, connection_settings
 from cdc_core.table_schema import TableSchema, describe_table, quote_ident
 from pipelines.control_store import ControlStore, chunk_record
-from pipelines.delta_sink import SNAPSHOT_CHUNKS_KEY, commit_files, ensure_table, table_uri, write_parquet
+from pipelines.delta_sink import SNAPSHOT_CHUNKS_KEY, commit_files, count_rows, ensure_table, table_uri, write_parquet
+from pipelines.schema_applier import conform_routed, delta_schema, widen_to
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +60,7 @@ class GroupTask:
     chunks: tuple[Chunk, ...]
     uri: str
     pipeline: str
+    target: pa.Schema | None = None  # routed: the sink table's schema (rows get _cdc_source)
 
 
 _worker_connections: dict[ConnectionSettings, pymysql.connections.Connection] = {}
@@ -83,8 +90,10 @@ def run_group(task: GroupTask) -> dict:
                          task.server_id)
     result = reader.read(task.schema, Chunk.span(list(task.chunks)))
     table = result.table
-    written = write_parquet(task.uri, table) if table.num_rows else None
     counts = _rows_per_chunk(task.schema, task.chunks, table)
+    if task.target is not None:
+        table = conform_routed(table, task.schema.qualified_name, task.target)
+    written = write_parquet(task.uri, table) if table.num_rows else None
     return {
         "file": written,
         "rows": table.num_rows,
@@ -149,6 +158,7 @@ class SnapshotJob:
         self.progress = progress  # callable(chunks_done, chunks_total, rows) or None
         self.conn = connection_settings(cfg)
         self.sink = cfg.sink.path
+        self.router = Router(cfg.routes)
         self.store = ControlStore(self.sink, cfg.pipeline.name, cfg.sink.storage_options)
         # Concurrent groups: the configured parallelism, but no more than Spark has task slots
         # (extra concurrent jobs would only queue inside Spark).
@@ -162,27 +172,35 @@ class SnapshotJob:
         start = time.monotonic()
         summary = SnapshotSummary()
         with connect(self.conn) as control, control.cursor() as cur:
-            names = [n for n in captured_tables(self.cfg, cur) if self.only is None or n in self.only]
-            schemas = {n: describe_table(cur, *n.split(".", 1)) for n in names}
+            captured = captured_tables(self.cfg, cur)
+            names = [n for n in captured if self.only is None or n in self.only]
+            # A routed sink is shaped by all its sources, also those outside an `only` subset.
+            sinks = {self.router.sink(n) for n in names}
+            routed = [n for n in captured if self.router.routed(n) and self.router.sink(n) in sinks]
+            schemas = {n: describe_table(cur, *n.split(".", 1)) for n in sorted({*names, *routed})}
+            self.router.check(schemas)
             plans = self.store.load_plans()
-            work: list[GroupTask] = []
-            tables = {}
+            work: list[tuple] = []
+            tables = {}  # by sink table name (a routed table's sink is shared)
+            targets: dict[str, pa.Schema | None] = {}
             for name in names:
                 schema = schemas[name]
-                uri = table_uri(self.sink, name)
-                tables[name] = ensure_table(uri, output_schema(schema), self.cfg.sink.storage_options)
+                sink = self.router.sink(name)
+                uri = table_uri(self.sink, sink)
+                if sink not in tables:
+                    tables[sink], targets[sink] = self._open_sink(uri, sink, schemas)
                 if name not in plans:
                     key = chunk_key(schema, self.cfg.source.snapshot.chunk_key_columns)
                     plans[name] = plan_chunks(cur, schema, key, self.cfg.source.snapshot.chunk_size)
                     self.store.save_plan(plans[name])
-                done = self.store.completed_chunks(name, tables[name])
+                done = self.store.completed_chunks(name, tables[sink])
                 pending = [c for c in plans[name] if c.index not in done]
                 summary.tables.append(TableSummary(name, len(plans[name]), len(pending)))
-                work.append((schema, uri, pending))
-            total_pending = sum(len(p) for _, _, p in work)
+                work.append((schema, uri, pending, targets[sink]))
+            total_pending = sum(len(w[2]) for w in work)
             per_group = self._group_size(total_pending)
-            tasks = [GroupTask(self.conn, 0, schema, tuple(g), uri, self.cfg.pipeline.name)
-                     for schema, uri, pending in work for g in _groups(pending, per_group)]
+            tasks = [GroupTask(self.conn, 0, schema, tuple(g), uri, self.cfg.pipeline.name, target)
+                     for schema, uri, pending, target in work for g in _groups(pending, per_group)]
             log.info("snapshot: %d tables, %d chunks to read in %d tasks", len(names), total_pending, len(tasks))
             by_table = {s.table: s for s in summary.tables}
             self._execute(tasks, tables, by_table, summary, total_pending)
@@ -190,11 +208,25 @@ class SnapshotJob:
                 db, t = s.table.split(".", 1)
                 cur.execute(f"SELECT COUNT(*) FROM {quote_ident(db)}.{quote_ident(t)}")
                 s.mysql_rows = cur.fetchone()[0]
-                tables[s.table].update_incremental()
-                s.delta_rows = tables[s.table].to_pyarrow_dataset().count_rows()
+                dt_ = tables[self.router.sink(s.table)]
+                dt_.update_incremental()
+                s.delta_rows = count_rows(dt_, s.table if self.router.routed(s.table) else None)
         summary.seconds = time.monotonic() - start
         summary.driver_peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         return summary
+
+    def _open_sink(self, uri: str, sink: str, schemas: dict[str, TableSchema]):
+        """The Delta table ``sink`` (created if missing) and, for a route's sink, the schema its
+        rows are written with: the widest of all its sources, the table widened to it first."""
+        sources = self.router.sources(sink, schemas)
+        if not sources:  # not routed: the source's own table
+            return ensure_table(uri, output_schema(schemas[sink]), self.cfg.sink.storage_options), None
+        members = [schemas[n] for n in sources]
+        dt_ = ensure_table(uri, sink_schema(members, sink=sink), self.cfg.sink.storage_options)
+        widened = widen_to(dt_, sink_schema(members, base=delta_schema(dt_), sink=sink))
+        if widened:
+            log.info("snapshot: %s %s", sink, widened)
+        return dt_, delta_schema(dt_)
 
     def _group_size(self, pending: int) -> int:
         size = max(1, math.ceil(pending / (self.slots * TARGET_GROUPS_PER_SLOT)))
@@ -212,7 +244,7 @@ class SnapshotJob:
                 task = futures[fut]
                 result = fut.result()
                 name = task.schema.qualified_name
-                self._commit(name, tables[name], task.schema, result)
+                self._commit(tables[self.router.sink(name)], task.target or output_schema(task.schema), result)
                 s = by_table[name]
                 rows = result["rows"]
                 s.rows_written += rows
@@ -243,11 +275,12 @@ class SnapshotJob:
             with self._slot_lock:
                 self._slots.append(slot)
 
-    def _commit(self, name: str, table, schema: TableSchema, result: dict) -> None:
-        # Called on the driver's main thread only: commits never race each other.
+    def _commit(self, table, schema: pa.Schema, result: dict) -> None:
+        # Called on the driver's main thread only: commits never race each other (also
+        # those of several routed sources into one sink table).
         records = result["records"]
         files = [result["file"]] if result["file"] else []
-        version = commit_files(table, files, output_schema(schema), {SNAPSHOT_CHUNKS_KEY: records})
+        version = commit_files(table, files, schema, {SNAPSHOT_CHUNKS_KEY: records})
         for r in records:
             r["delta_version"] = version
             r["completed_at"] = dt.datetime.fromisoformat(r["completed_at"])

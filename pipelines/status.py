@@ -8,10 +8,11 @@ import time
 
 from cdc_core.config import BinlakeConfig
 from cdc_core.positions import BinlogPosition, master_position
+from cdc_core.routes import Router
 from cdc_core.source import captured_tables, connect, connection_settings
 from cdc_core.startup import binlog_files, lag_bytes
 from pipelines.control_store import ControlStore
-from pipelines.delta_sink import applied_position_key, open_table, table_uri
+from pipelines.delta_sink import applied_position_key, count_rows, open_table, table_uri
 from pipelines.schema_registry import pending_changes
 
 
@@ -26,7 +27,10 @@ def _position_name(key: tuple[int, int], like: str | None) -> str:
 
 
 def pipeline_status(cfg: BinlakeConfig) -> dict:
-    """The status of every captured table and of the stream (JSON-ready)."""
+    """The status of every captured table and of the stream (JSON-ready). Each table names
+    its ``sink`` (the Delta table it is written to: itself, or its route's sink); a routed
+    table's rows are its own rows in the sink, its position the sink's committed position."""
+    router = Router(cfg.routes)
     store = ControlStore(cfg.sink.path, cfg.pipeline.name, cfg.sink.storage_options)
     cp = store.checkpoint()
     plans = store.load_plans()
@@ -53,8 +57,9 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
 
     tables = []
     for n in names:
-        t = open_table(table_uri(cfg.sink.path, n), cfg.sink.storage_options)
-        rows = t.to_pyarrow_dataset().count_rows() if t is not None else 0
+        sink = router.sink(n)
+        t = open_table(table_uri(cfg.sink.path, sink), cfg.sink.storage_options)
+        rows = count_rows(t, n if router.routed(n) else None) if t is not None else 0
         key = applied_position_key(t, cfg.pipeline.name) if t is not None else None
         plan = plans.get(n, [])
         done = store.completed_chunks(n, t) if plan else {}
@@ -74,7 +79,7 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
         else:
             phase = "not started"
         lag_s, lag_b = lag(key, cp.offset.event_time if cp else 0)
-        tables.append({"table": n, "phase": phase, "rows": rows,
+        tables.append({"table": n, "sink": sink, "phase": phase, "rows": rows,
                        "committed_position": _position_name(key, end.file if end else None) if key else None,
                        "lag_seconds": lag_s, "lag_bytes": lag_b})
     stream = {"state": cp.state if cp else "not started",

@@ -26,6 +26,10 @@ Invariants (tests/test_stream*.py):
   pauses. While a table is held the pipeline checkpoint stays at the offset before
   its DDL (other tables' own offsets skip what they already have), so a crash or
   reconnect re-reads the DDL and the held rows; nothing held is ever lost.
+- Routes (cdc_core/routes.py): tables, offsets and the per-table skip filter are per
+  Delta (sink) table; the sources of one route that change in a batch are applied to
+  their sink in one commit (one MERGE on ``(_cdc_source, key)``). Schemas, schema
+  history and hand-off filters stay per source table.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from cdc_core.handoff import HandoffFilter
 from cdc_core.lifecycle import Lifecycle, State
 from cdc_core.offsets import SkipFilter, StreamOffset
 from cdc_core.positions import BinlogPosition, master_position
+from cdc_core.routes import RouteError, Router, sink_key, sink_schema
 from cdc_core.schema_change import SchemaChange, UnparsedDDL, evolve_schema, parse_ddl
 from cdc_core.source import captured_tables, connect, connection_settings
 from cdc_core.startup import (
@@ -68,13 +73,15 @@ from pipelines.control_store import ControlStore
 from pipelines.delta_sink import (
     applied_position_key,
     apply_changes,
+    count_rows,
     ensure_table,
     open_table,
+    source_predicate,
     stream_commit_properties,
     table_uri,
     truncate,
 )
-from pipelines.schema_applier import SchemaChangeRejected, conform, delta_schema
+from pipelines.schema_applier import SchemaChangeRejected, conform, conform_routed, delta_schema, widen_to
 from pipelines.schema_registry import PendingChange, apply_pending, resolutions
 
 log = logging.getLogger(__name__)
@@ -134,6 +141,7 @@ class StreamEngine:
         self.progress = progress  # callable(StreamSummary, StreamOffset) after each commit, or None
         self.conn = connection_settings(cfg)
         self.store = ControlStore(cfg.sink.path, cfg.pipeline.name, cfg.sink.storage_options)
+        self.router = Router(cfg.routes)  # source table → Delta (sink) table
         self.life = Lifecycle()
         self.summary = StreamSummary()
         self._stop = threading.Event()
@@ -141,7 +149,7 @@ class StreamEngine:
         self._reader = None
         self._queue = None
         self.offset: StreamOffset | None = None  # the last checkpointed offset
-        self.holds: dict[str, _Hold] = {}
+        self.holds: dict[str, _Hold] = {}  # by Delta (sink) table
         self._polled = 0.0
 
     # --- set-up -------------------------------------------------------------------------
@@ -153,7 +161,12 @@ class StreamEngine:
         if keyless:
             raise StartupError(f"tables without a primary key cannot be streamed (updates and deletes need a key): "
                                f"{', '.join(keyless)}; add a primary key or exclude them (source.exclude_tables)")
-        self.tables: dict[str, DeltaTable] = {}  # opened once the schema history says what is captured
+        try:
+            self.router.check(self.schemas)
+        except RouteError as e:
+            raise StartupError(str(e)) from None
+        # By Delta table name (a routed table's sink); opened once the schema history says what is captured.
+        self.tables: dict[str, DeltaTable] = {}
         self.sink_schemas: dict[str, pa.Schema] = {}
         self.filters: dict[str, HandoffFilter] = {}
         self.low_watermark: BinlogPosition | None = None
@@ -161,7 +174,7 @@ class StreamEngine:
         for n in names:
             if n not in plans:
                 continue
-            done = self.store.completed_chunks(n, open_table(table_uri(self.cfg.sink.path, n),
+            done = self.store.completed_chunks(n, open_table(table_uri(self.cfg.sink.path, self.router.sink(n)),
                                                              self.cfg.sink.storage_options))
             missing = [c.index for c in plans[n] if c.index not in done]
             if missing:
@@ -228,9 +241,22 @@ class StreamEngine:
 
     def _open_sink(self, name: str, schema: TableSchema) -> DeltaTable:
         """The table's Delta table (created empty with ``schema`` if missing), with its schema noted."""
+        if self.router.routed(name):
+            return self._open_routed(name, schema)
         dt = self.tables[name] = ensure_table(table_uri(self.cfg.sink.path, name), output_schema(schema),
                                               self.cfg.sink.storage_options)
         self.sink_schemas[name] = delta_schema(dt)
+        return dt
+
+    def _open_routed(self, name: str, schema: TableSchema) -> DeltaTable:
+        """A routed table's shared sink, created with the widest schema of its captured sources."""
+        sink = self.router.sink(name)
+        dt = self.tables.get(sink)
+        if dt is None:
+            members = [self.schemas[n] for n in self.router.sources(sink, self.schemas)] or [schema]
+            dt = self.tables[sink] = ensure_table(table_uri(self.cfg.sink.path, sink),
+                                                  sink_schema(members, sink=sink), self.cfg.sink.storage_options)
+            self.sink_schemas[sink] = delta_schema(dt)
         return dt
 
     def _record(self, table: str, pos: BinlogPosition, index: int, kind: str, status: str, *,
@@ -424,9 +450,9 @@ class StreamEngine:
         name = f"{db}.{table}"
         p = BinlogPosition(file, pos)
         self.position, self.event_time = p, ts or self.event_time
-        if name not in self.schemas or self.skip.applied(name, p):
+        if name not in self.schemas or self.skip.applied(self.router.sink(name), p):
             return
-        hold = self.holds.get(name)
+        hold = self.holds.get(self.router.sink(name)) if self.holds else None
         b = hold.batch if hold else self.batch
         tb = b.tables.get(name)
         if tb is None:
@@ -456,21 +482,21 @@ class StreamEngine:
             return
         self._polled = now
         resolved = resolutions(self.store)
-        for name, hold in list(self.holds.items()):
+        for sink, hold in list(self.holds.items()):
+            name = hold.pending.table
             r = resolved.get(hold.pending.key)
             if r is None:
                 continue
             if r["status"] == "failed":
                 raise SchemaChangeRejected(f"the schema change of {name} at {hold.pending.position} failed: "
                                            f"{r['detail']} (DDL: {hold.pending.ddl})")
-            del self.holds[name]
-            table = self.tables[name]
+            del self.holds[sink]
+            table = self.tables[sink]
             table.update_incremental()  # the change was committed by another process
-            self.sink_schemas[name] = delta_schema(table)
-            held = hold.batch.tables.get(name)
-            if held is not None:  # nothing of the table is in the open batch: its rows all went to the hold
+            self.sink_schemas[sink] = delta_schema(table)
+            if hold.batch.rows:  # none of the sink's sources is in the open batch: their rows all went to the hold
                 b = self.batch
-                b.tables[name] = held
+                b.tables.update(hold.batch.tables)
                 b.opened = min(b.opened, hold.batch.opened) if b.rows else hold.batch.opened
                 b.rows += hold.batch.rows
                 b.bytes += hold.batch.bytes
@@ -478,13 +504,13 @@ class StreamEngine:
 
     def _drop_holds(self) -> None:
         """Forget held rows before reading again from the checkpoint, which is before their DDLs."""
-        for name, hold in self.holds.items():
-            self.schemas[name] = hold.before
+        for hold in self.holds.values():
+            self.schemas[hold.pending.table] = hold.before
         self.holds.clear()
 
     def _wait_for_holds(self, names: list[str]) -> bool:
         """Block until none of ``names`` is held; False if a stop was requested meanwhile."""
-        while any(n in self.holds for n in names):
+        while any(self.router.sink(n) in self.holds for n in names):
             if self._stop.wait(HOLD_POLL_SECONDS / 5):
                 return False
             self._poll_holds(force=True)
@@ -536,8 +562,10 @@ class StreamEngine:
         name = c.table
         captured = self.cfg.source.captures(name)
         if c.kind == "truncate_table":
-            if name in self.schemas and not self.skip.applied(name, p):
-                truncate(self.tables[name], props)
+            if name in self.schemas and not self.skip.applied(self.router.sink(name), p):
+                # A routed source's rows only: its sink holds the other sources' rows too.
+                truncate(self.tables[self.router.sink(name)], props,
+                         source_predicate(name) if self.router.routed(name) else None)
                 log.info("%s truncated at %s", name, p)
             return
         if c.kind == "create_table":
@@ -547,6 +575,9 @@ class StreamEngine:
             if not schema.primary_key:
                 self._record(name, p, index, c.kind, "recorded", ddl=sql, description=c.describe(),
                              detail="no primary key: not streamed")
+                return
+            if self.router.routed(name) or self.router.is_sink(name):  # a route's sink: never overwrite it
+                self._create_routed(c, schema, index, p, sql, props, seen)
                 return
             dt = self._open_sink(name, schema)
             reused = dt.version() > 0 or self.sink_schemas[name] != output_schema(schema)
@@ -576,12 +607,39 @@ class StreamEngine:
         pending = PendingChange(name, p, index, c.kind, sql, c.describe(), after.to_json(),
                                 datetime.now(UTC) - timedelta(seconds=time.monotonic() - seen))
         self.schemas[name] = after  # the table's rows after the DDL are decoded with its new schema
+        sink = self.router.sink(name)
         if self.cfg.stream.schema_changes == "external":
-            self.holds[name] = _Hold(pending, before, self.offset)
-            log.info("%s held at %s until %s is applied (Dagster sensor)", name, p, c.describe())
+            # The whole sink is held: a route's other sources must not move the sink's offset past rows held here.
+            self.holds[sink] = _Hold(pending, before, self.offset)
+            log.info("%s held at %s until %s is applied (Dagster sensor)", sink, p, c.describe())
             return
-        apply_pending(self.cfg, pending, store=self.store, table=self.tables[name])
-        self.sink_schemas[name] = delta_schema(self.tables[name])
+        apply_pending(self.cfg, pending, store=self.store, table=self.tables[sink])
+        self.sink_schemas[sink] = delta_schema(self.tables[sink])
+
+    def _create_routed(self, c: SchemaChange, schema: TableSchema, index: int, p: BinlogPosition, sql: str, props,
+                       seen: float) -> None:
+        """A new table matching a route: captured from its creation into the route's sink,
+        which widens to hold it; refused (recorded, not streamed) if it cannot share the sink,
+        or if it is an unrouted table named like a route's sink."""
+        name, sink = c.table, self.router.sink(c.table)
+        others = {n: self.schemas[n] for n in self.router.sources(sink, self.schemas)}
+        try:
+            self.router.check({**others, name: schema})
+            dt = self._open_sink(name, schema)
+            target = sink_schema([schema], base=self.sink_schemas[sink], sink=sink)
+        except RouteError as e:
+            self._record(name, p, index, c.kind, "recorded", ddl=sql, description=c.describe(),
+                         detail=f"cannot join route sink {sink}, not streamed: {e}")
+            log.error("%s is not streamed: %s", name, e)
+            return
+        if not self.skip.applied(sink, p):
+            widen_to(dt, target, props)
+            if count_rows(dt, name):  # routed here before (dropped since): MySQL's new table is empty
+                truncate(dt, props, source_predicate(name))
+            self.sink_schemas[sink] = delta_schema(dt)
+        self.schemas[name] = schema
+        self._record(name, p, index, c.kind, "applied", schema=schema, ddl=sql, description=c.describe(),
+                     detail=f"captured from its creation into {sink}", held_ms=(time.monotonic() - seen) * 1000)
 
     def _describe(self, name: str) -> TableSchema:
         with connect(self.conn) as c, c.cursor() as cur:
@@ -594,28 +652,34 @@ class StreamEngine:
             return
         offset = StreamOffset(min(self.resume, self.position), self.position, self.gtid, self.event_time)
         props = stream_commit_properties(self.cfg.pipeline.name, offset)
-        work = []
+        work: dict[str, list] = {}  # by Delta table: a route's sources go into one commit, never two at once
         for name, tb in b.tables.items():
             plan = tb.plan()
             self.summary.tables[name] = self.summary.tables.get(name, 0) + tb.rows_in - tb.dropped
             self.summary.changes += tb.rows_in - tb.dropped
             if not plan.empty:
-                work.append((name, tb.schema, plan))
-        futures = [self._pool.submit(self._apply, name, schema, plan, props) for name, schema, plan in work]
+                work.setdefault(self.router.sink(name), []).append((name, tb.schema, plan))
+        futures = [self._pool.submit(self._apply, sink, parts, props) for sink, parts in work.items()]
         for f in futures:
             f.result()  # a failed table stops the engine before the checkpoint moves
         self.summary.commits += len(work)
         self.summary.batches += 1
         self._checkpoint(offset)
 
-    def _apply(self, name: str, schema: TableSchema, plan, props) -> None:
-        sink = self.sink_schemas[name]
+    def _apply(self, sink: str, parts: list[tuple[str, TableSchema, object]], props) -> None:
+        """One commit to Delta table ``sink`` with the plans of its sources (one unless routed)."""
+        target = self.sink_schemas[sink]
+        routed = self.router.routed(parts[0][0])
 
-        def rows(r: list) -> object:
-            return conform(plan_to_arrow(schema, r), sink)
+        def rows(kind: str) -> pa.Table:
+            if not routed:
+                _, schema, plan = parts[0]
+                return conform(plan_to_arrow(schema, getattr(plan, kind)), target)
+            return pa.concat_tables([conform_routed(plan_to_arrow(schema, getattr(plan, kind)), name, target)
+                                     for name, schema, plan in parts])
 
-        apply_changes(self.tables[name], schema.primary_key, rows(plan.append), rows(plan.upsert), rows(plan.delete),
-                      props)
+        key = sink_key(parts[0][1]) if routed else parts[0][1].primary_key
+        apply_changes(self.tables[sink], key, rows("append"), rows("upsert"), rows("delete"), props)
 
     def _checkpoint(self, offset: StreamOffset) -> None:
         if self.holds:  # a held table's rows after its DDL are only in memory: restart before the DDL

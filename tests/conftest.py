@@ -63,7 +63,10 @@ def make_config(mariadb, tmp_path: Path):
             "sink": {"path": str(tmp_path / "lake")},
         }
         for section, values in sections.items():
-            raw.setdefault(section, {}).update(values)
+            if isinstance(values, list):  # routes: a list, not a mapping
+                raw[section] = values
+            else:
+                raw.setdefault(section, {}).update(values)
         return parse_config(raw)
 
     return build

@@ -6,7 +6,7 @@ from cdc_core.config import BinlakeConfig
 from cdc_core.source import connect, connection_settings
 from cdc_core.table_schema import describe_table
 from pipelines.delta_sink import table_uri
-from pipelines.reconcile import TableDiff, compare
+from pipelines.reconcile import TableDiff, compare_table
 from pipelines.snapshot_job import SnapshotJob
 
 
@@ -15,8 +15,9 @@ def snapshot(cfg: BinlakeConfig, spark):
 
 
 def diff_tables(cfg: BinlakeConfig, names: list[str]) -> list[TableDiff]:
+    """Row-by-row diffs of the captured tables ``names`` (a routed table: its rows in the sink)."""
     with connect(connection_settings(cfg)) as conn, conn.cursor() as cur:
-        return [compare(cur, describe_table(cur, *n.split(".", 1)), table_uri(cfg.sink.path, n)) for n in names]
+        return [compare_table(cur, cfg, n) for n in names]
 
 
 def assert_equal(cfg: BinlakeConfig, names: list[str]) -> None:

@@ -209,3 +209,28 @@ def test_a_reconnect_while_held_reads_the_ddl_and_held_rows_again(db, make_confi
     assert_equal(cfg, [f"{name}.t", f"{name}.u"])  # held rows read again, none applied twice
     names = DeltaTable(t_uri).schema().to_arrow().names
     assert "s" in names and "s2" in names  # lenient rename: the new column, the old one kept
+
+
+def test_a_routed_change_holds_the_whole_sink(db, make_config, tmp_path):
+    name, conn = db
+    with conn.cursor() as cur:
+        for shard in ("s_1", "s_2"):
+            cur.execute(f"CREATE TABLE {shard} ({BASE})")
+    cfg = make_config(name, source={"startup": {"mode": "latest"}}, routes=[{"source": rf"{name}\.s_\d", "sink":
+                      f"{name}.s"}], stream={"schema_changes": "external", "max_batch_seconds": 0.2})
+    StreamEngine(cfg, until_now=True).run()
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO s_1 SELECT seq, seq, 'one' FROM seq_1_to_30")
+        cur.execute("INSERT INTO s_2 SELECT seq, seq, 'two' FROM seq_1_to_30")
+        cur.execute("ALTER TABLE s_1 ADD COLUMN n INT")
+        cur.execute("INSERT INTO s_1 (id, a, s, n) SELECT seq, seq, 'one', seq FROM seq_31_to_40")
+        cur.execute("INSERT INTO s_2 SELECT seq, seq, 'two' FROM seq_31_to_40")  # held too: same sink
+    store = ControlStore(cfg.sink.path, cfg.pipeline.name)
+    summary = StreamEngine(cfg, max_seconds=3).run()
+    assert summary.held_rows_peak == 20
+    assert _rows(table_uri(cfg.sink.path, f"{name}.s")) == 60
+    (pending,) = pending_changes(store)
+    assert pending.table == f"{name}.s_1"
+    assert "rewrote" not in apply_pending(cfg, pending).action  # a nullable column: in place
+    StreamEngine(cfg, until_now=True).run()
+    assert_equal(cfg, [f"{name}.s_1", f"{name}.s_2"])
