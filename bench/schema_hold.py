@@ -27,7 +27,7 @@ from cdc_core.config import parse_config  # noqa: E402
 from pipelines.control_store import ControlStore  # noqa: E402
 from pipelines.local_mariadb import LocalMariaDB  # noqa: E402
 from pipelines.stream_engine import StreamEngine  # noqa: E402
-from tests.test_schema_evolution import BASE, CASES  # noqa: E402
+from tests.test_schema_evolution import BASE, CASES, write_matrix  # noqa: E402
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -54,12 +54,7 @@ def measure(server: LocalMariaDB, lake: Path, behavior: str, rows: int) -> dict:
     })
     StreamEngine(cfg, until_now=True).run()  # empty Delta tables, checkpoint at the binlog end
     with server.connect(database) as conn, conn.cursor() as cur:
-        for case, (ddl, after) in CASES.items():
-            cur.executemany(f"INSERT INTO {case} VALUES (%s, %s, %s, %s)", [(i, i, f"s{i}", i / 4) for i in (1, 2, 3)])
-            cur.execute(f"UPDATE {case} SET a = a + 100 WHERE id = 3")
-            cur.execute(ddl.format(t=case, db=database))
-            for stmt in after:
-                cur.execute(stmt.format(t=case))
+        write_matrix(cur, database)
         conn.commit()
     summary = StreamEngine(cfg, until_now=True).run()
     history = [r for r in ControlStore(str(lake), database).schema_history()

@@ -53,13 +53,18 @@ def _run_matrix(db, make_config, behavior: str):
     StreamEngine(cfg, until_now=True).run()  # creates the Delta tables, checkpoint at the binlog end
     before = {case: DeltaTable(table_uri(cfg.sink.path, f"{name}.{case}")).schema().to_arrow() for case in CASES}
     with conn.cursor() as cur:
-        for case, (ddl, after) in CASES.items():
-            cur.executemany(f"INSERT INTO {case} VALUES (%s, %s, %s, %s)", [(i, i, f"s{i}", i / 4) for i in (1, 2, 3)])
-            cur.execute(f"UPDATE {case} SET a = a + 100 WHERE id = 3")
-            cur.execute(ddl.format(t=case, db=name))
-            for stmt in after:
-                cur.execute(stmt.format(t=case))
+        write_matrix(cur, name)
     return cfg, name, before
+
+
+def write_matrix(cur, database: str) -> None:
+    """Each case's writes before its DDL, the DDL, and its writes after (bench/schema_hold.py too)."""
+    for case, (ddl, after) in CASES.items():
+        cur.executemany(f"INSERT INTO {case} VALUES (%s, %s, %s, %s)", [(i, i, f"s{i}", i / 4) for i in (1, 2, 3)])
+        cur.execute(f"UPDATE {case} SET a = a + 100 WHERE id = 3")
+        cur.execute(ddl.format(t=case, db=database))
+        for stmt in after:
+            cur.execute(stmt.format(t=case))
 
 
 def _delta(cfg, name, case) -> DeltaTable:
