@@ -33,20 +33,15 @@ class SchemaChangeConfig(Config):
     index: int
 
 
-def _store(cfg):
-    from pipelines.control_store import ControlStore
-
-    return ControlStore(cfg.sink.path, cfg.pipeline.name, cfg.sink.storage_options)
-
-
 @op
 def apply_schema_change(context: OpExecutionContext, config: SchemaChangeConfig, binlake: BinlakeConfigResource):
     """Apply one pending schema change to its Delta table under schema_change_behavior."""
+    from pipelines.control_store import ControlStore
     from pipelines.schema_applier import SchemaChangeRejected
     from pipelines.schema_registry import apply_pending, pending_changes
 
     cfg = binlake.load()
-    store = _store(cfg)
+    store = ControlStore.of(cfg)
     key = (config.table, config.file, config.pos, config.index)
     found = [p for p in pending_changes(store) if p.key == key]
     if not found:
@@ -73,12 +68,13 @@ def apply_schema_changes():
         description="Launches apply_schema_changes for each schema change the stream holds a table for")
 def schema_change_sensor(context: SensorEvaluationContext, binlake: BinlakeConfigResource):
     """One run request per pending change (the run key makes each change launch once)."""
+    from pipelines.control_store import ControlStore
     from pipelines.schema_registry import pending_changes
 
     cfg = binlake.load()
     if cfg.stream.schema_changes != "external":
         return SkipReason("stream.schema_changes is inline: the stream applies schema changes itself")
-    pending = pending_changes(_store(cfg))
+    pending = pending_changes(ControlStore.of(cfg))
     if not pending:
         return SkipReason("no pending schema change")
     return [RunRequest(run_key=p.run_key, tags={"binlake/table": p.table}, run_config=RunConfig(ops={

@@ -55,6 +55,11 @@ class ControlStore:
         self.storage_options = storage_options or None
         self._checkpoints = None  # the stream_checkpoint table, once it exists
 
+    @classmethod
+    def of(cls, cfg) -> ControlStore:
+        """The control store of a pipeline config (``cdc_core.config.BinlakeConfig``)."""
+        return cls(cfg.sink.path, cfg.pipeline.name, cfg.sink.storage_options)
+
     def _read(self, name: str) -> list[dict]:
         t = open_table(f"{self.root}/{name}", self.storage_options)
         if t is None:

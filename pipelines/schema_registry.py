@@ -102,7 +102,7 @@ def apply_pending(cfg: BinlakeConfig, pending: PendingChange, *, store: ControlS
                   table: DeltaTable | None = None, held_since: dt.datetime | None = None) -> ApplyResult:
     """Apply ``pending`` to its Delta table under ``pipeline.schema_change_behavior`` and
     record the resolution (see the module invariants); raises SchemaChangeRejected on failure."""
-    store = store or ControlStore(cfg.sink.path, cfg.pipeline.name, cfg.sink.storage_options)
+    store = store or ControlStore.of(cfg)
     router = Router(cfg.routes)
     source = pending.table if router.routed(pending.table) else None  # its sink holds other sources' rows too
     if table is None:

@@ -31,7 +31,7 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
     its ``sink`` (the Delta table it is written to: itself, or its route's sink); a routed
     table's rows are its own rows in the sink, its position the sink's committed position."""
     router = Router(cfg.routes)
-    store = ControlStore(cfg.sink.path, cfg.pipeline.name, cfg.sink.storage_options)
+    store = ControlStore.of(cfg)
     cp = store.checkpoint()
     plans = store.load_plans()
     names, files, end, source_error = [], None, None, None

@@ -140,7 +140,7 @@ class StreamEngine:
         self.max_seconds = max_seconds
         self.progress = progress  # callable(StreamSummary, StreamOffset) after each commit, or None
         self.conn = connection_settings(cfg)
-        self.store = ControlStore(cfg.sink.path, cfg.pipeline.name, cfg.sink.storage_options)
+        self.store = ControlStore.of(cfg)
         self.router = Router(cfg.routes)  # source table → Delta (sink) table
         self.life = Lifecycle()
         self.summary = StreamSummary()

@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import yaml
+
 from cdc_core.config import BinlakeConfig
 from cdc_core.source import connect, connection_settings
 from cdc_core.table_schema import describe_table
 from pipelines.delta_sink import table_uri
 from pipelines.reconcile import TableDiff, compare_table
 from pipelines.snapshot_job import SnapshotJob
+
+PASSWORD_VAR = "BINLAKE_TEST_PASSWORD"  # conftest's make_config sets it to the test server's password
+
+
+def write_config_file(cfg: BinlakeConfig, path: Path, **extra) -> str:
+    """``cfg`` as a YAML file for the CLI or Dagster, the password as ``${BINLAKE_TEST_PASSWORD}``."""
+    raw = cfg.model_dump(mode="json")
+    raw["source"]["password"] = "${" + PASSWORD_VAR + "}"
+    raw.update(extra)
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
 
 
 def snapshot(cfg: BinlakeConfig, spark):

@@ -7,6 +7,7 @@ import yaml
 from dagster import AssetKey, materialize
 
 from orchestration.definitions import build_definitions
+from tests.helpers import write_config_file
 
 
 def test_assets_per_table_and_check(db, spark, make_config, tmp_path):
@@ -17,10 +18,7 @@ def test_assets_per_table_and_check(db, spark, make_config, tmp_path):
         cur.execute("INSERT INTO a SELECT seq, seq FROM seq_1_to_500")
         cur.execute("INSERT INTO b SELECT seq, 'x' FROM seq_1_to_50")
     cfg = make_config(name)
-    path = tmp_path / "binlake.yaml"
-    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json") | {
-        "source": cfg.source.model_dump(mode="json") | {"password": "${BINLAKE_TEST_PASSWORD}"}}))
-    defs = build_definitions(str(path))
+    defs = build_definitions(write_config_file(cfg, tmp_path / "binlake.yaml"))
     keys = {AssetKey([name, "a"]), AssetKey([name, "b"])}
     assets = defs.resolve_all_asset_specs()
     assert {s.key for s in assets} == keys

@@ -11,7 +11,6 @@ import threading
 import time
 
 import pytest
-import yaml
 from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
 from deltalake import DeltaTable
 
@@ -24,7 +23,7 @@ from pipelines.schema_registry import apply_pending, pending_changes
 from pipelines.status import pipeline_status
 from pipelines.stream_engine import StreamEngine
 from resources.binlake import BinlakeConfigResource
-from tests.helpers import assert_equal
+from tests.helpers import assert_equal, write_config_file
 
 BASE = "id INT PRIMARY KEY, a INT, s VARCHAR(20)"
 
@@ -36,11 +35,9 @@ def _setup(db, make_config, tmp_path, **stream):
         cur.execute(f"CREATE TABLE u ({BASE})")
     cfg = make_config(name, source={"startup": {"mode": "latest"}},
                       stream={"schema_changes": "external", "max_batch_seconds": 0.2} | stream)
-    path = tmp_path / "binlake.yaml"
-    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json") | {
-        "source": cfg.source.model_dump(mode="json") | {"password": "${BINLAKE_TEST_PASSWORD}"}}))
+    path = write_config_file(cfg, tmp_path / "binlake.yaml")
     StreamEngine(cfg, until_now=True).run()  # Delta tables and a checkpoint at the binlog end
-    return cfg, name, conn, str(path)
+    return cfg, name, conn, path
 
 
 def _rows(uri: str) -> int:
@@ -156,10 +153,7 @@ def test_held_rows_are_bounded_and_a_restart_holds_again(db, make_config, tmp_pa
 def test_a_rejected_change_stops_the_holding_engine(db, make_config, tmp_path):
     cfg, name, conn, path = _setup(db, make_config, tmp_path)
     cfg = cfg.model_copy(update={"pipeline": cfg.pipeline.model_copy(update={"schema_change_behavior": "exception"})})
-    path_text = yaml.safe_load(open(path))
-    path_text["pipeline"]["schema_change_behavior"] = "exception"
-    with open(path, "w") as f:
-        yaml.safe_dump(path_text, f)
+    path = write_config_file(cfg, tmp_path / "binlake.yaml")  # the Dagster run reads the same behaviour
     with conn.cursor() as cur:
         cur.execute("INSERT INTO t SELECT seq, seq, 'x' FROM seq_1_to_10")
         cur.execute("ALTER TABLE t MODIFY a BIGINT")

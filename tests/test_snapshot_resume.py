@@ -13,20 +13,11 @@ import time
 from pathlib import Path
 
 import pyspark
-import yaml
 from deltalake import DeltaTable
 
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import table_uri
-from tests.helpers import assert_equal, snapshot
-
-
-def _write_config(cfg, path: Path, **extra) -> Path:
-    raw = cfg.model_dump(mode="json")
-    raw["source"]["password"] = "${BINLAKE_TEST_PASSWORD}"
-    raw.update(extra)
-    path.write_text(yaml.safe_dump(raw))
-    return path
+from tests.helpers import assert_equal, snapshot, write_config_file
 
 
 def _binlake(*args: str) -> list[str]:
@@ -40,7 +31,7 @@ def test_kill_and_resume(db, spark, make_config, tmp_path):
         cur.execute("INSERT INTO big SELECT seq, CONCAT('row ', seq) FROM seq_1_to_60000")
     cfg = make_config(name, chunk_size=250, parallelism=1,
                       source={"snapshot": {"chunk_size": 250, "max_rows_per_task": 2000}})
-    path = _write_config(cfg, tmp_path / "binlake.yaml")
+    path = write_config_file(cfg, tmp_path / "binlake.yaml")
     log_dir = Path(table_uri(cfg.sink.path, f"{name}.big")) / "_delta_log"
     proc = subprocess.Popen(_binlake("snapshot", "-c", str(path)), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
@@ -86,7 +77,7 @@ def test_snapshot_on_standalone_master(db, make_config, tmp_path):
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         cfg = make_config(name, chunk_size=500)
-        path = _write_config(cfg, tmp_path / "binlake.yaml", spark={"master": f"spark://127.0.0.1:{port}"})
+        path = write_config_file(cfg, tmp_path / "binlake.yaml", spark={"master": f"spark://127.0.0.1:{port}"})
         out = subprocess.run(_binlake("snapshot", "-c", str(path)), env=env, capture_output=True, text=True,
                              timeout=300)
         assert out.returncode == 0, out.stderr[-2000:]

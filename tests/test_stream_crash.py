@@ -33,7 +33,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import yaml
 from deltalake import DeltaTable
 
 from cdc_core.config import BinlakeConfig, parse_config
@@ -42,21 +41,13 @@ from cdc_core.positions import BinlogPosition
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import table_uri
 from pipelines.local_mariadb import LocalMariaDB
-from tests.helpers import assert_equal, diff_tables, snapshot
+from tests.helpers import PASSWORD_VAR, assert_equal, diff_tables, snapshot, write_config_file
 
 SEED = int(os.environ.get("BINLAKE_CRASH_SEED", "20240611"))
-PASSWORD_VAR = "BINLAKE_TEST_PASSWORD"
 STREAM = {"max_batch_rows": 500, "max_batch_seconds": 0.5}
 
 
 # --- processes ------------------------------------------------------------------------------
-
-def _write_config(cfg: BinlakeConfig, path: Path) -> str:
-    raw = cfg.model_dump(mode="json")
-    raw["source"]["password"] = "${" + PASSWORD_VAR + "}"
-    path.write_text(yaml.safe_dump(raw))
-    return str(path)
-
 
 def _env(password: str) -> dict:
     return {**os.environ, PASSWORD_VAR: password, "COLUMNS": "200"}
@@ -382,7 +373,7 @@ def _shop(conn, name: str, make_config, tmp_path: Path, chunk_size: int):
     """The three crash-test tables, filled; their names, config and config file."""
     create_tables(conn)
     cfg = make_config(name, chunk_size=chunk_size, stream=STREAM)
-    return [f"{name}.acct", f"{name}.orders", f"{name}.tags"], cfg, _write_config(cfg, tmp_path / "binlake.yaml")
+    return [f"{name}.acct", f"{name}.orders", f"{name}.tags"], cfg, write_config_file(cfg, tmp_path / "binlake.yaml")
 
 
 def _delta_log_count(cfg: BinlakeConfig, names: list[str]) -> int:
@@ -500,7 +491,7 @@ def test_sigkill_of_the_engine_process_alone_frees_the_server_id(mariadb, db, ma
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE t (id INT PRIMARY KEY, counter INT NOT NULL DEFAULT 0)")
     cfg = make_config(name, stream=STREAM, source={"startup": {"mode": "latest"}})
-    config = _write_config(cfg, tmp_path / "binlake.yaml")
+    config = write_config_file(cfg, tmp_path / "binlake.yaml")
     s = Stream(config, tmp_path / "logs", password=mariadb.password)
     try:
         wait_for(lambda: replica_registered(mariadb, cfg.source.server_id) or not s.alive(), 30, "the stream")
@@ -562,7 +553,7 @@ def test_source_server_restart_mid_stream(own_server, tmp_path):
     server = own_server
     _setup_own(server)
     cfg = own_config(tmp_path, server, "shop", 4242)
-    config = _write_config(cfg, tmp_path / "binlake.yaml")
+    config = write_config_file(cfg, tmp_path / "binlake.yaml")
     names = ["shop.t"]
     logs = tmp_path / "logs"
     s = Stream(config, logs, password=server.password)
@@ -665,7 +656,7 @@ def test_purged_position_exits_2_and_says_to_resnapshot(own_server, tmp_path):
     server = own_server
     _setup_own(server)
     cfg = own_config(tmp_path, server, "shop", 4343)
-    config = _write_config(cfg, tmp_path / "binlake.yaml")
+    config = write_config_file(cfg, tmp_path / "binlake.yaml")
     logs = tmp_path / "logs"
     first = run_stream(config, logs, "--until", "now", password=server.password)  # checkpoint at the binlog end
     assert first.proc.returncode == 0, first.describe()
@@ -712,8 +703,8 @@ def test_server_id_in_use_by_a_running_stream(mariadb, db, make_config, tmp_path
                     sink={"path": str(tmp_path / "lake_a")})
     b = make_config(name, server_id=server_id, stream=STREAM, source={"startup": {"mode": "latest"}},
                     sink={"path": str(tmp_path / "lake_b")}, pipeline={"name": f"other_{name}"})
-    config_a = _write_config(a, tmp_path / "a.yaml")
-    config_b = _write_config(b, tmp_path / "b.yaml")
+    config_a = write_config_file(a, tmp_path / "a.yaml")
+    config_b = write_config_file(b, tmp_path / "b.yaml")
     logs = tmp_path / "logs"
     first = Stream(config_a, logs, password=mariadb.password)
     try:
@@ -751,7 +742,7 @@ def test_server_id_equal_to_the_sources_own(mariadb, db, make_config, tmp_path):
         cur.execute("SELECT @@server_id")
         own = int(cur.fetchone()[0])
     cfg = make_config(name, server_id=own, source={"startup": {"mode": "latest"}})
-    config = _write_config(cfg, tmp_path / "binlake.yaml")
+    config = write_config_file(cfg, tmp_path / "binlake.yaml")
     r = run_stream(config, tmp_path / "logs", "--until", "now", password=mariadb.password, timeout=60)
     assert r.proc.returncode == 2, r.describe()
     (line,) = _lines(r.stderr)

@@ -251,12 +251,17 @@ def _write_rows(mariadb, conn, database: str):
         return start, master_position(cur)
 
 
-def test_type_matrix_snapshot_equals_binlog(db, mariadb, spark, make_config):
-    name, conn = db
+def _create_types_table(conn) -> str:
+    """The table holding every type of the matrix; returns the server's global time zone."""
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE types (" + ", ".join(f"`{c}` {t}" for c, (t, _) in COLUMNS.items()) + ")")
         cur.execute("SELECT @@global.time_zone")
-        server_zone = cur.fetchone()[0]
+        return cur.fetchone()[0]
+
+
+def test_type_matrix_snapshot_equals_binlog(db, mariadb, spark, make_config):
+    name, conn = db
+    server_zone = _create_types_table(conn)
     try:
         start, end = _write_rows(mariadb, conn, name)
         _check_both_paths(name, spark, make_config, start, end)  # with the server zone still at -08:00
@@ -314,10 +319,7 @@ def test_type_matrix_through_the_stream(db, mariadb, spark, make_config):
     from pipelines.stream_engine import StreamEngine
 
     name, conn = db
-    with conn.cursor() as cur:
-        cur.execute("CREATE TABLE types (" + ", ".join(f"`{c}` {t}" for c, (t, _) in COLUMNS.items()) + ")")
-        cur.execute("SELECT @@global.time_zone")
-        server_zone = cur.fetchone()[0]
+    server_zone = _create_types_table(conn)
     streamed = make_config(name, chunk_size=2)
     snapshot(streamed, spark)  # of the empty table: the stream writes every row
     try:
