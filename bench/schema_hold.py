@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cdc_core.config import parse_config  # noqa: E402
 from pipelines.control_store import ControlStore  # noqa: E402
 from pipelines.local_mariadb import LocalMariaDB  # noqa: E402
-from pipelines.stream_engine import StreamEngine  # noqa: E402
+from pipelines.stream import StreamEngine  # noqa: E402
 from tests.test_schema_evolution import BASE, CASES, write_matrix  # noqa: E402
 
 
@@ -58,11 +58,11 @@ def measure(server: LocalMariaDB, lake: Path, behavior: str, rows: int) -> dict:
         conn.commit()
     summary = StreamEngine(cfg, until_now=True).run()
     history = [r for r in ControlStore(str(lake), database).schema_history()
-               if r["status"] in ("applied", "skipped") and r["held_ms"] is not None and r["kind"] != "create_table"]
-    held = [r["held_ms"] for r in history]
+               if r.status in ("applied", "skipped") and r.held_ms is not None and r.kind != "create_table"]
+    held = [r.held_ms for r in history]
     return {"behavior": behavior, "changes": len(held), "p50_ms": percentile(held, 50),
             "p95_ms": percentile(held, 95), "max_ms": max(held),
-            "rewrites": sum("rewrote" in (r["detail"] or "") for r in history),
+            "rewrites": sum("rewrote" in r.detail for r in history),
             "stream_seconds": round(summary.seconds, 2)}
 
 

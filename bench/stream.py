@@ -94,7 +94,7 @@ from cdc_core.source import connect, connection_settings  # noqa: E402
 from cdc_core.table_schema import describe_table  # noqa: E402
 from pipelines.local_mariadb import LocalMariaDB  # noqa: E402
 from pipelines.reconcile import compare  # noqa: E402
-from pipelines.stream_engine import StreamEngine, StreamSummary  # noqa: E402
+from pipelines.stream import StreamEngine, StreamSummary  # noqa: E402
 
 OUT_DIR = REPO / "bench" / "out"
 DB = "bench"

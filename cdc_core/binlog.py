@@ -1,12 +1,23 @@
-"""Reading row changes from the binlog between two positions.
+"""The one binlog decoder: python-mysql-replication's row events turned into value
+tuples in the column order of their table map, with the table map's own description
+of the columns (``TableLayout``). The stream's reader process and the snapshot's
+chunk reader both decode through ``RowDecoder``.
 
-Invariants:
+Invariants (tests/test_binlog_decoder.py, tests/test_types.py):
 - Reading starts at a transaction boundary (a SHOW MASTER STATUS position or a
   committed offset), so every row event is preceded by its table map.
-- Reading stops at the first event whose end position is at or past ``end``; as
-  ``end`` is itself a transaction boundary, no transaction is cut in half.
-- Column names and types come from the table map (binlog_row_metadata=FULL),
-  never from the live information_schema.
+- Column names and types come from the row event's own table map
+  (binlog_row_metadata=FULL), never from the live information_schema: a row written
+  before a DDL is decoded with the columns it was written with, however late it is read.
+- ``layout_schema`` describes a table map's columns as ``describe_table`` describes
+  information_schema's (data_type, column_type, precision, scale, fsp, BINARY length,
+  ENUM/SET members, signedness, primary key); types the binlog stores alike
+  (MariaDB's INET6/UUID as BINARY(16), JSON as LONGTEXT) are refined by the schema
+  history (cdc_core/schema_history.py).
+- A layout is reported once per change: the decoder hands out a new ``TableLayout``
+  only when a table's table map differs from the last one it reported for that table.
+- ``read_changes`` stops at the first event whose end position is at or past ``end``;
+  as ``end`` is itself a transaction boundary, no transaction is cut in half.
 """
 
 from __future__ import annotations
@@ -18,33 +29,18 @@ from dataclasses import dataclass
 
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
+from pymysqlreplication.event import QueryEvent, RotateEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from cdc_core.events import Op, Statement, TableLayout
 from cdc_core.positions import BinlogPosition
 from cdc_core.source import ConnectionSettings
+from cdc_core.table_schema import Column, TableSchema
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class RowChange:
-    """One row change: op is 'c' (insert), 'u' (update) or 'd' (delete).
-
-    ``before`` is set for updates and deletes, ``after`` for inserts and updates.
-    ``position`` is the end of the row event; ``row_index`` orders rows inside it.
-    """
-
-    database: str
-    table: str
-    op: str
-    before: dict | None
-    after: dict | None
-    position: BinlogPosition
-    row_index: int
-
-    @property
-    def seq(self) -> int:
-        return self.position.seq(self.row_index)
+ROW_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
+OPS = {WriteRowsEvent: Op.INSERT, UpdateRowsEvent: Op.UPDATE, DeleteRowsEvent: Op.DELETE}
 
 
 def open_binlog(conn: ConnectionSettings, server_id: int, start: BinlogPosition, **options) -> BinLogStreamReader:
@@ -60,6 +56,178 @@ def open_binlog(conn: ConnectionSettings, server_id: int, start: BinlogPosition,
         blocking=True,  # non-blocking reconnects from the first binlog at its end
         **options,
     )
+
+
+# --- table map → columns -------------------------------------------------------------------
+
+_INTS = {FIELD_TYPE.TINY: "tinyint", FIELD_TYPE.SHORT: "smallint", FIELD_TYPE.INT24: "mediumint",
+         FIELD_TYPE.LONG: "int", FIELD_TYPE.LONGLONG: "bigint"}
+_TEMPORAL = {FIELD_TYPE.DATETIME2: "datetime", FIELD_TYPE.DATETIME: "datetime", FIELD_TYPE.TIMESTAMP2: "timestamp",
+             FIELD_TYPE.TIMESTAMP: "timestamp", FIELD_TYPE.TIME2: "time", FIELD_TYPE.TIME: "time"}
+_BLOBS = {1: "tiny", 2: "", 3: "medium", 4: "long"}
+
+
+def _quoted(members) -> str:
+    return ",".join("'" + m.replace("'", "''") + "'" for m in members)
+
+
+def table_map_column(col) -> Column:
+    """A python-mysql-replication table-map column as ``describe_table`` would describe it.
+    Nullability is not in the table map's column list: columns are reported nullable."""
+    t = col.type
+    binary = getattr(col, "collation_name", None) == "binary"
+    collation = None if binary else getattr(col, "collation_name", None)
+    if t in _INTS:
+        name = _INTS[t]
+        return Column(col.name, name, name + (" unsigned" if col.unsigned else ""))
+    if t in (FIELD_TYPE.NEWDECIMAL, FIELD_TYPE.DECIMAL):
+        p, s = getattr(col, "precision", 10), getattr(col, "decimals", 0)
+        return Column(col.name, "decimal", f"decimal({p},{s})" + (" unsigned" if col.unsigned else ""),
+                      precision=p, scale=s)
+    if t in (FIELD_TYPE.FLOAT, FIELD_TYPE.DOUBLE):
+        name = "float" if t == FIELD_TYPE.FLOAT else "double"
+        return Column(col.name, name, name + (" unsigned" if col.unsigned else ""))
+    if t in (FIELD_TYPE.DATE, FIELD_TYPE.NEWDATE):
+        return Column(col.name, "date", "date")
+    if t in _TEMPORAL:
+        fsp = getattr(col, "fsp", 0) or 0
+        name = _TEMPORAL[t]
+        return Column(col.name, name, name + (f"({fsp})" if fsp else ""), datetime_precision=fsp)
+    if t == FIELD_TYPE.YEAR:
+        return Column(col.name, "year", "year(4)")
+    if t == FIELD_TYPE.BIT:
+        return Column(col.name, "bit", f"bit({col.bits})", precision=col.bits)
+    if t in (FIELD_TYPE.ENUM, FIELD_TYPE.SET):
+        name = "enum" if t == FIELD_TYPE.ENUM else "set"
+        members = (col.enum_values or [""])[1:] if t == FIELD_TYPE.ENUM else (col.set_values or [])
+        return Column(col.name, name, f"{name}({_quoted(members)})", collation=collation)
+    if t in (FIELD_TYPE.VARCHAR, FIELD_TYPE.VAR_STRING):
+        n = getattr(col, "max_length", 0)
+        return (Column(col.name, "varbinary", f"varbinary({n})", char_length=n) if binary
+                else Column(col.name, "varchar", "varchar", collation=collation))
+    if t == FIELD_TYPE.STRING:
+        n = getattr(col, "max_length", 0)
+        return (Column(col.name, "binary", f"binary({n})", char_length=n) if binary
+                else Column(col.name, "char", "char", collation=collation))
+    if t in (FIELD_TYPE.BLOB, FIELD_TYPE.TINY_BLOB, FIELD_TYPE.MEDIUM_BLOB, FIELD_TYPE.LONG_BLOB):
+        size = _BLOBS.get(getattr(col, "length_size", 2), "")
+        name = f"{size}blob" if binary else f"{size}text"
+        return Column(col.name, name, name, collation=collation)
+    if t == FIELD_TYPE.JSON:
+        return Column(col.name, "json", "json")
+    if t == FIELD_TYPE.GEOMETRY:
+        return Column(col.name, "geometry", "geometry")
+    return Column(col.name, f"binlog type {t}", f"binlog type {t}")
+
+
+def layout_schema(table) -> TableSchema:
+    """The schema a python-mysql-replication table map (``Table``) describes."""
+    columns = tuple(table_map_column(c) for c in table.columns)
+    pk = tuple(c.name for c in table.columns if c.is_primary)
+    return TableSchema(table.schema, table.table, columns, pk)
+
+
+# --- row events → value tuples -----------------------------------------------------------------
+
+_US = dt.timedelta(microseconds=1)
+
+
+def _fix_set(values: dict, none_sources: dict, name: str) -> None:
+    """The empty SET comes back as None (none source "empty set"): it is ''."""
+    if values[name] is None and none_sources.get(name) == NONE_SOURCE.EMPTY_SET:
+        values[name] = ""
+
+
+def _fix_time(values: dict, none_sources: dict, name: str) -> None:
+    """A negative TIME with a fraction is stored as the two's complement of the whole packed
+    value, but the decoder complements seconds and fraction apart, giving -(s + 1 - f) for -(s + f)."""
+    v = values[name]
+    if v is not None and v < dt.timedelta(0):
+        us = -(v // _US)
+        frac = us % 1_000_000
+        if frac:
+            values[name] = -_US * (us + 1_000_000 - 2 * frac)
+
+
+_FIXES = {FIELD_TYPE.SET: _fix_set, FIELD_TYPE.TIME2: _fix_time}
+
+
+@dataclass(frozen=True)
+class _Decoding:
+    layout: TableLayout
+    names: tuple[str, ...]
+    fixes: tuple  # (fix function, column name) for the columns the decoder gets wrong
+
+
+class RowDecoder:
+    """Decodes row events into value tuples and reports each table's layout once per change."""
+
+    def __init__(self) -> None:
+        self._by_map: dict[tuple, _Decoding] = {}  # (table id, column names) -> decoding
+        self._last: dict[str, TableLayout] = {}  # "db.table" -> the layout last reported
+        self._next_id = 0
+
+    def reset(self) -> None:
+        """Forget cached table maps (table ids are reused after a reconnect or a server restart)."""
+        self._by_map.clear()
+
+    def decoding(self, event) -> tuple[_Decoding, bool]:
+        """The decoding of ``event``'s table map, and whether its layout is new for the table."""
+        table = event.table_map[event.table_id]
+        key = (event.table_id, tuple(c.name for c in table.columns))
+        hit = self._by_map.get(key)
+        if hit is not None:
+            return hit, False
+        schema = layout_schema(table)
+        last = self._last.get(schema.qualified_name)
+        new = last is None or last.schema != schema
+        if new:
+            self._next_id += 1
+            last = self._last[schema.qualified_name] = TableLayout(self._next_id, schema)
+        names = tuple(c.name for c in table.columns)
+        fixes = tuple((_FIXES[c.type], c.name) for c in table.columns if c.type in _FIXES)
+        d = self._by_map[key] = _Decoding(last, names, fixes)
+        return d, new
+
+    @staticmethod
+    def rows(event, d: _Decoding) -> list:
+        """The event's rows as value tuples in layout order (updates: (before, after) pairs)."""
+        names, fixes = d.names, d.fixes
+
+        def image(values: dict, none_sources: dict) -> tuple:
+            for fix, name in fixes:
+                fix(values, none_sources, name)
+            return tuple(values[n] for n in names)
+
+        if isinstance(event, UpdateRowsEvent):
+            return [(image(r["before_values"], r["before_none_sources"]),
+                     image(r["after_values"], r["after_none_sources"])) for r in event.rows]
+        return [image(r["values"], r["none_sources"]) for r in event.rows]
+
+
+# --- the chunk reader's window ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RowChange:
+    """One row change: op is 'c' (insert), 'u' (update) or 'd' (delete).
+
+    ``before`` is set for updates and deletes, ``after`` for inserts and updates, as
+    {column: value} in the names of the row's own table map. ``position`` is the end of
+    the row event; ``row_index`` orders rows inside it.
+    """
+
+    database: str
+    table: str
+    op: str
+    before: dict | None
+    after: dict | None
+    position: BinlogPosition
+    row_index: int
+
+    @property
+    def seq(self) -> int:
+        return self.position.seq(self.row_index)
 
 
 def read_changes(
@@ -78,50 +246,60 @@ def read_changes(
         only_schemas=sorted({db for db, _ in tables}) if tables else None,
         only_tables=sorted({t for _, t in tables}) if tables else None,
     )
+    decoder = RowDecoder()
     try:
         for event in reader:
             pos = BinlogPosition(reader.log_file, reader.log_pos)
-            if isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)) and (
-                tables is None or (event.schema, event.table) in tables
-            ):
-                yield from _row_changes(event, pos)
+            if isinstance(event, RotateEvent):
+                decoder.reset()
+            elif isinstance(event, ROW_EVENTS) and (tables is None or (event.schema, event.table) in tables):
+                d, _ = decoder.decoding(event)
+                yield from _changes(event, d, pos)
             if pos >= end:
                 break
     finally:
         reader.close()
 
 
-def _row_changes(event, pos: BinlogPosition) -> Iterator[RowChange]:
-    for i, row in enumerate(event.rows):
-        if isinstance(event, WriteRowsEvent):
-            after = fix_image(event, row["values"], row["none_sources"])
-            yield RowChange(event.schema, event.table, "c", None, after, pos, i)
-        elif isinstance(event, UpdateRowsEvent):
-            before = fix_image(event, row["before_values"], row["before_none_sources"])
-            after = fix_image(event, row["after_values"], row["after_none_sources"])
-            yield RowChange(event.schema, event.table, "u", before, after, pos, i)
+def _changes(event, d: _Decoding, pos: BinlogPosition) -> Iterator[RowChange]:
+    op, names = OPS[type(event)], d.names
+    for i, row in enumerate(RowDecoder.rows(event, d)):
+        if op == Op.UPDATE:
+            yield RowChange(event.schema, event.table, op, dict(zip(names, row[0])), dict(zip(names, row[1])), pos, i)
+        elif op == Op.INSERT:
+            yield RowChange(event.schema, event.table, op, None, dict(zip(names, row)), pos, i)
         else:
-            before = fix_image(event, row["values"], row["none_sources"])
-            yield RowChange(event.schema, event.table, "d", before, None, pos, i)
+            yield RowChange(event.schema, event.table, op, dict(zip(names, row)), None, pos, i)
 
 
-_US = dt.timedelta(microseconds=1)
+def statement_text(event: QueryEvent) -> tuple[str, str]:
+    """A QueryEvent's (default database, SQL text)."""
+    sql = event.query if isinstance(event.query, str) else event.query.decode("utf-8", "replace")
+    db = event.schema if isinstance(event.schema, str) else event.schema.decode("utf-8", "replace")
+    return db, sql
 
 
-def fix_image(event, values: dict, none_sources: dict) -> dict:
-    """A row image with python-mysql-replication's decoding slips undone:
-    - the empty SET comes back as None (with none source "empty set"): it is '';
-    - a negative TIME with a fraction is stored as the two's complement of the whole
-      packed value, but the decoder complements seconds and fraction apart, giving
-      -(s + 1 - f) for -(s + f)."""
-    for col in event.columns:
-        v = values.get(col.name)
-        if v is None:
-            if col.type == FIELD_TYPE.SET and none_sources.get(col.name) == NONE_SOURCE.EMPTY_SET:
-                values[col.name] = ""
-        elif col.type == FIELD_TYPE.TIME2 and v < dt.timedelta(0):
-            us = -(v // _US)
-            frac = us % 1_000_000
-            if frac:
-                values[col.name] = -_US * (us + 1_000_000 - 2 * frac)
-    return values
+def is_transaction_statement(sql: str) -> bool:
+    """BEGIN / COMMIT: transaction bounds, not statements of their own."""
+    head = sql.lstrip()[:8].upper()
+    return head.startswith("BEGIN") or head.startswith("COMMIT")
+
+
+def read_statements(conn: ConnectionSettings, server_id: int, start: BinlogPosition,
+                    end: BinlogPosition) -> Iterator[Statement]:
+    """Statements other than BEGIN/COMMIT (DDL, TRUNCATE) in (start, end]; row events are
+    skipped undecoded, so this is cheap next to reading the changes."""
+    if end <= start:
+        return
+    reader = open_binlog(conn, server_id, start, only_events=[QueryEvent, XidEvent, RotateEvent])
+    try:
+        for event in reader:
+            pos = BinlogPosition(reader.log_file, reader.log_pos)
+            if isinstance(event, QueryEvent):
+                db, sql = statement_text(event)
+                if not is_transaction_statement(sql):
+                    yield Statement(db, sql, pos, None, event.timestamp)
+            if pos >= end:
+                break
+    finally:
+        reader.close()

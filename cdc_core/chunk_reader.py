@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from cdc_core.binlog import RowChange, read_changes
 from cdc_core.chunking import INTEGER_TYPES, Chunk
+from cdc_core.errors import TerminalError
 from cdc_core.positions import BinlogPosition, master_position
 from cdc_core.source import ConnectionSettings
 from cdc_core.table_schema import TableSchema, quote_ident
@@ -42,7 +43,7 @@ CDC_OP, CDC_SEQ = "_cdc_op", "_cdc_seq"
 Fetch = Callable[[str], pa.Table]
 
 
-class ChunkNotQuiet(RuntimeError):
+class ChunkNotQuiet(TerminalError):
     """A key-less chunk kept changing under every read attempt."""
 
 

@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from cdc_core.errors import BadInput
 from cdc_core.table_schema import TableSchema, quote_ident
 
 DENSE_FACTOR = 4.0
 INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint"}
 
 
-class ChunkKeyError(ValueError):
+class ChunkKeyError(BadInput, ValueError):
     """A table cannot be chunked (no primary key and no usable chunk key)."""
 
 

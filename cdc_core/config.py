@@ -15,6 +15,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from cdc_core.errors import BadInput
+
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -24,7 +26,7 @@ def captures(tables: list[str] | tuple[str, ...], exclude: list[str] | tuple[str
         re.fullmatch(p, qualified_name) for p in exclude)
 
 
-class ConfigError(ValueError):
+class ConfigError(BadInput, ValueError):
     """A configuration problem; the message names the key and never holds a secret."""
 
 

@@ -7,7 +7,7 @@ An offset is recorded at the end of every micro-batch, in two places:
 - the pipeline checkpoint in ``_binlake/stream_checkpoint`` records, once every
   table of the batch is committed, ``resume`` and ``applied``.
 
-Invariants (tested in tests/test_offsets.py):
+Invariants (tested in tests/test_table_batch.py):
 - ``resume <= applied``; ``resume`` is a transaction boundary (the start of the
   transaction holding ``applied``, or ``applied`` itself when that transaction
   ended), so a restart reads every table map it needs.

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import pyarrow as pa
 
 from cdc_core.chunk_reader import CDC_OP, CDC_SEQ
+from cdc_core.errors import BadInput
 from cdc_core.table_schema import TableSchema
 from cdc_core.types import UnsupportedType, arrow_schema, widest_type
 
@@ -33,7 +34,7 @@ SOURCE_FIELD = pa.field(CDC_SOURCE, pa.string(), nullable=False)
 _RESERVED = (SOURCE_FIELD, pa.field(CDC_OP, pa.string()), pa.field(CDC_SEQ, pa.int64()))
 
 
-class RouteError(ValueError):
+class RouteError(BadInput, ValueError):
     """Routed tables that cannot share one Delta table (keys or column types differ)."""
 
 

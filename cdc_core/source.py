@@ -9,7 +9,7 @@ from urllib.parse import quote
 import pymysql
 
 from cdc_core.config import BinlakeConfig
-from cdc_core.table_schema import list_tables
+from cdc_core.table_schema import TableSchema, describe_table, list_tables
 
 
 @dataclass(frozen=True)
@@ -47,3 +47,15 @@ def connect(conn: ConnectionSettings, **kwargs) -> pymysql.connections.Connectio
 def captured_tables(cfg: BinlakeConfig, cursor) -> list[str]:
     """Captured "db.table" names on the server, in name order."""
     return [t for t in list_tables(cursor) if cfg.source.captures(t)]
+
+
+def describe_tables(cursor, names: list[str]) -> dict[str, TableSchema]:
+    """Schemas of the tables ``names``; a table dropped since it was listed is left out (the
+    binlog's DROP TABLE says what became of it)."""
+    schemas = {}
+    for n in names:
+        try:
+            schemas[n] = describe_table(cursor, *n.split(".", 1))
+        except LookupError:
+            continue
+    return schemas

@@ -5,27 +5,33 @@ Invariants:
   start of a binlog file, or the end of a transaction found by scanning).
 - A start position the server no longer has (purged) is an error that says so and
   what to do; it is never replaced by a later position (that would lose changes).
-- ``timestamp`` starts at the first transaction whose binlog timestamp (whole seconds)
-  is at or after the given instant's second; ``specific`` with a GTID starts right after that transaction
-  (the GTID names the last transaction already applied, as MariaDB's gtid_slave_pos).
+- ``timestamp`` starts at the first transaction whose first event's binlog timestamp
+  (whole seconds) is at or after the given instant's second — read from the events
+  themselves, so it works on MySQL and MariaDB, with or without GTIDs; ``specific`` with a
+  GTID starts right after that transaction (the GTID names the last transaction already
+  applied, as MariaDB's gtid_slave_pos). Tested on mark sequences directly
+  (tests/test_table_batch.py) and against the server (tests/test_stream.py).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 import pymysql
-from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
+from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
 
 from cdc_core.binlog import open_binlog
+from cdc_core.errors import BadInput
 from cdc_core.positions import BinlogPosition, master_position
 from cdc_core.source import ConnectionSettings
 
 log = logging.getLogger(__name__)
 
 
-class StartupError(RuntimeError):
+class StartupError(BadInput):
     """The stream cannot start as configured (bad input: exit 2)."""
 
 
@@ -101,31 +107,65 @@ def earliest_position(cur) -> BinlogPosition:
     return BinlogPosition(files[0][0], 4)
 
 
+@dataclass(frozen=True)
+class Mark:
+    """An event that opens or closes a transaction, as the start scan sees it."""
+
+    kind: str  # gtid | begin | commit (XID or COMMIT) | statement (a DDL: opens and closes one)
+    position: BinlogPosition  # the event's end
+    timestamp: int  # binlog timestamp, whole seconds
+    gtid: str | None = None
+
+
+def find_start(marks: Iterable[Mark], *, timestamp_s: int | None = None, gtid: str | None = None,
+               start: BinlogPosition) -> BinlogPosition | None:
+    """The start position of mode ``timestamp`` (the boundary before the first transaction whose
+    first event is at or after ``timestamp_s``) or of ``specific`` with a GTID (the end of that
+    transaction) in ``marks``; None if not found. Works with or without GTID events."""
+    boundary, found, in_txn = start, False, False
+    for m in marks:
+        if not in_txn and m.kind != "commit":  # a transaction's first event
+            in_txn = True
+            if timestamp_s is not None and m.timestamp >= timestamp_s:
+                return boundary
+            found = found or (m.gtid is not None and m.gtid == gtid)
+        if m.kind in ("commit", "statement"):
+            boundary, in_txn = m.position, False
+            if found:
+                return boundary
+    return None
+
+
+def _marks(reader, end: BinlogPosition) -> Iterator[Mark]:
+    for event in reader:
+        pos = BinlogPosition(reader.log_file, reader.log_pos)
+        if isinstance(event, (MariadbGtidEvent, GtidEvent)):
+            yield Mark("gtid", pos, event.timestamp, event.gtid)
+        elif isinstance(event, XidEvent):
+            yield Mark("commit", pos, event.timestamp)
+        elif isinstance(event, QueryEvent):
+            head = str(event.query).lstrip()[:6].upper()
+            yield Mark("begin" if head.startswith("BEGIN") else "commit" if head.startswith("COMMIT")
+                       else "statement", pos, event.timestamp)
+        if pos >= end:
+            return
+
+
 def scan_for_start(conn: ConnectionSettings, server_id: int, cur, *, timestamp_ms: int | None = None,
                    gtid: str | None = None) -> BinlogPosition:
     """Scan the server's binlogs for the start position of mode ``timestamp`` or of
-    ``specific`` with a GTID (see the module invariants)."""
+    ``specific`` with a GTID (see the module invariants and :func:`find_start`)."""
     start, end = earliest_position(cur), master_position(cur)
     if end <= start:
         return end
-    reader = open_binlog(conn, server_id, start, only_events=[MariadbGtidEvent, XidEvent, QueryEvent])
-    boundary, found = start, False
+    reader = open_binlog(conn, server_id, start, only_events=[MariadbGtidEvent, GtidEvent, XidEvent, QueryEvent])
     try:
-        for event in reader:
-            pos = BinlogPosition(reader.log_file, reader.log_pos)
-            if isinstance(event, MariadbGtidEvent):
-                if timestamp_ms is not None and event.timestamp >= timestamp_ms // 1000:
-                    return boundary
-                found = found or event.gtid == gtid
-            elif isinstance(event, XidEvent) or (
-                    isinstance(event, QueryEvent) and not str(event.query).lstrip().upper().startswith("BEGIN")):
-                boundary = pos
-                if found:
-                    return boundary  # the end of the named transaction
-            if pos >= end:
-                break
+        found = find_start(_marks(reader, end), timestamp_s=None if timestamp_ms is None else timestamp_ms // 1000,
+                           gtid=gtid, start=start)
     finally:
         reader.close()
+    if found is not None:
+        return found
     if timestamp_ms is not None:
         return end
     raise StartupError(f"GTID {gtid} is not in the source's binlogs (it may have been purged)")

@@ -1,22 +1,14 @@
 """The binlog reader of the stream: one process that decodes the binlog and hands
-compact items to the apply side through a bounded queue.
+typed records (cdc_core/events.py) to the apply side through a bounded queue.
 
 Decoding (python-mysql-replication) is the most expensive step of the stream and
 is pure Python, so it runs in its own process: the apply side (canonical values,
 dedupe, Delta MERGE) uses the other core instead of competing for one GIL.
 
-Items put on the queue, always in binlog order (lists of them per ``put``):
-- ``("rows", db, table, op, file, pos, columns, rows, ts, size)``: one row event of
-  ``size`` bytes; ``pos`` is the event's end; ``rows`` are value tuples in ``columns`` order (for updates,
-  ``(before, after)`` pairs). Column names come from the table map
-  (binlog_row_metadata=FULL), never from information_schema.
-- ``("txn", file, pos, gtid, ts)``: a transaction ended (XID or COMMIT) at ``pos``.
-- ``("query", db, sql, file, pos, gtid, ts)``: a statement other than BEGIN/COMMIT
-  (DDL, TRUNCATE); it is a transaction of its own and ends at ``pos``.
-- ``("beat", file, pos)``: the reader is idle at ``pos`` (server heartbeat).
-- ``("end", file, pos)``: the ``until`` position was reached; nothing follows.
-- ``("error", kind, message)``: reading stopped; kind is transient, purged,
-  server_id or fatal. Nothing follows.
+Records are put on the queue in binlog order, as lists (one list per ``put``):
+``TableLayout`` (before the first row event written with it), ``RowsEvent``,
+``TransactionEnd``, ``Statement`` (DDL, TRUNCATE), ``Heartbeat``, and last
+``ReaderEnd`` or ``ReaderError``.
 
 Invariants:
 - Reading starts at a transaction boundary (``start``), so every row event comes
@@ -38,11 +30,20 @@ import time
 from dataclasses import dataclass
 
 import pymysql
-from pymysqlreplication.event import HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, XidEvent
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.event import HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
 
-from cdc_core.binlog import fix_image, open_binlog
+from cdc_core.binlog import OPS, ROW_EVENTS, RowDecoder, is_transaction_statement, open_binlog, statement_text
 from cdc_core.config import captures
+from cdc_core.errors import is_transient
+from cdc_core.events import (
+    Heartbeat,
+    ReaderEnd,
+    ReaderError,
+    ReadFailure,
+    RowsEvent,
+    Statement,
+    TransactionEnd,
+)
 from cdc_core.positions import BinlogPosition
 from cdc_core.source import ConnectionSettings
 
@@ -56,7 +57,6 @@ HEARTBEAT_SECONDS = 0.25  # the server sends one when idle: wakes the reader and
 
 ER_MASTER_FATAL_READING_BINLOG = 1236  # position purged / not found
 ER_SLAVE_SAME_ID = 4052  # MariaDB: "A slave with the same server_uuid/server_id is already connected"
-_TRANSIENT = {2003, 2006, 2013, 2055, 1053, 1927}  # cannot connect, gone away, lost, shutdown, killed
 
 
 @dataclass(frozen=True)
@@ -153,19 +153,15 @@ class _Buffer:
             self.cond.notify_all()
 
 
-def classify(error: BaseException) -> str:
-    """transient (retry), purged, server_id or fatal, for a reading error."""
+def classify(error: BaseException) -> ReadFailure:
+    """What a reading error means for the engine (cdc_core/errors.py decides what passes)."""
     if isinstance(error, pymysql.err.MySQLError) and error.args:
         code = error.args[0]
         if code == ER_SLAVE_SAME_ID:
-            return "server_id"
+            return ReadFailure.SERVER_ID
         if code == ER_MASTER_FATAL_READING_BINLOG:
-            return "purged"
-        if code in _TRANSIENT:
-            return "transient"
-    if isinstance(error, (ConnectionError, TimeoutError, EOFError)):
-        return "transient"
-    return "fatal"
+            return ReadFailure.PURGED
+    return ReadFailure.TRANSIENT if is_transient(error) else ReadFailure.FATAL
 
 
 PR_SET_PDEATHSIG = 1
@@ -196,9 +192,8 @@ def run_reader(spec: ReaderSpec, queue, parent: int) -> None:
     try:
         _read(spec, buffer)
     except BaseException as e:  # noqa: BLE001 - every failure is reported to the apply side
-        kind = classify(e)
         log.debug("reader stopped", exc_info=True)
-        buffer.add(("error", kind, f"{type(e).__name__}: {e}"))
+        buffer.add(ReaderError(classify(e), f"{type(e).__name__}: {e}"))
     buffer.close()
     flusher.join()
 
@@ -210,62 +205,45 @@ def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
         slave_heartbeat=HEARTBEAT_SECONDS,
         report_slave=spec.report_as,
         enable_logging=False,
-        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent, MariadbGtidEvent,
-                     HeartbeatLogEvent],
+        only_events=[*ROW_EVENTS, XidEvent, QueryEvent, MariadbGtidEvent, HeartbeatLogEvent, RotateEvent],
         only_schemas=capture.only_schemas,
         only_tables=capture.only_tables,
     )
+    decoder = RowDecoder()
     skip, until = spec.skip_through, spec.until
     gtid = None
     try:
         if until is not None and spec.start >= until:
-            buffer.add(("end", spec.start.file, spec.start.pos))
+            buffer.add(ReaderEnd(spec.start))
             return
         for event in reader:
-            file, pos = reader.log_file, reader.log_pos
-            at = BinlogPosition(file, pos)
-            if isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+            at = BinlogPosition(reader.log_file, reader.log_pos)
+            if isinstance(event, ROW_EVENTS):
                 if capture.captured(event.schema, event.table) and (skip is None or at > skip):
-                    rows, columns = _rows(event)
-                    op = _OPS[type(event)]
-                    buffer.add(("rows", event.schema, event.table, op, file, pos, columns, rows, event.timestamp,
-                                event.event_size), len(rows), event.event_size)
+                    d, new = decoder.decoding(event)
+                    if new:
+                        buffer.add(d.layout)
+                    rows = decoder.rows(event, d)
+                    buffer.add(RowsEvent(d.layout.table, OPS[type(event)], at, d.layout.id, rows, event.timestamp,
+                                         event.event_size), len(rows), event.event_size)
             elif isinstance(event, XidEvent):
-                buffer.add(("txn", file, pos, gtid, event.timestamp))
+                buffer.add(TransactionEnd(at, gtid, event.timestamp))
             elif isinstance(event, MariadbGtidEvent):
                 gtid = event.gtid
             elif isinstance(event, QueryEvent):
-                sql = event.query if isinstance(event.query, str) else event.query.decode("utf-8", "replace")
-                head = sql.lstrip()[:8].upper()
-                if head.startswith("BEGIN"):
+                db, sql = statement_text(event)
+                if sql.lstrip()[:5].upper() == "BEGIN":
                     continue
-                if head.startswith("COMMIT"):
-                    buffer.add(("txn", file, pos, gtid, event.timestamp))
+                if is_transaction_statement(sql):  # COMMIT
+                    buffer.add(TransactionEnd(at, gtid, event.timestamp))
                 else:
-                    db = event.schema if isinstance(event.schema, str) else event.schema.decode("utf-8", "replace")
-                    buffer.add(("query", db, sql, file, pos, gtid, event.timestamp))
+                    buffer.add(Statement(db, sql, at, gtid, event.timestamp))
             elif isinstance(event, HeartbeatLogEvent):
-                buffer.add(("beat", file, pos))
+                buffer.add(Heartbeat(at))
+            elif isinstance(event, RotateEvent):
+                decoder.reset()  # a new file, or a reconnect after which table ids may be reused
             if until is not None and at >= until:
-                buffer.add(("end", file, pos))
+                buffer.add(ReaderEnd(at))
                 return
     finally:
         reader.close()
-
-
-_OPS = {WriteRowsEvent: "c", UpdateRowsEvent: "u", DeleteRowsEvent: "d"}
-
-
-def _rows(event) -> tuple[list, tuple[str, ...]]:
-    columns = tuple(c.name for c in event.columns)
-    out = []
-    if isinstance(event, UpdateRowsEvent):
-        for row in event.rows:
-            before = fix_image(event, row["before_values"], row["before_none_sources"])
-            after = fix_image(event, row["after_values"], row["after_none_sources"])
-            out.append((tuple(before[c] for c in columns), tuple(after[c] for c in columns)))
-    else:
-        for row in event.rows:
-            values = fix_image(event, row["values"], row["none_sources"])
-            out.append(tuple(values[c] for c in columns))
-    return out, columns

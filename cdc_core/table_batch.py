@@ -13,6 +13,10 @@ Invariants (tested in tests/test_table_batch.py):
 - ``drop(key_value, position)`` (the snapshot hand-off) is asked per image: a
   change already in the snapshot's chunk is skipped, the before and after images
   of a key move being judged by their own chunks.
+- Every event of one TableBatch was written with the same columns (``schema``, the
+  event's table map as cdc_core/schema_history.py: conversion_schema gives it): values
+  arrive in schema order, so no column is ever matched by a name or position taken
+  from elsewhere.
 """
 
 from __future__ import annotations
@@ -61,9 +65,18 @@ class TableBatch:
         self.schema = schema
         self.names = tuple(c.name for c in schema.columns)
         self.key_idx = tuple(self.names.index(k) for k in schema.primary_key)
-        self.converters = tuple(
-            _identity if c.data_type in _IDENTITY_TYPES and not c.unsigned else partial(binlog_value, c)
+        converters = tuple(
+            None if c.data_type in _IDENTITY_TYPES and not c.unsigned else partial(binlog_value, c)
             for c in schema.columns)
+        if all(f is None for f in converters):
+            self._convert: Callable[[tuple], tuple] = _identity  # values are already tuples
+        else:
+            convs = tuple(f or _identity for f in converters)
+
+            def convert(values: tuple) -> tuple:
+                return tuple(f(v) for f, v in zip(convs, values))
+
+            self._convert = convert
         self.drop = drop
         self.drop_idx = self.names.index(drop_column) if drop_column else None
         self.final: dict[tuple, tuple] = {}  # key -> row + (op, seq), or (None, op, seq) for a delete
@@ -71,25 +84,6 @@ class TableBatch:
         self.events = 0
         self.rows_in = 0
         self.dropped = 0
-        self._mappers: dict[tuple[str, ...], Callable[[tuple], tuple]] = {}
-
-    def _mapper(self, columns: tuple[str, ...]) -> Callable[[tuple], tuple]:
-        """Turn an event's value tuple (table-map column order) into canonical schema order."""
-        m = self._mappers.get(columns)
-        if m is None:
-            if columns == self.names:
-                convs = self.converters
-
-                def m(values: tuple) -> tuple:
-                    return tuple(f(v) for f, v in zip(convs, values))
-            else:  # the table map's columns differ from the schema in force: match by name
-                where = {n: i for i, n in enumerate(columns)}
-                picks = tuple((where.get(n), f) for n, f in zip(self.names, self.converters))
-
-                def m(values: tuple) -> tuple:
-                    return tuple(None if i is None else f(values[i]) for i, f in picks)
-            self._mappers[columns] = m
-        return m
 
     def _key(self, row: tuple) -> tuple:
         return tuple(row[i] for i in self.key_idx)
@@ -110,9 +104,10 @@ class TableBatch:
         self.may_exist.setdefault(k, True)
         self.final[k] = (*row, "d", seq)
 
-    def add_event(self, op: str, columns: tuple[str, ...], rows: list, pos: BinlogPosition) -> None:
-        """Fold one row event (op c/u/d; rows as sent by the reader) into the batch."""
-        conv = self._mapper(columns)
+    def add_event(self, op: str, rows: list, pos: BinlogPosition) -> None:
+        """Fold one row event (op c/u/d; value tuples in schema order, updates as (before,
+        after) pairs) into the batch."""
+        conv = self._convert
         self.events += 1
         self.rows_in += len(rows)
         base = pos.seq(0)

@@ -16,6 +16,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cdc_core.errors import BadInput
 from cdc_core.table_schema import Column, TableSchema, quote_ident
 
 MAX_DELTA_DECIMAL_PRECISION = 38
@@ -34,7 +35,7 @@ _STRING_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext"
 _BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
 
 
-class UnsupportedType(ValueError):
+class UnsupportedType(BadInput, ValueError):
     """A column type binlake cannot map exactly."""
 
 

@@ -14,10 +14,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cdc_core.chunking import ChunkKeyError
 from cdc_core.config import BinlakeConfig, ConfigError, load_config
+from cdc_core.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUNTIME, BinlakeError
 
-EXIT_OK, EXIT_RUNTIME, EXIT_BAD_INPUT = 0, 1, 2
 err = Console(stderr=True)
 out = Console()
 _secrets: set[str] = set()  # values to mask in any message (the source password, once loaded)
@@ -77,11 +76,7 @@ def _run_snapshot(cfg: BinlakeConfig) -> int:
             elapsed = max(time.monotonic() - started, 1e-6)
             progress.update(bar, completed=done, total=total, rate=f"{rows:,} rows, {rows / elapsed:,.0f} rows/s")
 
-        try:
-            summary = SnapshotJob(cfg, spark, update).run()
-        except ChunkKeyError as e:
-            _line("[red]✗[/red]", str(e))
-            return EXIT_BAD_INPUT
+        summary = SnapshotJob(cfg, spark, update).run()
     _snapshot_table(cfg, summary)
     return EXIT_OK
 
@@ -108,8 +103,7 @@ def _snapshot_table(cfg: BinlakeConfig, summary) -> None:
 
 
 def _stream(cfg: BinlakeConfig, *, until_now: bool = False, max_seconds: float | None = None) -> int:
-    from cdc_core.startup import StartupError
-    from pipelines.stream_engine import StreamEngine
+    from pipelines.stream import StreamEngine
 
     started = time.monotonic()
 
@@ -119,12 +113,8 @@ def _stream(cfg: BinlakeConfig, *, until_now: bool = False, max_seconds: float |
                       f"({summary.changes / elapsed:,.0f}/s), {summary.batches} batches, at {offset.applied}")
 
     engine = StreamEngine(cfg, until_now=until_now, max_seconds=max_seconds, progress=update)
-    try:
-        with err.status(f"starting the stream of {cfg.pipeline.name}") as status:
-            summary = engine.run()
-    except StartupError as e:
-        _line("[red]✗[/red]", str(e))
-        return EXIT_BAD_INPUT
+    with err.status(f"starting the stream of {cfg.pipeline.name}") as status:
+        summary = engine.run()
     out.print(f"stream of {cfg.pipeline.name}: {summary.changes:,} changes in {summary.batches} batches "
               f"({summary.commits} table commits, {summary.reconnects} reconnects) from {summary.start} to "
               f"{summary.end} in {summary.seconds:.1f}s; stopped: {summary.stop_reason}", soft_wrap=True)
@@ -209,6 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         return EXIT_RUNTIME
+    except BinlakeError as e:  # the taxonomy says what kind of failure: bad input exits 2, runtime 1
+        logging.getLogger("binlake").debug("failure", exc_info=True)
+        _line("[red]✗[/red]" if e.exit_code == EXIT_BAD_INPUT else "[red]error[/red]:", str(e))
+        return e.exit_code
     except Exception as e:  # noqa: BLE001 - the CLI's last line of defence: one clear line, exit 1
         logging.getLogger("binlake").debug("failure", exc_info=True)
         _line("[red]error[/red]:", f"{type(e).__name__}: {e}")

@@ -1,10 +1,15 @@
 """Control state under ``<sink>/_binlake/`` in Delta tables: snapshot chunk plans and
-completed chunks with their watermarks.
+completed chunks with their watermarks, the schema history, and the stream checkpoint.
 
-Invariant: a chunk is complete iff its rows are committed in its data table; the
-data commit itself carries the chunk record (commit metadata), and the
-``snapshot_chunks`` table mirrors it for readers. Recovery unions both, so a
-crash between the data commit and the mirror loses nothing.
+Invariants (tests/test_snapshot_resume.py, tests/test_table_batch.py):
+- A chunk is complete iff its rows are committed in its data table; the data commit
+  itself carries the chunk record (commit metadata), and the ``snapshot_chunks`` table
+  mirrors it for readers. Recovery unions both, so a crash between the data commit and
+  the mirror loses nothing.
+- The latest checkpoint is the one written last (its ``seq``, one more than the
+  previous one's), never chosen by wall-clock time: a clock step cannot make a restart
+  resume from an older checkpoint. Positions cannot choose either: while a table is held
+  for a schema change the checkpoint deliberately stays behind.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from deltalake import write_deltalake
 from cdc_core.chunking import Chunk, decode_value
 from cdc_core.offsets import StreamOffset
 from cdc_core.positions import BinlogPosition
-from pipelines.delta_sink import committed_chunk_records, open_table
+from cdc_core.schema_history import HistoryEntry, Status
+from cdc_core.table_schema import TableSchema
+from pipelines.delta_sink import open_table, snapshot_commits
 
 PLAN_SCHEMA = pa.schema([
     ("pipeline", pa.string()), ("table", pa.string()), ("chunk_index", pa.int32()), ("chunk_key", pa.string()),
@@ -28,7 +35,7 @@ PLAN_SCHEMA = pa.schema([
 CHECKPOINT_SCHEMA = pa.schema([
     ("pipeline", pa.string()), ("state", pa.string()), ("resume_file", pa.string()), ("resume_pos", pa.int64()),
     ("applied_file", pa.string()), ("applied_pos", pa.int64()), ("gtid", pa.string()), ("event_time", pa.int64()),
-    ("rows_applied", pa.int64()), ("committed_at", pa.timestamp("us", tz="UTC")),
+    ("rows_applied", pa.int64()), ("committed_at", pa.timestamp("us", tz="UTC")), ("seq", pa.int64()),
 ])
 # The checkpoint table gains one small file per batch; past this many live rows it is
 # rewritten as its latest row (one atomic overwrite), so reading it stays cheap.
@@ -37,7 +44,7 @@ HISTORY_SCHEMA = pa.schema([
     ("pipeline", pa.string()), ("table", pa.string()), ("file", pa.string()), ("pos", pa.int64()),
     ("change_index", pa.int32()), ("kind", pa.string()), ("description", pa.string()), ("ddl", pa.string()),
     ("schema_json", pa.string()), ("status", pa.string()), ("detail", pa.string()), ("held_ms", pa.float64()),
-    ("recorded_at", pa.timestamp("us", tz="UTC")),
+    ("recorded_at", pa.timestamp("us", tz="UTC")), ("needs_backfill", pa.bool_()),
 ])
 CHUNKS_SCHEMA = pa.schema([
     ("pipeline", pa.string()), ("table", pa.string()), ("chunk_index", pa.int32()), ("rows", pa.int64()),
@@ -54,6 +61,7 @@ class ControlStore:
         self.pipeline = pipeline
         self.storage_options = storage_options or None
         self._checkpoints = None  # the stream_checkpoint table, once it exists
+        self._checkpoint_seq: int | None = None  # seq of the last checkpoint written (read once)
 
     @classmethod
     def of(cls, cfg) -> ControlStore:
@@ -67,13 +75,19 @@ class ControlStore:
         return [r for r in t.to_pyarrow_table().to_pylist() if r["pipeline"] == self.pipeline]
 
     def _append(self, name: str, rows: list[dict], schema: pa.Schema) -> None:
+        # merge: control tables written by an earlier binlake gain the columns added since.
         write_deltalake(f"{self.root}/{name}", pa.Table.from_pylist(rows, schema=schema), mode="append",
-                        storage_options=self.storage_options)
+                        schema_mode="merge", storage_options=self.storage_options)
 
     def load_plans(self) -> dict[str, list[Chunk]]:
-        """Stored chunk plans by table."""
+        """Stored chunk plans by table (a table planned again after a reset: its latest plan)."""
+        rows = self._read("snapshot_plan")
+        latest: dict[str, object] = {}
+        for r in rows:
+            latest[r["table"]] = max(latest.get(r["table"], r["planned_at"]), r["planned_at"])
         plans: dict[str, list[Chunk]] = {}
-        for r in sorted(self._read("snapshot_plan"), key=lambda r: (r["table"], r["chunk_index"])):
+        for r in sorted((r for r in rows if r["planned_at"] == latest[r["table"]]),
+                        key=lambda r: (r["table"], r["chunk_index"])):
             b = json.loads(r["bounds"])
             plans.setdefault(r["table"], []).append(
                 Chunk(r["table"], r["chunk_index"], r["chunk_key"], decode_value(b["lo"]), decode_value(b["hi"])))
@@ -87,12 +101,15 @@ class ControlStore:
              "bounds": c.to_json(), "planned_at": now} for c in chunks], PLAN_SCHEMA)
 
     def completed_chunks(self, table: str, data_table) -> dict[int, dict]:
-        """Completed chunks of ``table`` by index: the mirror table united with the data commits."""
-        done = {r["chunk_index"]: r for r in self.chunk_records() if r["table"] == table}
-        if data_table is not None:
-            for r in committed_chunk_records(data_table):
-                if r.get("pipeline") == self.pipeline and r["table"] == table:
-                    done.setdefault(r["chunk_index"], r)
+        """Completed chunks of ``table`` by index: the mirror table united with the data commits,
+        both since the table's last snapshot reset."""
+        commits = snapshot_commits(data_table) if data_table is not None else None
+        reset = commits.resets.get(table, -1) if commits else -1
+        done = {r["chunk_index"]: r for r in self.chunk_records()
+                if r["table"] == table and (r["delta_version"] if r["delta_version"] is not None else -1) > reset}
+        for r in commits.records if commits else ():
+            if r.get("pipeline") == self.pipeline and r["table"] == table and r["delta_version"] > reset:
+                done.setdefault(r["chunk_index"], r)
         return done
 
     def chunk_records(self) -> list[dict]:
@@ -103,37 +120,41 @@ class ControlStore:
         """Mirror chunk records (already committed with their data) into ``snapshot_chunks``."""
         self._append("snapshot_chunks", records, CHUNKS_SCHEMA)
 
-    def schema_history(self) -> list[dict]:
+    def schema_history(self) -> list[HistoryEntry]:
         """Every recorded schema change of this pipeline, in binlog order."""
-        rows = self._read("schema_history")
-        return sorted(rows, key=lambda r: (BinlogPosition(r["file"], r["pos"]), r["change_index"], r["recorded_at"]))
+        entries = [_entry(r) for r in self._read("schema_history")]
+        return sorted(entries, key=lambda e: e.order)
 
-    def record_schema(self, table: str, pos: BinlogPosition, index: int, kind: str, *, status: str,
-                      description: str = "", ddl: str = "", schema_json: str | None = None, detail: str = "",
-                      held_ms: float | None = None) -> None:
-        """Append a schema-history entry: status is baseline, pending, applied, skipped, recorded
-        (known but not applied, e.g. needs a backfill), unparsed or failed."""
+    def record_schema(self, entry: HistoryEntry) -> None:
+        """Append a schema-history entry (cdc_core/schema_history.py says what each status means)."""
         self._append("schema_history", [{
-            "pipeline": self.pipeline, "table": table, "file": pos.file, "pos": pos.pos, "change_index": index,
-            "kind": kind, "description": description, "ddl": ddl, "schema_json": schema_json, "status": status,
-            "detail": detail, "held_ms": held_ms, "recorded_at": dt.datetime.now(dt.UTC)}], HISTORY_SCHEMA)
+            "pipeline": self.pipeline, "table": entry.table, "file": entry.position.file, "pos": entry.position.pos,
+            "change_index": entry.index, "kind": entry.kind, "description": entry.description, "ddl": entry.ddl,
+            "schema_json": entry.schema.to_json() if entry.schema else None, "status": str(entry.status),
+            "detail": entry.detail, "held_ms": entry.held_ms, "needs_backfill": entry.needs_backfill,
+            "recorded_at": entry.recorded_at or dt.datetime.now(dt.UTC)}], HISTORY_SCHEMA)
 
     def checkpoint(self) -> Checkpoint | None:
         """The latest stream checkpoint, or None before the stream first committed."""
         rows = self._read("stream_checkpoint")
         if not rows:
             return None
-        r = max(rows, key=lambda r: r["committed_at"])
+        # The last written (see the module invariants); rows of an older binlake have no seq.
+        r = max(rows, key=lambda r: (r.get("seq") or -1, r["committed_at"]))
         offset = StreamOffset(BinlogPosition(r["resume_file"], r["resume_pos"]),
                               BinlogPosition(r["applied_file"], r["applied_pos"]), r["gtid"], r["event_time"] or 0)
-        return Checkpoint(offset, r["state"], r["rows_applied"] or 0, r["committed_at"])
+        return Checkpoint(offset, r["state"], r["rows_applied"] or 0, r["committed_at"], r.get("seq") or 0)
 
     def save_checkpoint(self, offset: StreamOffset, state: str, rows_applied: int) -> None:
         """Append a checkpoint (after every table of a batch is committed)."""
+        if self._checkpoint_seq is None:
+            last = self.checkpoint()
+            self._checkpoint_seq = last.seq if last else 0
+        self._checkpoint_seq += 1
         row = {"pipeline": self.pipeline, "state": state, "resume_file": offset.resume.file,
                "resume_pos": offset.resume.pos, "applied_file": offset.applied.file,
                "applied_pos": offset.applied.pos, "gtid": offset.gtid, "event_time": offset.event_time,
-               "rows_applied": rows_applied, "committed_at": dt.datetime.now(dt.UTC)}
+               "rows_applied": rows_applied, "committed_at": dt.datetime.now(dt.UTC), "seq": self._checkpoint_seq}
         # One handle for the stream's life: a checkpoint per batch must not replay the table's log each time.
         t = self._checkpoints = self._checkpoints or open_table(f"{self.root}/stream_checkpoint", self.storage_options)
         if t is None:
@@ -142,9 +163,11 @@ class ControlStore:
         t.update_incremental()
         if len(t.file_uris()) >= CHECKPOINT_COMPACT_ROWS:
             others = [r for r in t.to_pyarrow_table().to_pylist() if r["pipeline"] != self.pipeline]
-            write_deltalake(t, pa.Table.from_pylist(others + [row], schema=CHECKPOINT_SCHEMA), mode="overwrite")
+            write_deltalake(t, pa.Table.from_pylist(others + [row], schema=CHECKPOINT_SCHEMA), mode="overwrite",
+                            schema_mode="overwrite")
         else:
-            write_deltalake(t, pa.Table.from_pylist([row], schema=CHECKPOINT_SCHEMA), mode="append")
+            write_deltalake(t, pa.Table.from_pylist([row], schema=CHECKPOINT_SCHEMA), mode="append",
+                            schema_mode="merge")
 
 
 @dataclass(frozen=True)
@@ -155,6 +178,7 @@ class Checkpoint:
     state: str
     rows_applied: int
     committed_at: dt.datetime
+    seq: int = 0
 
 
 def chunk_record(pipeline: str, chunk: Chunk, rows: int, lw: BinlogPosition, hw: BinlogPosition,
@@ -164,3 +188,10 @@ def chunk_record(pipeline: str, chunk: Chunk, rows: int, lw: BinlogPosition, hw:
             "lw_file": lw.file, "lw_pos": lw.pos, "hw_file": hw.file, "hw_pos": hw.pos,
             "window_changes": window_changes, "delta_version": None,
             "completed_at": dt.datetime.now(dt.UTC).isoformat()}
+
+
+def _entry(r: dict) -> HistoryEntry:
+    return HistoryEntry(r["table"], BinlogPosition(r["file"], r["pos"]), r["change_index"], r["kind"],
+                        Status(r["status"]), r["description"] or "", r["ddl"] or "",
+                        TableSchema.from_json(r["schema_json"]) if r["schema_json"] else None, r["detail"] or "",
+                        r["held_ms"], bool(r.get("needs_backfill")), r["recorded_at"])

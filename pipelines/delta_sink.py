@@ -21,6 +21,12 @@ from cdc_core.offsets import OFFSET_KEY, StreamOffset, app_id, position_key_of_v
 from cdc_core.routes import CDC_SOURCE
 
 SNAPSHOT_CHUNKS_KEY = "binlake.snapshot.chunks"
+# A snapshot commit that removed a source table's rows to read it again (a DDL ran during its
+# snapshot): chunk records of that table in earlier versions no longer count.
+SNAPSHOT_RESET_KEY = "binlake.snapshot.reset"
+# A commit without files: no DDL changed these source tables between their baseline and their
+# last chunk (their snapshot is consistent), checked once.
+SNAPSHOT_VERIFIED_KEY = "binlake.snapshot.verified"
 
 
 def table_uri(sink_path: str, qualified_name: str) -> str:
@@ -91,14 +97,40 @@ def commit_files(dt: DeltaTable, files: list[WrittenFile], schema: pa.Schema, me
     return dt.version()
 
 
-def committed_chunk_records(dt: DeltaTable) -> list[dict]:
-    """Chunk records carried by the table's commits (the durable source of snapshot progress)."""
-    records = []
+@dataclass(frozen=True)
+class SnapshotCommits:
+    """What the table's commits say of snapshot progress: chunk records (each with the
+    ``delta_version`` of the commit carrying it) and, per source table, the version of its
+    last reset."""
+
+    records: list[dict]
+    resets: dict[str, int]
+    verified: dict[str, int]
+
+    def is_verified(self, table: str) -> bool:
+        """Whether ``table``'s snapshot was checked after its last chunk and reset."""
+        last = max([self.resets.get(table, -1)] + [r["delta_version"] for r in self.records if r["table"] == table])
+        return self.verified.get(table, -1) > last
+
+
+def snapshot_commits(dt: DeltaTable) -> SnapshotCommits:
+    """Chunk records and resets carried by the table's commits (the durable source of
+    snapshot progress)."""
+    records, resets, verified = [], {}, {}
     for commit in dt.history():
         raw = commit.get(SNAPSHOT_CHUNKS_KEY)
         if raw:
-            records.extend(json.loads(raw) if isinstance(raw, str) else raw)
-    return records
+            for r in json.loads(raw) if isinstance(raw, str) else raw:
+                records.append({**r, "delta_version": commit["version"]})
+        raw = commit.get(SNAPSHOT_RESET_KEY)
+        if raw:
+            for table in json.loads(raw) if isinstance(raw, str) else raw:
+                resets[table] = max(resets.get(table, -1), commit["version"])
+        raw = commit.get(SNAPSHOT_VERIFIED_KEY)
+        if raw:
+            for table in json.loads(raw) if isinstance(raw, str) else raw:
+                verified[table] = max(verified.get(table, -1), commit["version"])
+    return SnapshotCommits(records, resets, verified)
 
 
 def _sql_ident(name: str) -> str:

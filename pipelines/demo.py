@@ -366,9 +366,9 @@ def run() -> int:
         from pipelines.control_store import ControlStore
 
         for r in ControlStore(cfg.sink.path, cfg.pipeline.name).schema_history():
-            if r["status"] in ("applied", "skipped"):
-                console.print(f"  schema history: {r['description']} at {r['file']}:{r['pos']} → {r['detail']} "
-                              f"(table held {r['held_ms']:.0f} ms)")
+            if r.status in ("applied", "skipped"):
+                console.print(f"  schema history: {r.description} at {r.position} → {r.detail} "
+                              f"(table held {r.held_ms:.0f} ms)")
         _check(cli.main(["status", "-c", str(cfg_path)]), "binlake status")
 
         _step(6, "Delta equals MySQL?")

@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.schema import Field
 
+from cdc_core.errors import TerminalError, is_transient
 from cdc_core.routes import CDC_SOURCE, SOURCE_FIELD
 from cdc_core.schema_change import SchemaChange
 from cdc_core.table_schema import Column
@@ -47,7 +48,7 @@ from cdc_core.types import arrow_type, widest_type
 log = logging.getLogger(__name__)
 
 
-class SchemaChangeRejected(RuntimeError):
+class SchemaChangeRejected(TerminalError):
     """The behaviour does not allow this change (exception) or it failed (evolve)."""
 
 
@@ -152,6 +153,8 @@ def apply_schema_change(dt: DeltaTable, change: SchemaChange, behavior: str, pro
     except SchemaChangeRejected:
         raise
     except Exception as e:  # noqa: BLE001 - try_evolve records what Delta could not take
+        if is_transient(e):
+            raise  # a fault that passes (I/O, the object store): retried, never recorded as skipped
         if behavior in ("try_evolve", "lenient"):
             log.warning("schema change not applied (%s): %s: %s", behavior, change.describe(), e)
             return ApplyResult(f"not applied: {type(e).__name__}: {e}", skipped=True)
@@ -203,26 +206,55 @@ def _alter_type(dt: DeltaTable, change: SchemaChange, behavior: str, current: pa
     return ApplyResult(f"rewrote: {col.name} {have} → {want}", rewritten=True)
 
 
-def conform(table: pa.Table, target: pa.Schema) -> pa.Table:
-    """Rows in the source's columns, shaped as the Delta table: columns matched by name,
-    cast to Delta's type, missing ones NULL; a value Delta's type cannot hold is NULL
-    (only under ignore/try_evolve, where Delta kept an older type) and logged."""
+def delta_name(target: pa.Schema, name: str) -> str | None:
+    """Delta's spelling of source column ``name`` (MySQL column names are case-insensitive),
+    or None when Delta has no such column."""
+    if name in target.names:
+        return name
+    lower = name.lower()
+    return next((n for n in target.names if n.lower() == lower), None)
+
+
+def conform(table: pa.Table, target: pa.Schema, source: str = "", key: tuple[str, ...] = ()) -> pa.Table:
+    """Rows in the source's columns, shaped as the Delta table: columns matched by name
+    (case-insensitively), cast to Delta's type, missing ones NULL. A value Delta's type
+    cannot hold (only under ignore/try_evolve/lenient, where Delta kept an older type) is
+    NULL alone, logged with the table and column (the keys at DEBUG: they are row values)."""
     if table.schema == target:  # the usual case: no schema change since the table was created
         return table
+    by_name = {n.lower(): n for n in table.column_names}
     arrays = []
     for f in target:
-        if f.name not in table.column_names:
+        name = by_name.get(f.name.lower())
+        if name is None:
             arrays.append(pa.nulls(table.num_rows, f.type))
             continue
-        a = table.column(f.name)
+        a = table.column(name)
         if a.type != f.type:
-            try:
-                a = pc.cast(a, f.type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                log.warning("column %s: values do not fit Delta's %s (%s); written as NULL", f.name, f.type, e)
-                a = pa.nulls(table.num_rows, f.type)
+            a = _cast_each(table, a, f, source, key)
         arrays.append(a)
     return pa.Table.from_arrays(arrays, schema=target)
+
+
+def _cast_each(table: pa.Table, a: pa.ChunkedArray, f: pa.Field, source: str, key: tuple[str, ...]) -> pa.Array:
+    """``a`` cast to ``f``'s type; values that do not fit become NULL (see :func:`conform`)."""
+    try:
+        return pc.cast(a, f.type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    values, bad = [], []
+    for i, v in enumerate(a.to_pylist()):
+        try:
+            values.append(pc.cast(pa.array([v], a.type), f.type)[0].as_py())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            values.append(None)
+            bad.append(i)
+    log.warning("%s column %s: %d value(s) do not fit Delta's %s; written as NULL", source or "table", f.name,
+                len(bad), f.type)
+    if key and log.isEnabledFor(logging.DEBUG):
+        keys = [tuple(table.column(k)[i].as_py() for k in key if k in table.column_names) for i in bad]
+        log.debug("%s column %s: keys of the values written as NULL: %s", source, f.name, keys)
+    return pa.array(values, f.type)
 
 
 # --- routed tables (cdc_core/routes.py) ------------------------------------------------------
@@ -232,7 +264,7 @@ def conform_routed(table: pa.Table, source: str, target: pa.Schema) -> pa.Table:
     """Rows of the routed table ``source`` shaped as its sink: ``_cdc_source`` filled, then
     :func:`conform` (columns the source lacks are NULL, narrower types cast up)."""
     return conform(table.append_column(SOURCE_FIELD, pa.repeat(pa.scalar(source, pa.string()), table.num_rows)),
-                   target)
+                   target, source)
 
 
 def widen_to(dt: DeltaTable, target: pa.Schema, props: CommitProperties | None = None) -> str | None:

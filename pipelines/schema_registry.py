@@ -33,13 +33,12 @@ from cdc_core.offsets import StreamOffset
 from cdc_core.positions import BinlogPosition
 from cdc_core.routes import Router
 from cdc_core.schema_change import SchemaChange, parse_ddl
+from cdc_core.schema_history import RESOLVED, HistoryEntry, Status
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import applied_position_key, open_table, stream_commit_properties, table_uri
 from pipelines.schema_applier import ApplyResult, SchemaChangeRejected, apply_schema_change
 
 log = logging.getLogger(__name__)
-
-RESOLVED = ("applied", "skipped", "failed")
 
 
 @dataclass(frozen=True)
@@ -52,7 +51,7 @@ class PendingChange:
     kind: str
     ddl: str
     description: str
-    schema_json: str | None  # the source table's schema right after the change
+    schema: object  # the source table's TableSchema right after the change (None if unknown)
     recorded_at: dt.datetime
 
     @property
@@ -70,31 +69,27 @@ class PendingChange:
         return parse_ddl(self.ddl, self.table.split(".", 1)[0])[self.index]
 
     @classmethod
-    def from_record(cls, r: dict) -> PendingChange:
-        """The pending change of a schema-history row."""
-        return cls(r["table"], BinlogPosition(r["file"], r["pos"]), r["change_index"], r["kind"], r["ddl"],
-                   r["description"], r["schema_json"], r["recorded_at"])
+    def from_entry(cls, e: HistoryEntry) -> PendingChange:
+        """The pending change of a schema-history entry."""
+        return cls(e.table, e.position, e.index, e.kind, e.ddl, e.description, e.schema,
+                   e.recorded_at or dt.datetime.now(dt.UTC))
 
 
-def _key(r: dict) -> tuple[str, str, int, int]:
-    return r["table"], r["file"], r["pos"], r["change_index"]
+def resolutions(store: ControlStore) -> dict[tuple[str, str, int, int], HistoryEntry]:
+    """The entry resolving each resolved change, by change key."""
+    return {e.key: e for e in store.schema_history() if e.status in RESOLVED}
 
 
-def resolutions(store: ControlStore) -> dict[tuple[str, str, int, int], dict]:
-    """The record resolving each resolved change, by change key."""
-    return {_key(r): r for r in store.schema_history() if r["status"] in RESOLVED}
-
-
-def pending_changes(store: ControlStore, history: list[dict] | None = None) -> list[PendingChange]:
+def pending_changes(store: ControlStore, history: list[HistoryEntry] | None = None) -> list[PendingChange]:
     """Recorded but unresolved changes, in binlog order (from ``history`` when the caller has read it)."""
     history = store.schema_history() if history is None else history
-    resolved = {_key(r) for r in history if r["status"] in RESOLVED}
+    resolved = {e.key for e in history if e.status in RESOLVED}
     seen: set = set()
     out = []
-    for r in history:
-        if r["status"] == "pending" and _key(r) not in resolved and _key(r) not in seen:
-            seen.add(_key(r))
-            out.append(PendingChange.from_record(r))
+    for e in history:
+        if e.status == Status.PENDING and e.key not in resolved and e.key not in seen:
+            seen.add(e.key)
+            out.append(PendingChange.from_entry(e))
     return out
 
 
@@ -113,23 +108,23 @@ def apply_pending(cfg: BinlakeConfig, pending: PendingChange, *, store: ControlS
     held_since = held_since or pending.recorded_at
     props = stream_commit_properties(cfg.pipeline.name, StreamOffset(p, p))
 
-    def record(status: str, detail: str) -> None:
+    def record(status: Status, detail: str) -> None:
         held_ms = (dt.datetime.now(dt.UTC) - held_since).total_seconds() * 1000
-        store.record_schema(pending.table, p, pending.index, pending.kind, status=status, ddl=pending.ddl,
-                            description=pending.description, schema_json=pending.schema_json, detail=detail,
-                            held_ms=held_ms if status != "failed" else None)
+        store.record_schema(HistoryEntry(pending.table, p, pending.index, pending.kind, status,
+                                         pending.description, pending.ddl, pending.schema, detail,
+                                         held_ms if status != Status.FAILED else None))
 
     done = applied_position_key(table, cfg.pipeline.name)
     if source is None and done is not None and done > p.key:
         result = ApplyResult(f"already in Delta (the table's offset is past {p})", skipped=True)
-        record("applied", result.action)
+        record(Status.APPLIED, result.action)
         return result
     try:
         result = apply_schema_change(table, pending.change(), cfg.pipeline.schema_change_behavior, props,
                                      source=source)
     except SchemaChangeRejected as e:
-        record("failed", str(e))
+        record(Status.FAILED, str(e))
         raise SchemaChangeRejected(f"{e} (DDL at {p}: {pending.ddl})") from None
-    record("skipped" if result.skipped else "applied", result.action)
+    record(Status.SKIPPED if result.skipped else Status.APPLIED, result.action)
     log.info("schema change of %s at %s: %s → %s", pending.table, p, pending.description, result.action)
     return result

@@ -18,6 +18,7 @@ Invariants:
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import math
 import resource
@@ -29,15 +30,34 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 import pyarrow.compute as pc
 import pymysql
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 
+from cdc_core.binlog import read_statements
 from cdc_core.chunk_reader import ChunkReader, output_schema
 from cdc_core.chunking import INTEGER_TYPES, Chunk, chunk_key, plan_chunks
 from cdc_core.config import BinlakeConfig
+from cdc_core.errors import TerminalError
+from cdc_core.positions import BinlogPosition, master_position
 from cdc_core.routes import Router, sink_schema
-from cdc_core.source import ConnectionSettings, captured_tables, connect, connection_settings
+from cdc_core.schema_change import UnparsedDDL, parse_ddl
+from cdc_core.schema_history import HistoryEntry, Status
+from cdc_core.source import ConnectionSettings, captured_tables, connect, connection_settings, describe_tables
 from cdc_core.table_schema import TableSchema, describe_table, quote_ident
 from pipelines.control_store import ControlStore, chunk_record
-from pipelines.delta_sink import SNAPSHOT_CHUNKS_KEY, commit_files, count_rows, ensure_table, table_uri, write_parquet
+from pipelines.delta_sink import (
+    SNAPSHOT_CHUNKS_KEY,
+    SNAPSHOT_RESET_KEY,
+    SNAPSHOT_VERIFIED_KEY,
+    commit_files,
+    count_rows,
+    ensure_table,
+    open_table,
+    snapshot_commits,
+    source_predicate,
+    table_uri,
+    truncate,
+    write_parquet,
+)
 from pipelines.schema_applier import conform_routed, delta_schema, widen_to
 
 log = logging.getLogger(__name__)
@@ -47,6 +67,7 @@ log = logging.getLogger(__name__)
 # row cap (source.snapshot.max_rows_per_task) bounds what a crash makes us read again
 # (bench/snapshot.py --profile).
 TARGET_GROUPS_PER_SLOT = 2
+MAX_PASSES = 5  # a table a DDL changed while it was read is read again, at most this often
 MIRROR_BATCH_RECORDS = 256
 
 
@@ -174,46 +195,145 @@ class SnapshotJob:
         with connect(self.conn) as control, control.cursor() as cur:
             captured = captured_tables(self.cfg, cur)
             names = [n for n in captured if self.only is None or n in self.only]
-            # A routed sink is shaped by all its sources, also those outside an `only` subset.
-            sinks = {self.router.sink(n) for n in names}
-            routed = [n for n in captured if self.router.routed(n) and self.router.sink(n) in sinks]
-            schemas = {n: describe_table(cur, *n.split(".", 1)) for n in sorted({*names, *routed})}
-            self.router.check(schemas)
-            plans = self.store.load_plans()
-            work: list[tuple] = []
-            tables = {}  # by sink table name (a routed table's sink is shared)
-            targets: dict[str, pa.Schema | None] = {}
-            for name in names:
-                schema = schemas[name]
-                sink = self.router.sink(name)
-                uri = table_uri(self.sink, sink)
-                if sink not in tables:
-                    tables[sink], targets[sink] = self._open_sink(uri, sink, schemas)
-                if name not in plans:
-                    key = chunk_key(schema, self.cfg.source.snapshot.chunk_key_columns)
-                    plans[name] = plan_chunks(cur, schema, key, self.cfg.source.snapshot.chunk_size)
-                    self.store.save_plan(plans[name])
-                done = self.store.completed_chunks(name, tables[sink])
-                pending = [c for c in plans[name] if c.index not in done]
-                summary.tables.append(TableSummary(name, len(plans[name]), len(pending)))
-                work.append((schema, uri, pending, targets[sink]))
-            total_pending = sum(len(w[2]) for w in work)
-            per_group = self._group_size(total_pending)
-            tasks = [GroupTask(self.conn, 0, schema, tuple(g), uri, self.cfg.pipeline.name, target)
-                     for schema, uri, pending, target in work for g in _groups(pending, per_group)]
-            log.info("snapshot: %d tables, %d chunks to read in %d tasks", len(names), total_pending, len(tasks))
+            summary.tables = [TableSummary(n, 0) for n in names]
             by_table = {s.table: s for s in summary.tables}
-            self._execute(tasks, tables, by_table, summary, total_pending)
+            for _ in range(MAX_PASSES):
+                tables: dict[str, DeltaTable] = {}
+                try:
+                    self._pass(cur, captured, names, tables, by_table, summary)
+                    failure = None
+                except Exception as e:  # noqa: BLE001 - a chunk read may fail because a DDL changed its table
+                    failure = e
+                dirty = self._changed_during_snapshot(names, tables)
+                if failure is not None and not dirty:
+                    raise failure
+                if not dirty:
+                    self._verified(names, tables)
+                    break
+                for name in dirty:
+                    self._reset(cur, name, tables, by_table[name])
+            else:
+                raise TerminalError(f"DDL kept changing {', '.join(sorted(dirty))} while it was being snapshotted "
+                                    f"({MAX_PASSES} attempts): run the snapshot again when no DDL runs on it")
+            existing = set(captured_tables(self.cfg, cur))
             for s in summary.tables:
                 db, t = s.table.split(".", 1)
-                cur.execute(f"SELECT COUNT(*) FROM {quote_ident(db)}.{quote_ident(t)}")
-                s.mysql_rows = cur.fetchone()[0]
-                dt_ = tables[self.router.sink(s.table)]
-                dt_.update_incremental()
+                if s.table in existing:  # not dropped meanwhile
+                    cur.execute(f"SELECT COUNT(*) FROM {quote_ident(db)}.{quote_ident(t)}")
+                    s.mysql_rows = cur.fetchone()[0]
+                dt_ = open_table(table_uri(self.sink, self.router.sink(s.table)), self.cfg.sink.storage_options)
                 s.delta_rows = count_rows(dt_, s.table if self.router.routed(s.table) else None)
         summary.seconds = time.monotonic() - start
         summary.driver_peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         return summary
+
+    def _pass(self, cur, captured: list[str], names: list[str], tables: dict, by_table: dict[str, TableSummary],
+              summary: SnapshotSummary) -> None:
+        """Plan what has no plan (recording its baseline schema first), then read every chunk
+        of ``names`` that has no record."""
+        at = master_position(cur)  # before describing: a DDL after it is found by _changed_during_snapshot
+        # A routed sink is shaped by all its sources, also those outside an `only` subset.
+        sinks = {self.router.sink(n) for n in names}
+        routed = [n for n in captured if self.router.routed(n) and self.router.sink(n) in sinks]
+        schemas = describe_tables(cur, sorted({*names, *routed}))
+        self.router.check(schemas)
+        names = [n for n in names if n in schemas]  # a table dropped since it was listed is not read
+        plans = self.store.load_plans()
+        work: list[tuple] = []
+        targets: dict[str, pa.Schema | None] = {}
+        for name in names:
+            schema = schemas[name]
+            sink = self.router.sink(name)
+            uri = table_uri(self.sink, sink)
+            if sink not in tables:
+                tables[sink], targets[sink] = self._open_sink(uri, sink, schemas)
+            if name not in plans:
+                self.store.record_schema(HistoryEntry(name, at, 0, "baseline", Status.BASELINE, schema=schema,
+                                                      description="schema at snapshot start"))
+                key = chunk_key(schema, self.cfg.source.snapshot.chunk_key_columns)
+                plans[name] = plan_chunks(cur, schema, key, self.cfg.source.snapshot.chunk_size)
+                self.store.save_plan(plans[name])
+            done = self.store.completed_chunks(name, tables[sink])
+            pending = [c for c in plans[name] if c.index not in done]
+            by_table[name].chunks = len(plans[name])
+            by_table[name].chunks_read += len(pending)
+            work.append((schema, uri, pending, targets[sink]))
+        total_pending = sum(len(w[2]) for w in work)
+        per_group = self._group_size(total_pending)
+        tasks = [GroupTask(self.conn, 0, schema, tuple(g), uri, self.cfg.pipeline.name, target)
+                 for schema, uri, pending, target in work for g in _groups(pending, per_group)]
+        log.info("snapshot: %d tables, %d chunks to read in %d tasks", len(names), total_pending, len(tasks))
+        self._execute(tasks, tables, by_table, summary, total_pending)
+
+    def _changed_during_snapshot(self, names: list[str], tables: dict) -> set[str]:
+        """Tables a statement changed between their baseline and their last chunk's high
+        watermark: their chunks do not all hold the same columns (or rows a TRUNCATE removed)."""
+        baselines = {}
+        for e in self.store.schema_history():
+            if e.status == Status.BASELINE and e.table in names:
+                baselines[e.table] = e.position  # the last one: history is in binlog order
+        with connect(self.conn) as c, c.cursor() as cur:
+            end = master_position(cur)
+        windows = {}
+        plans = self.store.load_plans()
+        for name in names:
+            dt_ = tables.get(self.router.sink(name))
+            if dt_ is not None and snapshot_commits(dt_).is_verified(name):
+                continue
+            done = self.store.completed_chunks(name, dt_) if dt_ is not None else {}
+            hws = [BinlogPosition(r["hw_file"], r["hw_pos"]) for r in done.values()]
+            plan_done = done and len(done) == len(plans.get(name, ()))
+            if name in baselines:
+                windows[name] = (baselines[name], max(hws) if plan_done else end)
+        if not windows:
+            return set()
+        dirty = set()
+        server_id = self.cfg.source.server_id + 1 + self.slots  # the chunk readers use +1 … +slots
+        for st in read_statements(self.conn, server_id, min(w[0] for w in windows.values()),
+                                  max(w[1] for w in windows.values())):
+            for name in _changed_tables(st):
+                w = windows.get(name)
+                if w is not None and w[0] < st.position <= w[1]:
+                    log.warning("snapshot: %s changed at %s while it was being read (%s): reading it again",
+                                name, st.position, st.sql)
+                    dirty.add(name)
+        return dirty
+
+    def _verified(self, names: list[str], tables: dict) -> None:
+        """Mark complete, checked tables verified (a no-op re-run need not read their binlog again)."""
+        plans = self.store.load_plans()
+        by_sink: dict[str, list[str]] = {}
+        for name in names:
+            dt_ = tables.get(self.router.sink(name))
+            if dt_ is None or snapshot_commits(dt_).is_verified(name):
+                continue
+            if len(self.store.completed_chunks(name, dt_)) == len(plans.get(name, ())):
+                by_sink.setdefault(self.router.sink(name), []).append(name)
+        for sink, sources in by_sink.items():
+            dt_ = tables[sink]
+            commit_files(dt_, [], delta_schema(dt_), {SNAPSHOT_VERIFIED_KEY: sources})
+
+    def _reset(self, cur, name: str, tables: dict, summary: TableSummary) -> None:
+        """Forget ``name``'s chunks and rows, record its new baseline and plan it again."""
+        sink = self.router.sink(name)
+        dt_ = tables[sink]
+        at = master_position(cur)
+        try:
+            schema = describe_table(cur, *name.split(".", 1))
+        except LookupError:
+            log.warning("snapshot: %s was dropped while it was being read; the stream records its drop", name)
+            return
+        props = CommitProperties(custom_metadata={SNAPSHOT_RESET_KEY: json.dumps([name])})
+        if self.router.routed(name):
+            truncate(dt_, props, source_predicate(name))
+        else:
+            write_deltalake(dt_, output_schema(schema).empty_table(), mode="overwrite", schema_mode="overwrite",
+                            commit_properties=props)
+        self.store.record_schema(HistoryEntry(name, at, 0, "baseline", Status.BASELINE, schema=schema,
+                                              description="schema at snapshot start (read again after a DDL)"))
+        key = chunk_key(schema, self.cfg.source.snapshot.chunk_key_columns)
+        self.store.save_plan(plan_chunks(cur, schema, key, self.cfg.source.snapshot.chunk_size))
+        summary.rows_written = 0
 
     def _open_sink(self, uri: str, sink: str, schemas: dict[str, TableSchema]):
         """The Delta table ``sink`` (created if missing) and, for a route's sink, the schema its
@@ -257,6 +377,7 @@ class SnapshotJob:
             # Interrupted or failed: queued groups must not run (their rows would never be committed).
             pool.shutdown(wait=False, cancel_futures=True)
             self.spark.sparkContext.cancelAllJobs()
+            pool.shutdown(wait=True)  # running groups end with their cancelled jobs: their slots are free again
             raise
         finally:
             self._flush_mirror()
@@ -294,3 +415,12 @@ class SnapshotJob:
         if self._unmirrored:
             self.store.record_chunks(self._unmirrored)
             self._unmirrored = []
+
+
+def _changed_tables(st) -> set[str]:
+    """Tables whose columns or rows a statement changes (an index does not)."""
+    try:
+        changes = parse_ddl(st.sql, st.database)
+    except UnparsedDDL as e:
+        return set(e.tables)
+    return {c.table for c in changes} | {c.new_name for c in changes if c.new_name}

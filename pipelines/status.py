@@ -9,6 +9,7 @@ import time
 from cdc_core.config import BinlakeConfig
 from cdc_core.positions import BinlogPosition, master_position
 from cdc_core.routes import Router
+from cdc_core.schema_history import fold
 from cdc_core.source import captured_tables, connect, connection_settings
 from cdc_core.startup import binlog_files, lag_bytes
 from pipelines.control_store import ControlStore
@@ -43,7 +44,8 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
     except Exception as e:  # noqa: BLE001 - status still shows the lake's side
         source_error = f"{type(e).__name__}: {e.args[-1] if e.args else e}"
     history = store.schema_history()
-    backfill = {r["table"] for r in history if "backfill" in (r["detail"] or "")}
+    last = max((e.position for e in history), default=None)
+    backfill = {n for n in {e.table for e in history} if fold(n, history, last).needs_backfill}
     held = {p.table: p for p in pending_changes(store, history)}
     names = sorted(set(names) | set(plans))
     now = time.time()
@@ -65,8 +67,8 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
         done = store.completed_chunks(n, t) if plan else {}
         if n in held:
             phase = f"held: schema change pending since {held[n].position} ({held[n].description})"
-        elif n in backfill and key is None:
-            phase = "needs backfill (not streamed)"
+        elif n in backfill:
+            phase = "needs backfill" + (" (not streamed)" if key is None else "")
         elif key is not None or (cp is not None and (not plan or len(done) == len(plan))):
             phase = f"streaming ({cp.state})" if cp else "streaming"
             if cp is not None:  # the checkpoint is at or past every table's own commit

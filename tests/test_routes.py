@@ -28,7 +28,7 @@ from pipelines.delta_sink import table_uri
 from pipelines.schema_applier import SchemaChangeRejected
 from pipelines.snapshot_job import SnapshotJob
 from pipelines.status import pipeline_status
-from pipelines.stream_engine import StreamEngine
+from pipelines.stream import StreamEngine
 from tests.helpers import assert_equal, snapshot
 
 SHARDS = {
@@ -278,7 +278,7 @@ def test_new_tables_that_cannot_join_a_route_are_not_streamed(db, make_config):
     store = ControlStore(cfg.sink.path, cfg.pipeline.name)
 
     def creates() -> dict[str, str]:
-        return {r["table"]: r["detail"] for r in store.schema_history() if r["kind"] == "create_table"}
+        return {r.table: r.detail for r in store.schema_history() if r.kind == "create_table"}
 
     error = _stream_while(cfg, conn, [
         "INSERT INTO x_1 VALUES (1, 1), (2, 2)",

@@ -12,13 +12,14 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_core.positions import BinlogPosition
+from cdc_core.schema_history import HistoryEntry, Status
 from cdc_core.source import connect, connection_settings
 from cdc_core.table_schema import describe_table
 from cdc_core.types import arrow_type
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import table_uri
 from pipelines.schema_applier import SchemaChangeRejected
-from pipelines.stream_engine import StreamEngine
+from pipelines.stream import StreamEngine
 from tests.helpers import diff_tables
 
 BASE = "id INT PRIMARY KEY, a INT, s VARCHAR(10), d DECIMAL(6,2)"
@@ -108,7 +109,7 @@ def test_lenient_keeps_columns_and_holds_mysql_values(db, make_config):
     added = {r["id"]: r["n"] for r in _delta(cfg, name, "add_default").to_pyarrow_table().to_pylist()}
     assert added == {1: 7, 2: 7, 3: 7, 10: 3}  # existing rows at the DEFAULT, as in MySQL
     history = ControlStore(cfg.sink.path, cfg.pipeline.name).schema_history()
-    held = [r["held_ms"] for r in history if r["status"] in ("applied", "skipped") and r["held_ms"] is not None]
+    held = [r.held_ms for r in history if r.status in ("applied", "skipped") and r.held_ms is not None]
     assert len(held) >= len(CASES) - 1
     print(f"\nheld ms (lenient matrix): p50 {sorted(held)[len(held) // 2]:.0f}, max {max(held):.0f}")
 
@@ -172,12 +173,12 @@ def test_two_ddls_on_two_tables_in_one_batch_and_restart_before_apply(db, make_c
         events = cur.fetchall()
     first_ddl = next(e for e in events if "ADD COLUMN pn" in str(e[5]))
     store = ControlStore(cfg.sink.path, cfg.pipeline.name)
-    store.record_schema(f"{name}.p", BinlogPosition(first_ddl[0], first_ddl[4]), 0, "add_column", status="pending",
-                        description="left pending by a crash")
+    store.record_schema(HistoryEntry(f"{name}.p", BinlogPosition(first_ddl[0], first_ddl[4]), 0, "add_column",
+                                     Status.PENDING, description="left pending by a crash"))
     StreamEngine(cfg, until_now=True).run()
     diffs = [d for d in diff_tables(cfg, [f"{name}.p", f"{name}.q"]) if not d.equal]
     assert not diffs, "\n".join(d.describe() for d in diffs)
-    statuses = [(r["table"], r["status"]) for r in store.schema_history() if r["kind"] != "baseline"]
+    statuses = [(r.table, r.status) for r in store.schema_history() if r.kind != "baseline"]
     assert (f"{name}.p", "applied") in statuses and (f"{name}.q", "applied") in statuses
 
 
@@ -217,8 +218,8 @@ def test_alter_on_200k_rows_while_writes_continue(db, make_config):
     StreamEngine(cfg, until_now=True).run()
     diffs = [d for d in diff_tables(cfg, [f"{name}.big"]) if not d.equal]
     assert not diffs, "\n".join(d.describe() for d in diffs)
-    held = [r["held_ms"] for r in ControlStore(cfg.sink.path, cfg.pipeline.name).schema_history()
-            if r["held_ms"] is not None]
+    held = [r.held_ms for r in ControlStore(cfg.sink.path, cfg.pipeline.name).schema_history()
+            if r.held_ms is not None]
     print(f"\nheld ms on 200k rows: {held}")
 
 
@@ -238,8 +239,8 @@ def test_new_table_and_rename_into_capture(db, make_config):
     StreamEngine(cfg, until_now=True).run()
     assert all(d.equal for d in diff_tables(cfg, [f"{name}.t_new"]))
     history = ControlStore(cfg.sink.path, cfg.pipeline.name).schema_history()
-    backfill = [r for r in history if r["table"] == f"{name}.t_renamed"]
-    assert backfill and "backfill" in backfill[0]["detail"]
+    backfill = [r for r in history if r.table == f"{name}.t_renamed"]
+    assert backfill and "backfill" in backfill[0].detail
     with conn.cursor() as cur:
         cur.execute("INSERT INTO t_renamed VALUES (3)")
     StreamEngine(cfg, until_now=True).run()  # after a restart it is still not half-captured
@@ -267,5 +268,5 @@ def test_unparsed_ddl_on_a_captured_table_is_never_skipped_silently(db, make_con
     else:
         StreamEngine(cfg, until_now=True).run()
     unparsed = [r for r in ControlStore(cfg.sink.path, cfg.pipeline.name).schema_history()
-                if r["status"] == "unparsed"]
-    assert [(r["table"], r["ddl"]) for r in unparsed] == [(f"{name}.u", ddl)]
+                if r.status == "unparsed"]
+    assert [(r.table, r.ddl) for r in unparsed] == [(f"{name}.u", ddl)]

@@ -21,7 +21,7 @@ from pipelines.delta_sink import table_uri
 from pipelines.schema_applier import SchemaChangeRejected
 from pipelines.schema_registry import apply_pending, pending_changes
 from pipelines.status import pipeline_status
-from pipelines.stream_engine import StreamEngine
+from pipelines.stream import StreamEngine
 from resources.binlake import BinlakeConfigResource
 from tests.helpers import assert_equal, write_config_file
 
@@ -114,8 +114,8 @@ def test_sensor_applies_the_held_change_while_other_tables_flow(db, make_config,
     assert not engine.is_alive() and engine.error is None, engine.error
     assert engine.summary.stop_reason.startswith("reached")
     assert_equal(cfg, [f"{name}.t", f"{name}.u"])
-    (resolved,) = [r for r in store.schema_history() if r["status"] == "applied" and r["table"] == f"{name}.t"]
-    assert resolved["held_ms"] >= 1000  # held from the DDL until the Dagster run applied it
+    (resolved,) = [r for r in store.schema_history() if r.status == "applied" and r.table == f"{name}.t"]
+    assert resolved.held_ms >= 1000  # held from the DDL until the Dagster run applied it
     _, again = _evaluate_sensor(path, instance)
     assert isinstance(again, SkipReason)
     # the same change applied again (a retried run) commits nothing
@@ -170,7 +170,7 @@ def test_a_rejected_change_stops_the_holding_engine(db, make_config, tmp_path):
     engine.join(30)
     assert isinstance(engine.error, SchemaChangeRejected), engine.error
     assert "exception" in str(engine.error) and "MODIFY a BIGINT" in str(engine.error)
-    assert [r["status"] for r in store.schema_history() if r["table"] == f"{name}.t"][-1] == "failed"
+    assert [r.status for r in store.schema_history() if r.table == f"{name}.t"][-1] == "failed"
     assert _rows(table_uri(cfg.sink.path, f"{name}.t")) == 10  # nothing after the DDL was written
 
 
@@ -189,7 +189,7 @@ def test_a_reconnect_while_held_reads_the_ddl_and_held_rows_again(db, make_confi
     _wait(lambda: _rows(u_uri) == 40 or engine.error, 60, "u to be streamed while t is held")
     # The reader process dies (python-mysql-replication reconnects a killed connection by itself, so
     # the engine's own reconnect is what a lost reader exercises): it restarts from its checkpoint.
-    os.kill(engine.engine._reader.pid, signal.SIGKILL)
+    os.kill(engine.engine.reader.pid, signal.SIGKILL)
     _wait(lambda: engine.engine.summary.reconnects >= 1 or engine.error, 60, "a reconnect")
     (pending,) = pending_changes(store)
     apply_pending(cfg, pending)

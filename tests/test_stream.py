@@ -19,7 +19,7 @@ from cdc_core.source import connect, connection_settings
 from cdc_core.startup import StartupError
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import table_uri
-from pipelines.stream_engine import StreamEngine
+from pipelines.stream import StreamEngine
 from tests.helpers import assert_equal, snapshot
 
 

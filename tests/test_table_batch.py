@@ -17,7 +17,6 @@ from cdc_core.table_batch import TableBatch
 from cdc_core.table_schema import Column, TableSchema
 
 SCHEMA = TableSchema("d", "t", (Column("id", "int", "int(11)"), Column("v", "int", "int(11)")), ("id",))
-COLS = ("id", "v")
 
 
 def _apply(table: dict, plan) -> dict:
@@ -71,25 +70,19 @@ def test_plan_applied_to_before_gives_after(seed):
     events = _random_events(rng, after, 80)
     batch = TableBatch(SCHEMA)
     for op, rows, pos in events:
-        batch.add_event(op, COLS, rows, pos)
+        batch.add_event(op, rows, pos)
     assert _apply(before, batch.plan()) == after
 
 
 def test_last_image_wins_and_keeps_op_and_seq():
     batch = TableBatch(SCHEMA)
     p1, p2, p3 = (BinlogPosition("binlog.000002", p) for p in (200, 300, 400))
-    batch.add_event("c", COLS, [(1, 10), (2, 20)], p1)
-    batch.add_event("u", COLS, [((1, 10), (1, 11))], p2)
-    batch.add_event("d", COLS, [(2, 20)], p3)
+    batch.add_event("c", [(1, 10), (2, 20)], p1)
+    batch.add_event("u", [((1, 10), (1, 11))], p2)
+    batch.add_event("d", [(2, 20)], p3)
     plan = batch.plan()
     assert plan.append == [(1, 11, "u", p2.seq(0))]  # key new to Delta: appended, no lookup
     assert plan.upsert == [] and plan.delete == []  # key 2 was inserted and deleted in the batch
-
-
-def test_columns_matched_by_name_when_the_table_map_differs():
-    batch = TableBatch(SCHEMA)
-    batch.add_event("c", ("v", "extra", "id"), [(5, "x", 1)], BinlogPosition("binlog.000001", 10))
-    assert batch.plan().append[0][:2] == (1, 5)
 
 
 def test_handoff_drop_judges_each_image_by_its_chunk():
@@ -98,7 +91,7 @@ def test_handoff_drop_judges_each_image_by_its_chunk():
     f = HandoffFilter(chunks, hw)
     batch = TableBatch(SCHEMA, f.should_drop, "id")
     # At 300: chunk 0 (HW 500) already has the change, chunk 1 (HW 100) does not.
-    batch.add_event("u", COLS, [((3, 1), (13, 1))], BinlogPosition("binlog.000001", 300))
+    batch.add_event("u", [((3, 1), (13, 1))], BinlogPosition("binlog.000001", 300))
     plan = batch.plan()
     assert plan.delete == [] and [r[0] for r in plan.upsert] == [13] and batch.dropped == 1
 

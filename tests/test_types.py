@@ -316,7 +316,7 @@ def _check_both_paths(name, spark, make_config, start, end):
 
 def test_type_matrix_through_the_stream(db, mariadb, spark, make_config):
     """The stream (reader process → MERGE) writes every type exactly as the snapshot does."""
-    from pipelines.stream_engine import StreamEngine
+    from pipelines.stream import StreamEngine
 
     name, conn = db
     server_zone = _create_types_table(conn)

@@ -1,0 +1,125 @@
+"""Table commits: a micro-batch applied to Delta, one commit per Delta table carrying the
+stream offset, tables in parallel, retried while the fault passes.
+
+Invariants (tests/test_stream_crash.py, tests/test_table_batch.py):
+- Each Delta table gets at most one commit per batch (a route's sources together), and
+  that commit carries the batch's offset atomically (a Delta transaction identifier
+  whose version is the applied position's ``_cdc_seq``, plus the commit metadata).
+- A commit that failed on a fault that passes is retried with backoff; before each
+  retry the table's own offset is read again, and a commit that landed although its
+  call failed is not repeated. A fault outlasting the retry budget, or any other
+  error, stops the engine before the checkpoint moves past the batch.
+- Values are conformed to the Delta table's current schema by column name
+  (case-insensitively, as MySQL names columns); a value Delta's type cannot hold is
+  NULL and logged, the rest of its column untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from cdc_core.errors import TerminalError, is_transient
+from cdc_core.micro_batch import MicroBatch
+from cdc_core.offsets import StreamOffset
+from cdc_core.routes import Router, sink_key
+from cdc_core.table_batch import TablePlan, plan_to_arrow
+from cdc_core.table_schema import TableSchema
+from pipelines.delta_sink import apply_changes, stream_commit_properties
+from pipelines.schema_applier import conform, conform_routed, delta_name
+from pipelines.stream.reader import Retry
+from pipelines.stream.sinks import Sinks
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TableCommit:
+    """One Delta commit of the stream (what progress reports and Dagster shows)."""
+
+    sink: str
+    sources: tuple[str, ...]
+    offset: StreamOffset
+    delta_version: int
+    inserted: int
+    updated: int
+    deleted: int
+
+
+@dataclass(frozen=True)
+class _Part:
+    source: str
+    schema: TableSchema
+    plan: TablePlan
+
+
+def _count(plan: TablePlan, op: str) -> int:
+    return sum(1 for rows in (plan.append, plan.upsert, plan.delete) for r in rows if r[-2] == op)
+
+
+class Committer:
+    """Applies micro-batches to the Delta tables of ``sinks``."""
+
+    def __init__(self, pipeline: str, router: Router, sinks: Sinks, retry: Retry | None = None):
+        self.pipeline = pipeline
+        self.router = router
+        self.sinks = sinks
+        self.retry = retry or Retry()
+        self._pool = ThreadPoolExecutor(4, thread_name_prefix="apply")
+
+    def close(self) -> None:
+        self._pool.shutdown()
+
+    def apply(self, batch: MicroBatch, offset: StreamOffset) -> list[TableCommit]:
+        """Commit every table of ``batch`` with ``offset`` (see the module invariants)."""
+        work: dict[str, list[_Part]] = {}  # by Delta table: a route's sources go into one commit
+        for name, tb in batch.tables.items():
+            plan = tb.plan()
+            if not plan.empty:
+                work.setdefault(self.router.sink(name), []).append(_Part(name, tb.schema, plan))
+        futures = [self._pool.submit(self._commit, sink, parts, offset) for sink, parts in work.items()]
+        return [f.result() for f in futures]  # a failed table stops the engine before the checkpoint moves
+
+    def _commit(self, sink: str, parts: list[_Part], offset: StreamOffset) -> TableCommit:
+        retry = Retry(self.retry.delays, self.retry.budget)
+        while True:
+            try:
+                self._apply(sink, parts, offset)
+                break
+            except Exception as e:  # noqa: BLE001 - classified: faults that pass are retried
+                if not is_transient(e):
+                    raise
+                delay = retry.next_delay()
+                if delay is None:
+                    raise TerminalError(f"writing {sink} to Delta kept failing for over {retry.budget:.0f} s: "
+                                        f"{type(e).__name__}: {e}") from e
+                log.warning("writing %s to Delta failed (%s: %s); retrying in %.1f s", sink, type(e).__name__, e,
+                            delay)
+                time.sleep(delay)
+                self.sinks.refresh(sink)
+                done = self.sinks.applied_key(sink)
+                if done is not None and done >= offset.applied.key:
+                    break  # the commit landed although the call failed
+        return TableCommit(sink, tuple(p.source for p in parts), offset, self.sinks.tables[sink].version(),
+                           sum(_count(p.plan, "c") for p in parts), sum(_count(p.plan, "u") for p in parts),
+                           sum(_count(p.plan, "d") for p in parts))
+
+    def _apply(self, sink: str, parts: list[_Part], offset: StreamOffset) -> None:
+        target = self.sinks.schemas[sink]
+        routed = self.router.routed(parts[0].source)
+
+        def rows(kind: str) -> pa.Table:
+            if not routed:
+                p = parts[0]
+                return conform(plan_to_arrow(p.schema, getattr(p.plan, kind)), target, p.source, p.schema.primary_key)
+            return pa.concat_tables([conform_routed(plan_to_arrow(p.schema, getattr(p.plan, kind)), p.source, target)
+                                     for p in parts])
+
+        key = sink_key(parts[0].schema) if routed else parts[0].schema.primary_key
+        key = tuple(delta_name(target, k) or k for k in key)
+        apply_changes(self.sinks.tables[sink], key, rows("append"), rows("upsert"), rows("delete"),
+                      stream_commit_properties(self.pipeline, offset))

@@ -1,0 +1,365 @@
+"""The stream engine: a short loop over the parts of the algorithm —
+
+    start.py           where reading starts, what is applied, what each table's schema is
+    reader.py          the binlog reader process (cdc_core/stream_reader.py) and retries
+    cdc_core/micro_batch.py + table_batch.py   row events folded into micro-batches
+    schema_changes.py  DDL, table maps, capture changes, holds
+    commit.py          one Delta commit per table per batch, carrying the offset
+    (here)             the pipeline checkpoint, lifecycle and the loop
+
+Invariants (tests/test_stream*.py; the parts' own docstrings state theirs):
+- Exactly once: every table commit carries its offset atomically; a restart skips row
+  events at or before the checkpoint and, per table, at or before that table's own
+  committed offset (cdc_core/offsets.py). The start position is checkpointed before
+  the first table commit. A SIGKILL at any instant loses and repeats nothing.
+- Ordered commit: the checkpoint is written only after every table of the batch is
+  committed, and batches are applied one after another, so the checkpoint never passes
+  a change that is not durable; a key's changes keep binlog order.
+- Hand-off: until the stream passes a table's highest chunk high watermark, a change on
+  key k is dropped when it is at or before the high watermark of k's chunk.
+- Batches are cut at ``max_batch_rows`` / ``max_batch_seconds`` (and a byte bound), at
+  every statement, when a table's columns change, before a stop and before a reconnect.
+  Heartbeats advance the checkpoint when only other tables change.
+- Faults that pass (connection lost, server restart, the lake briefly unwritable)
+  commit what was read and read again from the checkpoint with backoff; a purged
+  position or a server_id in use stops the engine with an error saying what to do; a
+  SIGTERM/SIGINT, also one that reached the reader process first, is a clean stop.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+
+from cdc_core.config import BinlakeConfig
+from cdc_core.errors import TerminalError, is_transient
+from cdc_core.events import (
+    Heartbeat,
+    ReaderEnd,
+    ReaderError,
+    ReadFailure,
+    RowsEvent,
+    Statement,
+    TableLayout,
+    TransactionEnd,
+)
+from cdc_core.lifecycle import Lifecycle, State
+from cdc_core.micro_batch import BatchLimits, MicroBatch
+from cdc_core.offsets import StreamOffset
+from cdc_core.positions import BinlogPosition
+from cdc_core.routes import RouteError, Router
+from cdc_core.source import connect, connection_settings
+from cdc_core.startup import PositionPurged, ServerIdInUse, StartupError, check_available, check_server_id
+from cdc_core.stream_reader import ReaderSpec
+from cdc_core.table_batch import TableBatch
+from cdc_core.table_schema import TableSchema, describe_table
+from pipelines.control_store import ControlStore
+from pipelines.stream.commit import Committer, TableCommit
+from pipelines.stream.reader import ReaderProcess, ReaderStopped, Retry
+from pipelines.stream.schema_changes import APPEARED, SchemaChanges, StopRequested
+from pipelines.stream.sinks import Sinks
+from pipelines.stream.start import resolve_start
+from pipelines.stream.state import EngineState, HistoryRecorder, StreamSummary
+
+log = logging.getLogger(__name__)
+
+
+class StreamFailed(TerminalError):
+    """The stream stopped on an error that retrying cannot fix."""
+
+
+class StreamEngine:
+    """Streams the binlog into Delta from the committed offsets (see the module invariants).
+
+    ``progress(summary, offset)`` is called after each checkpoint; ``on_commit(commits,
+    offset)`` after each batch with its Delta commits (Dagster records them as asset
+    metadata)."""
+
+    def __init__(self, cfg: BinlakeConfig, *, until_now: bool = False, max_seconds: float | None = None,
+                 progress: Callable[[StreamSummary, StreamOffset], None] | None = None,
+                 on_commit: Callable[[list[TableCommit], StreamOffset], None] | None = None):
+        self.cfg = cfg
+        self.until_now = until_now
+        self.max_seconds = max_seconds
+        self.progress = progress
+        self.on_commit = on_commit
+        self.conn = connection_settings(cfg)
+        self.store = ControlStore.of(cfg)
+        self.router = Router(cfg.routes)
+        self.life = Lifecycle()
+        self.limits = BatchLimits(cfg.stream.max_batch_rows, cfg.stream.max_batch_seconds)
+        self.sinks = Sinks(cfg, self.router)
+        self.committer = Committer(cfg.pipeline.name, self.router, self.sinks)
+        self.reader: ReaderProcess | None = None
+        self.retry = Retry()
+        self._stop = threading.Event()
+        self.state: EngineState | None = None
+        self._summary = StreamSummary()
+
+    @property
+    def summary(self) -> StreamSummary:
+        return self.state.summary if self.state else self._summary
+
+    def request_stop(self) -> None:
+        """Ask the engine to commit what it has read and stop (thread- and signal-safe)."""
+        self._stop.set()
+
+    # --- start ----------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        with connect(self.conn) as control, control.cursor() as cur:
+            plan = resolve_start(self.cfg, self.store, self.router, self.conn, cur, until_now=self.until_now)
+            s = self.state = EngineState(plan.start, plan.applied or plan.start, plan.start,
+                                         StreamOffset(plan.start, plan.applied or plan.start), plan.decide_at,
+                                         tables=plan.tables, filters=plan.filters, undecided=plan.undecided,
+                                         summary=self._summary)
+            keyless = sorted(n for n, schema in s.streamed().items() if not schema.primary_key)
+            if keyless:
+                raise StartupError(f"tables without a primary key cannot be streamed (updates and deletes need a "
+                                   f"key): {', '.join(keyless)}; add a primary key or exclude them "
+                                   "(source.exclude_tables)")
+            try:  # every captured table: one that cannot join its route stops the start until excluded
+                self.router.check(plan.live)
+            except RouteError as e:
+                raise StartupError(str(e)) from None
+            check_available(cur, plan.start)
+            check_server_id(cur, self.cfg.source.server_id)
+        self.until = plan.until
+        self.reader = ReaderProcess(ReaderSpec(
+            self.conn, self.cfg.source.server_id, plan.start, plan.applied, plan.until, tuple(self.cfg.source.tables),
+            tuple(self.cfg.source.exclude_tables), report_as=f"binlake:{self.cfg.pipeline.name}"))
+        s.summary.start = plan.start
+        history = self.store.schema_history()
+        self.recorder = HistoryRecorder(self.store, history)
+        for entry in plan.baselines:
+            self.recorder.record(entry)
+        for name, schema in s.streamed().items():
+            self.sinks.open(name, schema, s.streamed())
+        s.skip = self.sinks.skip_filter(plan.applied)
+        self.changes = SchemaChanges(self.cfg, self.router, s, self.sinks, self.store, self.recorder, self._commit,
+                                     self._checkpoint, self._describe, self._stop)
+        if plan.applied is None:
+            # The start point is durable before any table commit: a crash between the first
+            # table commits and the first checkpoint must resume here, not at a new "latest".
+            self.store.save_checkpoint(s.offset, self.life.state, 0)
+
+    def _describe(self, name: str) -> TableSchema:
+        with connect(self.conn) as c, c.cursor() as cur:
+            return describe_table(cur, *name.split(".", 1))
+
+    # --- the loop --------------------------------------------------------------------------------
+
+    def run(self) -> StreamSummary:
+        """Stream until ``--until now``'s end, ``max_seconds``, a stop request or a fatal error."""
+        started = time.monotonic()
+        handlers = self._install_signals()
+        self.life.to(State.STARTING)
+        try:
+            self._start()
+            self._loop()
+            self.life.to(State.STOPPING)
+            self.life.to(State.STOPPED)
+            self.store.save_checkpoint(self.state.offset, State.STOPPED, self.summary.changes)
+        except BaseException:
+            if self.life.state not in (State.STOPPED, State.FAILED):
+                self.life.to(State.FAILED)
+            raise
+        finally:
+            if self.reader is not None:
+                self.reader.stop()
+            self.committer.close()
+            self._restore_signals(handlers)
+            self.summary.seconds = time.monotonic() - started
+            self.summary.end = self.state.offset.applied if self.state else None
+        return self.summary
+
+    def _loop(self) -> None:
+        s = self.state
+        deadline = None if self.max_seconds is None else time.monotonic() + self.max_seconds
+        self.reader.start(s.resume, s.offset.applied if s.offset.applied > s.start else None)
+        self.life.to(State.STREAMING)
+        last_checkpoint = time.monotonic()
+        ended = False  # the reader reached the end position
+        while True:
+            if self._stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
+                self._commit()
+                s.summary.stop_reason = "stop requested" if self._stop.is_set() else "max-seconds reached"
+                return
+            self.changes.poll_holds()
+            if ended and not s.holds:
+                self._commit()
+                s.summary.stop_reason = f"reached {self.until}"
+                return
+            records = []
+            if ended or s.held_rows() >= self.cfg.stream.max_held_rows:
+                self._stop.wait(0.05)  # the reader blocks on the full queue: memory stays bounded
+            else:
+                try:
+                    records = self.reader.take(0.05)
+                except ReaderStopped as e:
+                    log.info("%s: stopping", e)
+                    self._stop.set()
+            try:
+                for rec in records:
+                    if self._handle(rec):
+                        ended = True
+            except StopRequested:
+                continue  # the statement is read again after a restart; the loop commits and stops
+            except Exception as e:
+                if not is_transient(e):
+                    raise
+                self._reconnect(f"{type(e).__name__}: {e}")
+                continue
+            now = time.monotonic()
+            if s.batch.due(now, self.limits):
+                self._commit()
+                last_checkpoint = now
+                self.retry.succeeded()
+            elif now - last_checkpoint >= self.cfg.stream.heartbeat_seconds and s.position > s.offset.applied:
+                self._commit()  # nothing captured changed: move the restart point anyway
+                last_checkpoint = now
+            if s.undecided and s.position >= s.decide_at:
+                self.changes.decide(s.position)
+
+    def _handle(self, rec) -> bool:
+        """Apply one reader record to the state; True when the reader reached its end."""
+        s = self.state
+        if isinstance(rec, RowsEvent):
+            self._on_rows(rec)
+        elif isinstance(rec, TransactionEnd):
+            s.position = s.resume = rec.position
+            s.gtid, s.event_time = rec.gtid or s.gtid, rec.timestamp or s.event_time
+        elif isinstance(rec, TableLayout):
+            s.layouts[rec.id] = rec
+        elif isinstance(rec, Heartbeat):
+            if s.resume == s.position:  # between transactions: everything up to here is read
+                s.position = s.resume = max(s.position, rec.position)
+        elif isinstance(rec, Statement):
+            self.changes.on_statement(rec)
+        elif isinstance(rec, ReaderEnd):
+            return True  # done once every held table is released
+        elif isinstance(rec, ReaderError):
+            self._on_reader_error(rec)
+        return False
+
+    def _on_rows(self, ev: RowsEvent) -> None:
+        s = self.state
+        name = ev.table
+        t = s.tables.get(name)
+        if t is None or not t.streamed:
+            if name in s.undecided:  # a row of it before its CREATE: it existed before the stream's start
+                self.changes.needs_backfill(name, ev.position, 0, "appeared", APPEARED)
+            s.position = ev.position
+            return
+        sink = self.router.sink(name)
+        if s.skip.applied(sink, ev.position):
+            s.position = ev.position
+            return
+        key = (name, ev.layout)
+        schema = s.conversions.get(key)
+        if schema is None:
+            schema = self.changes.conversion(name, s.layouts[ev.layout], ev.position)
+            if schema is None:  # not streamed after all (no primary key)
+                s.position = ev.position
+                return
+            s.conversions[key] = schema
+        hold = s.holds.get(sink)
+        batch = hold.batch if hold else s.batch
+        if not batch.accepts(name, schema):  # the same columns in another order, or a case-only rename
+            self.changes.wait_for_holds([name])
+            self._commit()
+            batch = s.batch
+        s.position, s.event_time = ev.position, ev.timestamp or s.event_time
+        batch.add(name, schema, lambda: self._table_batch(name, schema, ev.position), ev.op, ev.rows, ev.position,
+                  ev.size, time.monotonic())
+        if hold:
+            s.summary.held_rows_peak = max(s.summary.held_rows_peak, s.held_rows())
+
+    def _table_batch(self, name: str, schema: TableSchema, position: BinlogPosition) -> TableBatch:
+        f = self.state.filters.get(name)
+        if f is not None and position > f.max_high_watermark:
+            del self.state.filters[name]  # past the hand-off: no more filtering for this table
+            f = None
+        return TableBatch(schema, f.should_drop if f else None, f.chunks[0].key if f else None)
+
+    # --- faults -----------------------------------------------------------------------------------
+
+    def _on_reader_error(self, rec: ReaderError) -> None:
+        self._commit()
+        self.reader.stop()
+        if rec.kind == ReadFailure.PURGED:
+            raise PositionPurged(f"reading the binlog failed: {rec.message}. Re-snapshot: delete the sink folder (or "
+                                 "use a new pipeline.name) and run `binlake run` again")
+        if rec.kind == ReadFailure.SERVER_ID:
+            raise ServerIdInUse(f"source.server_id {self.cfg.source.server_id} is in use by another replica, which "
+                                f"took over the binlog connection ({rec.message}); give each pipeline and replica "
+                                "its own server_id")
+        if rec.kind != ReadFailure.TRANSIENT:
+            raise StreamFailed(f"reading the binlog failed: {rec.message}")
+        self._reconnect(rec.message)
+
+    def _reconnect(self, reason: str) -> None:
+        """Read again from the checkpoint after a fault that passes, with backoff."""
+        s = self.state
+        self.reader.stop()
+        delay = self.retry.next_delay()
+        if delay is None:
+            raise StreamFailed(f"the source has been unreachable for over {self.retry.budget:.0f} s: {reason}")
+        log.warning("binlog connection lost (%s); reconnecting from %s in %.1f s", reason, s.offset.resume, delay)
+        s.summary.reconnects += 1
+        self.life.to(State.STARTING)
+        if self._stop.wait(delay):
+            return
+        s.batch = MicroBatch()  # everything it held is after the checkpoint: read again
+        self.changes.drop_holds()  # their DDLs and rows are read again from the checkpoint
+        s.layouts.clear()
+        s.conversions.clear()
+        s.skip = self.sinks.skip_filter(s.offset.applied)
+        s.resume, s.position = s.offset.resume, s.offset.applied
+        self.reader.start(s.offset.resume, s.offset.applied)
+        self.life.to(State.STREAMING)
+
+    # --- commit and checkpoint ------------------------------------------------------------------------
+
+    def _commit(self) -> None:
+        """Apply the batch (tables in parallel), then advance the checkpoint past it."""
+        s = self.state
+        b, s.batch = s.batch, MicroBatch()
+        if s.position <= s.offset.applied and not b.tables:
+            return
+        offset = StreamOffset(min(s.resume, s.position), s.position, s.gtid, s.event_time)
+        for name, tb in b.tables.items():
+            s.summary.tables[name] = s.summary.tables.get(name, 0) + tb.rows_in - tb.dropped
+            s.summary.changes += tb.rows_in - tb.dropped
+        commits = self.committer.apply(b, offset)
+        s.summary.commits += len(commits)
+        s.summary.batches += 1
+        self._checkpoint(offset)
+        if self.on_commit and commits:
+            self.on_commit(commits, offset)
+
+    def _checkpoint(self, offset: StreamOffset) -> None:
+        s = self.state
+        if s.holds:  # a held table's rows after its DDL are only in memory: restart before the DDL
+            first = min((h.checkpoint for h in s.holds.values()), key=lambda o: o.applied)
+            offset = min(first, offset, key=lambda o: o.applied)
+        if offset != s.offset or not s.holds:
+            self.store.save_checkpoint(offset, self.life.state, s.summary.changes)
+        s.offset = offset
+        if self.progress:
+            self.progress(s.summary, offset)
+
+    # --- signals ---------------------------------------------------------------------------------------
+
+    def _install_signals(self):
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        return {sig: signal.signal(sig, lambda *_: self.request_stop()) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    @staticmethod
+    def _restore_signals(handlers) -> None:
+        for sig, h in (handlers or {}).items():
+            signal.signal(sig, h)

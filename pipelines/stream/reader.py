@@ -1,0 +1,108 @@
+"""The reader process as the engine sees it: start it at a position, take its records,
+stop it; and the retry policy for faults that pass.
+
+Invariants (tests/test_stream_crash.py):
+- At most one reader process runs per engine; ``start`` stops the previous one first,
+  so a reconnect never has two readers on one server_id.
+- A reader that exits without an end or an error record (killed, crashed) is reported
+  as a transient ``ReaderError``, except when it was terminated by SIGTERM/SIGINT,
+  which is a stop (a supervisor signalling the whole process group): never a reconnect.
+- ``Retry`` waits the next delay of its schedule and gives up once faults have lasted
+  longer than its budget without a success in between.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import queue as queue_mod
+import signal
+import time
+from dataclasses import dataclass
+
+from cdc_core.events import ReaderError, ReaderRecord, ReadFailure
+from cdc_core.positions import BinlogPosition
+from cdc_core.stream_reader import QUEUE_ITEMS, ReaderSpec, run_reader
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class ReaderStopped(Exception):
+    """The reader process was terminated by a stop signal (its process group was signalled)."""
+
+
+class ReaderProcess:
+    """One binlog reader process at a time, feeding a bounded queue."""
+
+    def __init__(self, spec: ReaderSpec):
+        self.spec = spec  # start/skip_through are replaced on each start
+        self.process: multiprocessing.Process | None = None
+        self._queue = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def start(self, start: BinlogPosition, skip_through: BinlogPosition | None) -> None:
+        """(Re)start reading at ``start`` (a transaction boundary), skipping row events at
+        or before ``skip_through``."""
+        self.stop()
+        # fork, not spawn: spawn re-imports the caller's __main__ (a script, Dagster, pytest),
+        # and the reader needs nothing the parent's threads could hold (it only opens sockets).
+        ctx = multiprocessing.get_context("fork")
+        self._queue = ctx.Queue(maxsize=QUEUE_ITEMS)
+        spec = dataclasses.replace(self.spec, start=start, skip_through=skip_through)
+        self.process = ctx.Process(target=run_reader, args=(spec, self._queue, os.getpid()), name="binlake-reader",
+                                   daemon=True)
+        self.process.start()
+
+    def take(self, timeout: float) -> list[ReaderRecord]:
+        """The next records (a list, in binlog order), or [] if none came within ``timeout``.
+        Raises ReaderStopped when the reader was terminated by a stop signal."""
+        try:
+            return self._queue.get(timeout=timeout)
+        except queue_mod.Empty:
+            if self.process.is_alive():
+                return []
+            code = self.process.exitcode
+            if code is not None and -code in STOP_SIGNALS:
+                raise ReaderStopped(f"the reader process was terminated by {signal.Signals(-code).name}") from None
+            return [ReaderError(ReadFailure.TRANSIENT, f"reader process exited with code {code}")]
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()
+        self.process.join(10)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self._queue.close()
+        self._queue.cancel_join_thread()
+        self.process = None
+
+
+@dataclass
+class Retry:
+    """Backoff for faults that pass (connection lost, server restart, the lake unwritable
+    for a moment): ``delays`` in turn (the last repeated), for at most ``budget`` seconds of
+    continuous failure."""
+
+    delays: tuple[float, ...] = (0.5, 1, 2, 4, 8, 15, 30)
+    budget: float = 300.0
+    failing_since: float | None = None
+    attempt: int = 0
+
+    def next_delay(self, now: float | None = None) -> float | None:
+        """The delay before the next attempt, or None when the budget is spent."""
+        now = time.monotonic() if now is None else now
+        self.failing_since = self.failing_since if self.failing_since is not None else now
+        if now - self.failing_since > self.budget:
+            return None
+        delay = self.delays[min(self.attempt, len(self.delays) - 1)]
+        self.attempt += 1
+        return delay
+
+    def succeeded(self) -> None:
+        self.failing_since, self.attempt = None, 0

@@ -1,0 +1,85 @@
+"""The stream's Delta tables, by sink name (a routed source's route sink, else the
+source's own table): opened once, created when missing, their schemas noted, and
+their own committed offsets read for the restart's skip filter.
+
+Invariants (tests/test_routes.py, tests/test_stream_crash.py):
+- A Delta table is created with the schema of the source at the position the stream
+  first needs it (its baseline, its CREATE TABLE, or its first table map); a route's
+  sink with the widest schema of its known sources (cdc_core/routes.py).
+- ``skip_filter`` reads each table's own offset (its Delta transaction version), so a
+  change a table committed before a crash is not applied again even when the pipeline
+  checkpoint is older (cdc_core/offsets.py).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from cdc_core.chunk_reader import output_schema
+from cdc_core.config import BinlakeConfig
+from cdc_core.offsets import SkipFilter
+from cdc_core.positions import BinlogPosition
+from cdc_core.routes import Router, sink_schema
+from cdc_core.table_schema import TableSchema
+from pipelines.delta_sink import applied_position_key, ensure_table, open_table, table_uri
+from pipelines.schema_applier import delta_schema
+
+
+class Sinks:
+    """Open Delta tables and their schemas, by sink name."""
+
+    def __init__(self, cfg: BinlakeConfig, router: Router):
+        self.cfg = cfg
+        self.router = router
+        self.tables: dict[str, DeltaTable] = {}
+        self.schemas: dict[str, pa.Schema] = {}
+
+    def __contains__(self, sink: str) -> bool:
+        return sink in self.tables
+
+    def open(self, name: str, schema: TableSchema, members: dict[str, TableSchema]) -> DeltaTable:
+        """The Delta table of source ``name`` (created empty with ``schema`` if missing; a
+        route's sink with the widest schema of ``members``, its known sources)."""
+        sink = self.router.sink(name)
+        dt = self.tables.get(sink)
+        if dt is not None:
+            return dt
+        if self.router.routed(name):
+            known = [members[n] for n in self.router.sources(sink, members)] or [schema]
+            target = sink_schema(known, sink=sink)
+        else:
+            target = output_schema(schema)
+        dt = self.tables[sink] = ensure_table(table_uri(self.cfg.sink.path, sink), target,
+                                              self.cfg.sink.storage_options)
+        self.schemas[sink] = delta_schema(dt)
+        return dt
+
+    def existing(self, sink: str) -> DeltaTable | None:
+        """The Delta table ``sink`` if it exists (opened and kept), without creating it."""
+        if sink not in self.tables:
+            dt = open_table(table_uri(self.cfg.sink.path, sink), self.cfg.sink.storage_options)
+            if dt is None:
+                return None
+            self.tables[sink], self.schemas[sink] = dt, delta_schema(dt)
+        return self.tables[sink]
+
+    def refresh(self, sink: str) -> None:
+        """Read the table's latest version (after another process or a schema change committed)."""
+        dt = self.tables[sink]
+        dt.update_incremental()
+        self.schemas[sink] = delta_schema(dt)
+
+    def applied_key(self, sink: str) -> tuple[int, int] | None:
+        """(file number, offset) of the last binlog event the stream committed to ``sink``."""
+        return applied_position_key(self.tables[sink], self.cfg.pipeline.name)
+
+    def skip_filter(self, checkpoint: BinlogPosition | None) -> SkipFilter:
+        """What a (re)started reading must not apply again (cdc_core/offsets.py)."""
+        per_table = {}
+        for sink, dt in self.tables.items():
+            dt.update_incremental()
+            key = applied_position_key(dt, self.cfg.pipeline.name)
+            if key is not None:
+                per_table[sink] = key
+        return SkipFilter(checkpoint, per_table)

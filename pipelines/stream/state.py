@@ -1,0 +1,114 @@
+"""The stream engine's one state object, the summary of a run, and the schema-history
+recorder the parts share.
+
+Invariants:
+- ``position`` is the end of the last event read; ``resume`` the last transaction
+  boundary read (``resume <= position``); ``offset`` the last checkpoint written.
+- ``tables`` holds every source table the stream knows (cdc_core/schema_history.py:
+  TableState); a table is applied to Delta only while ``streamed``.
+- The recorder writes each (table, position, change, status) once, also across
+  restarts (a change read again after a crash is not recorded twice).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from cdc_core.events import TableLayout
+from cdc_core.handoff import HandoffFilter
+from cdc_core.micro_batch import MicroBatch
+from cdc_core.offsets import SkipFilter, StreamOffset
+from cdc_core.positions import BinlogPosition
+from cdc_core.schema_history import HistoryEntry, TableState
+from cdc_core.table_schema import TableSchema
+from pipelines.control_store import ControlStore
+from pipelines.schema_registry import PendingChange
+
+
+@dataclass
+class StreamSummary:
+    """What one engine run did."""
+
+    start: BinlogPosition | None = None
+    end: BinlogPosition | None = None
+    changes: int = 0  # row changes read (after skip and hand-off filtering)
+    batches: int = 0
+    commits: int = 0
+    reconnects: int = 0
+    seconds: float = 0.0
+    stop_reason: str = ""
+    tables: dict[str, int] = field(default_factory=dict)  # changes per table
+    held_rows_peak: int = 0  # most rows of held tables kept in memory at once (external schema changes)
+
+
+@dataclass
+class Hold:
+    """A table waiting for its pending schema change to be applied by another process."""
+
+    pending: PendingChange
+    before: TableSchema  # the source schema before the DDL (restored when the DDL is read again)
+    checkpoint: StreamOffset  # the pipeline offset before the DDL: the checkpoint stays here
+    batch: MicroBatch = field(default_factory=MicroBatch)  # the table's rows after the DDL
+
+
+@dataclass
+class EngineState:
+    """Everything the engine's parts read and change while streaming."""
+
+    start: BinlogPosition
+    position: BinlogPosition
+    resume: BinlogPosition
+    offset: StreamOffset
+    decide_at: BinlogPosition
+    gtid: str | None = None
+    event_time: int = 0
+    batch: MicroBatch = field(default_factory=MicroBatch)
+    tables: dict[str, TableState] = field(default_factory=dict)  # by source table
+    layouts: dict[int, TableLayout] = field(default_factory=dict)  # of the running reader process
+    conversions: dict[tuple[str, int], TableSchema] = field(default_factory=dict)  # (table, layout) -> columns
+    skip: SkipFilter = field(default_factory=lambda: SkipFilter(None, {}))
+    filters: dict[str, HandoffFilter] = field(default_factory=dict)  # by source table, until past the hand-off
+    holds: dict[str, Hold] = field(default_factory=dict)  # by Delta (sink) table
+    undecided: set[str] = field(default_factory=set)
+    summary: StreamSummary = field(default_factory=StreamSummary)
+
+    def streamed(self) -> dict[str, TableSchema]:
+        """Schemas of the tables applied to Delta whose schema is known."""
+        return {n: t.schema for n, t in self.tables.items() if t.streamed and t.schema is not None}
+
+    def set_schema(self, table: str, schema: TableSchema | None) -> None:
+        """A table's declared schema changed: forget its cached row conversions."""
+        state = self.tables.setdefault(table, TableState(table))
+        state.schema = schema
+        for key in [k for k in self.conversions if k[0] == table]:
+            del self.conversions[key]
+
+    def held_rows(self) -> int:
+        return sum(h.batch.rows for h in self.holds.values())
+
+
+class HistoryRecorder:
+    """Writes schema-history entries once each (see the module invariants)."""
+
+    def __init__(self, store: ControlStore, history: list[HistoryEntry]):
+        self.store = store
+        self.keys = {(*e.key, e.status) for e in history}
+
+    def record(self, entry: HistoryEntry) -> bool:
+        """Record ``entry`` unless it was recorded before; whether it was written now."""
+        key = (*entry.key, entry.status)
+        if key in self.keys:
+            return False
+        self.keys.add(key)
+        self.store.record_schema(entry)
+        return True
+
+    def entry(self, table: str, position: BinlogPosition, index: int, kind: str, status, **fields) -> bool:
+        """Record a new entry built from its fields."""
+        return self.record(HistoryEntry(table, position, index, kind, status, **fields))
+
+
+def with_status(entry: HistoryEntry, **changes) -> HistoryEntry:
+    """A copy of ``entry`` with ``changes``."""
+    return dataclasses.replace(entry, **changes)

@@ -1,0 +1,71 @@
+"""The one binlog decoder (cdc_core/binlog.py) against a real MariaDB: a table map
+describes its columns as information_schema does; a layout is reported once per
+change; rows are decoded with the columns they were written with, however late."""
+
+from __future__ import annotations
+
+from pymysqlreplication.event import QueryEvent, XidEvent
+from pymysqlreplication.row_event import WriteRowsEvent
+
+from cdc_core.binlog import ROW_EVENTS, RowDecoder, open_binlog
+from cdc_core.positions import master_position
+from cdc_core.schema_history import storage_class
+from cdc_core.source import connection_settings
+from cdc_core.table_schema import describe_table
+from cdc_core.types import arrow_type
+from tests.test_types import COLUMNS
+
+
+def _read(cfg, start, end, table: str):
+    """(layout, is new, rows) for each row event of ``table`` in (start, end]."""
+    reader = open_binlog(connection_settings(cfg), cfg.source.server_id + 77, start,
+                         only_events=[*ROW_EVENTS, XidEvent, QueryEvent])
+    decoder = RowDecoder()
+    out = []
+    try:
+        for event in reader:
+            if isinstance(event, ROW_EVENTS) and f"{event.schema}.{event.table}" == table:
+                d, new = decoder.decoding(event)
+                out.append((d.layout, new, decoder.rows(event, d), isinstance(event, WriteRowsEvent)))
+            if (reader.log_file, reader.log_pos) >= (end.file, end.pos):
+                break
+    finally:
+        reader.close()
+    return out
+
+
+def test_table_map_describes_every_type_as_information_schema(db, make_config):
+    name, conn = db
+    cols = ", ".join(f"`{c}` {t}" for c, (t, _) in COLUMNS.items())
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE types ({cols})")
+        start = master_position(cur)
+        cur.execute("INSERT INTO types (id) VALUES (1)")
+        end = master_position(cur)
+        declared = describe_table(cur, name, "types")
+    cfg = make_config(name)
+    ((layout, new, _, _),) = _read(cfg, start, end, f"{name}.types")
+    assert new and layout.schema.primary_key == ("id",)
+    assert [c.name for c in layout.schema.columns] == [c.name for c in declared.columns]
+    for mine, theirs in zip(layout.schema.columns, declared.columns):
+        assert storage_class(mine) == storage_class(theirs), mine.name
+        if theirs.data_type not in ("json",):  # MariaDB's JSON is LONGTEXT in the binlog
+            assert arrow_type(mine) == arrow_type(theirs), mine.name
+
+
+def test_rows_keep_the_columns_they_were_written_with_and_layouts_change_once(db, make_config):
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, a INT, b VARCHAR(10))")
+        start = master_position(cur)
+        cur.execute("INSERT INTO t VALUES (1, 10, 'x')")
+        cur.execute("INSERT INTO t VALUES (2, 20, 'y')")
+        cur.execute("ALTER TABLE t CHANGE COLUMN b b_long VARCHAR(200), ADD COLUMN c INT DEFAULT 5 FIRST")
+        cur.execute("INSERT INTO t (id, a, b_long) VALUES (3, 30, 'z')")
+        end = master_position(cur)
+    events = _read(make_config(name), start, end, f"{name}.t")  # read after the ALTER ran
+    assert [new for _, new, _, _ in events] == [True, False, True]
+    assert [c.name for c in events[0][0].schema.columns] == ["id", "a", "b"]
+    assert events[0][2] == [(1, 10, "x")] and events[1][2] == [(2, 20, "y")]
+    assert [c.name for c in events[2][0].schema.columns] == ["c", "id", "a", "b_long"]
+    assert events[2][2] == [(5, 3, 30, "z")] and events[2][0].id != events[0][0].id
