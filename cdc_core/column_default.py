@@ -59,6 +59,8 @@ def existing_rows_value(cd: ColumnDef):
                               "is added")
     try:
         return _convert(col, d)
+    except DefaultNotKnown:
+        raise
     except (ValueError, ArithmeticError) as e:
         raise DefaultNotKnown(f"column {col.name}: cannot convert DEFAULT {d.value!r} to {col.column_type} ({e})") \
             from None

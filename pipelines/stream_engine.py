@@ -81,7 +81,14 @@ from pipelines.delta_sink import (
     table_uri,
     truncate,
 )
-from pipelines.schema_applier import SchemaChangeRejected, conform, conform_routed, delta_schema, widen_to
+from pipelines.schema_applier import (
+    SchemaChangeRejected,
+    conform,
+    conform_routed,
+    delta_name,
+    delta_schema,
+    widen_to,
+)
 from pipelines.schema_registry import PendingChange, apply_pending, resolutions
 
 log = logging.getLogger(__name__)
@@ -541,7 +548,8 @@ class StreamEngine:
         offset = StreamOffset(p, p, self.gtid, self.event_time)
         if unparsed is not None:
             e = unparsed
-            touched = [n for n in e.tables if n in self.schemas]
+            # ddl: a captured table's unreadable CREATE counts too (it is not in self.schemas yet)
+            touched = [n for n in e.tables if n in self.schemas or self.cfg.source.captures(n)]
             if touched or not e.tables:
                 for n in touched or ["?"]:
                     self._record(n, p, 0, "unparsed", "unparsed", ddl=sql, detail=str(e))
@@ -569,7 +577,7 @@ class StreamEngine:
                 log.info("%s truncated at %s", name, p)
             return
         if c.kind == "create_table":
-            if not captured:
+            if not captured or c.conditional and name in self.schemas:  # ddl: IF NOT EXISTS on a known table
                 return
             schema = c.schema or (self.schemas.get(c.like) or self._describe(c.like)).renamed(name)
             if not schema.primary_key:
@@ -679,6 +687,7 @@ class StreamEngine:
                                      for name, schema, plan in parts])
 
         key = sink_key(parts[0][1]) if routed else parts[0][1].primary_key
+        key = tuple(delta_name(target.names, k) or k for k in key)  # ddl: Delta's spelling of the key columns
         apply_changes(self.tables[sink], key, rows("append"), rows("upsert"), rows("delete"), props)
 
     def _checkpoint(self, offset: StreamOffset) -> None:
