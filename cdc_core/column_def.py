@@ -127,8 +127,8 @@ def parse_column_def(cur: Cursor, name: str) -> ColumnDef:
         elif cur.accept("COMMENT"):
             cur.accept("=")
             _string(cur)
-        elif cur.at("COLLATE") or cur.at("CHARACTER") or cur.at("CHARSET") or cur.at("BINARY"):
-            _type_attributes(cur, t)
+        elif _type_attributes(cur, t):
+            pass
         elif cur.accept("INVISIBLE") or cur.accept("VISIBLE"):
             pass
         elif cur.accept("COLUMN_FORMAT") or cur.accept("STORAGE"):
@@ -245,8 +245,10 @@ def _parse_type(cur: Cursor) -> _Type:
     return t
 
 
-def _type_attributes(cur: Cursor, t: _Type) -> None:
-    """UNSIGNED, SIGNED, ZEROFILL, CHARACTER SET, ASCII, UNICODE, BINARY, BYTE, COLLATE."""
+def _type_attributes(cur: Cursor, t: _Type) -> bool:
+    """Consume UNSIGNED, SIGNED, ZEROFILL, CHARACTER SET, ASCII, UNICODE, BINARY, BYTE, COLLATE;
+    whether there was any."""
+    start = cur.i
     while True:
         if cur.accept("UNSIGNED"):
             t.unsigned = True
@@ -269,7 +271,7 @@ def _type_attributes(cur: Cursor, t: _Type) -> None:
             cur.accept("=")
             t.collation = _charset_name(cur)
         else:
-            return
+            return cur.i > start
 
 
 def _charset_name(cur: Cursor) -> str:

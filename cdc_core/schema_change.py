@@ -120,7 +120,7 @@ def parse_ddl(sql: str, default_db: str) -> list[SchemaChange]:
         if stmt.kind == "create":
             changes = [_create(stmt, default_db, unknown)]
         else:
-            changes = _order(_alter(stmt, default_db, unknown), unknown)
+            changes = _order(_alter(stmt, default_db, unknown))
     except (SQLSyntaxError, ValueError) as e:
         raise UnparsedDDL(sql, str(e), stmt.tables) from None
     if unknown:
@@ -152,7 +152,7 @@ def _create(stmt: Statement, default_db: str, unknown: list[str]) -> SchemaChang
         if _is_key_definition(item):
             key = _key_definition(item)
             if key is not None:
-                pk = key
+                pk = key[0]
             continue
         cd = parse_column_def(item, item.name())
         if not item.at_end():
@@ -190,21 +190,26 @@ def _is_key_definition(cur: Cursor) -> bool:
                                                                               cur.at("VECTOR", "KEY"))
 
 
-def _key_definition(cur: Cursor) -> list[str] | None:
-    """Consume a key/constraint definition; the primary key's columns if it is one."""
+def _key_definition(cur: Cursor) -> tuple[list[str], bool] | None:
+    """Consume a key/constraint definition; if it is the primary key, its columns and
+    whether it said IF NOT EXISTS."""
     if cur.accept("CONSTRAINT") and not (cur.at("PRIMARY") or cur.at("UNIQUE") or cur.at("FOREIGN")
                                          or cur.at("CHECK")):
         cur.name()
     if not cur.accept("PRIMARY", "KEY"):
         _skip_spec(cur)
         return None
-    while not cur.at("("):
-        cur.next()  # IF NOT EXISTS, an index name, USING BTREE
+    conditional = False
+    while not cur.at("("):  # IF NOT EXISTS, an index name, USING BTREE
+        if cur.accept("IF", "NOT", "EXISTS"):
+            conditional = True
+        else:
+            cur.next()
     parts = split_top_level(cur.skip_group())
     if any(not p or not p[0].is_name() for p in parts):
         raise SQLSyntaxError("a primary key on an expression")
     _skip_spec(cur)  # index options
-    return [p[0].text for p in parts]
+    return [p[0].text for p in parts], conditional
 
 
 def _skip_spec(cur: Cursor) -> None:
@@ -246,7 +251,7 @@ def _alter_spec(cur: Cursor, sql: str, table: str, default_db: str, out: list[Sc
         if not column and _is_key_definition(cur):
             key = _key_definition(cur)
             if key is not None:
-                change("alter_primary_key", primary_key=tuple(key))
+                change("alter_primary_key", primary_key=tuple(key[0]), conditional=key[1])
             return
         conditional = cur.accept("IF", "NOT", "EXISTS")
         if cur.at("("):
@@ -255,7 +260,7 @@ def _alter_spec(cur: Cursor, sql: str, table: str, default_db: str, out: list[Sc
                 if _is_key_definition(item):
                     key = _key_definition(item)
                     if key is not None:
-                        change("alter_primary_key", primary_key=tuple(key))
+                        change("alter_primary_key", primary_key=tuple(key[0]))
                     continue
                 _add_column(item, change, unknown, conditional)
                 if not item.at_end():
@@ -414,7 +419,8 @@ def _table_option(cur: Cursor) -> bool:
     cur.accept("DEFAULT")
     if cur.accept("CHARACTER", "SET") or cur.accept("DATA", "DIRECTORY") or cur.accept("INDEX", "DIRECTORY"):
         pass
-    elif (t := cur.peek()) is not None and t.upper in _TABLE_OPTIONS:
+    elif (t := cur.peek()) is not None and (t.upper in _TABLE_OPTIONS or t.kind == WORD and cur.peek(1) is not None
+                                             and cur.peek(1).text == "="):  # or an engine-defined one
         cur.next()
     else:
         cur.i = start
@@ -430,7 +436,7 @@ def _table_option(cur: Cursor) -> bool:
 # --- statement order ----------------------------------------------------------------------
 
 
-def _order(changes: list[SchemaChange], unknown: list[str]) -> list[SchemaChange]:
+def _order(changes: list[SchemaChange]) -> list[SchemaChange]:
     """The changes of one ALTER in an order that applies one by one (module invariants)."""
     drops = [c for c in changes if c.kind == "drop_column"]
     in_place = [c for c in changes if c.kind == "rename_column" or c.kind == "alter_column_type" and c.after is None]
@@ -448,7 +454,7 @@ def _order(changes: list[SchemaChange], unknown: list[str]) -> list[SchemaChange
         pending.remove(ready)
     taken = {_key(_new_name(c)) for c in ordered if _key(_new_name(c)) != _key(c.name)}
     if any(c.kind == "alter_column_type" and _key(c.name) in taken for c in placed):
-        unknown.append("a column moved with FIRST/AFTER under a name another change of the statement gives")
+        raise ValueError("a column moved with FIRST/AFTER under a name another change of the statement gives")
     return drops + ordered + placed + keys + tables
 
 
