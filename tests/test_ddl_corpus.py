@@ -102,6 +102,7 @@ def _check_case(cur, db: str, group: Group, sql: str, unknown: str) -> list[str]
         changes, error = parse_ddl(sql, db), None
     except UnparsedDDL as e:
         changes, error = list(e.changes), e
+    existed = {c.table for c in changes if c.kind == "create_table" and _describe(cur, c.table) is not None}
     cur.execute(sql)
     problems = []
     if unknown and (error is None or unknown.lower() not in error.why.lower()):
@@ -111,7 +112,7 @@ def _check_case(cur, db: str, group: Group, sql: str, unknown: str) -> list[str]
     schema = before
     for c in changes:
         if c.kind in _TABLE_KINDS:
-            problems += _check_table_change(cur, c)
+            problems += _check_table_change(cur, c, c.table in existed)
         elif c.table == table:
             try:
                 schema = evolve_schema(schema, c)
@@ -128,11 +129,13 @@ def _check_case(cur, db: str, group: Group, sql: str, unknown: str) -> list[str]
     return [f"{sql}\n    {p}" for p in problems]
 
 
-def _check_table_change(cur, c: SchemaChange) -> list[str]:
+def _check_table_change(cur, c: SchemaChange, existed: bool) -> list[str]:
     if c.kind == "create_table":
         server = _describe(cur, c.table)
         if server is None:
-            return [] if c.conditional else [f"{c.table} was not created"]
+            return [f"{c.table} was not created"]
+        if existed and c.conditional:
+            return []  # IF NOT EXISTS on a table that is there: nothing happens
         mine = c.schema or _describe(cur, c.like).renamed(c.table)
         return schema_diff(mine, server)
     if c.kind == "rename_table":
