@@ -24,10 +24,13 @@ Invariants (tests/test_ddl_parse.py; tests/test_ddl_corpus.py checks them agains
   (a column keeps the spelling its definition gives: MODIFY/CHANGE/RENAME spell it anew),
   primary-key columns NOT NULL. It returns a schema or raises ``UnparsedDDL`` saying what
   does not match (a column that is not there, or already is, without IF [NOT] EXISTS).
+  ``evolve_all`` does the same for a whole statement over several tables (the stream
+  records a statement that does not fit the schemas it has as ``unparsed``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from cdc_core.column_def import ColumnDef, column_from_def, parse_column_def
@@ -36,7 +39,7 @@ from cdc_core.ddl import Statement, parse_statement, qualified
 from cdc_core.sql_lexer import WORD, Cursor, SQLSyntaxError, split_top_level
 from cdc_core.table_schema import Column, TableSchema
 
-__all__ = ["SchemaChange", "UnparsedDDL", "column_from_def", "evolve_schema", "parse_ddl"]
+__all__ = ["SchemaChange", "UnparsedDDL", "column_from_def", "evolve_all", "evolve_schema", "parse_ddl"]
 
 _TABLE_OPTIONS = {
     "ENGINE", "TYPE", "AUTO_INCREMENT", "AVG_ROW_LENGTH", "CHECKSUM", "TABLE_CHECKSUM", "PAGE_CHECKSUM", "COMMENT",
@@ -467,6 +470,26 @@ def _key(name: str | None) -> str:
 
 
 # --- evolution ----------------------------------------------------------------------------
+
+
+def evolve_all(schemas: Mapping[str, TableSchema], changes: list[SchemaChange]) -> dict[str, TableSchema]:
+    """The schemas of the tables in ``schemas`` ("db.table" → schema) after one statement's
+    changes (created tables join, dropped and renamed ones leave, others are left out);
+    raises ``UnparsedDDL`` as :func:`evolve_schema` does when a change does not fit."""
+    out = dict(schemas)
+    for c in changes:
+        if c.kind == "create_table":
+            if c.schema is not None and not (c.conditional and c.table in out):
+                out[c.table] = c.schema
+            elif c.like in out and not (c.conditional and c.table in out):
+                out[c.table] = out[c.like].renamed(c.table)
+        elif c.kind in ("drop_table", "rename_table"):
+            moved = out.pop(c.table, None)
+            if moved is not None and c.kind == "rename_table":
+                out[c.new_name] = moved.renamed(c.new_name)
+        elif c.table in out:
+            out[c.table] = evolve_schema(out[c.table], c)
+    return out
 
 
 def evolve_schema(schema: TableSchema, change: SchemaChange) -> TableSchema:

@@ -26,6 +26,9 @@ Invariants (tests/test_schema_evolution.py):
   commit, recorded as ``rewritten``.
 - Every commit carries the stream offset of the DDL, so a restart knows the change is
   in Delta even if its history record was not written.
+- Column names match case-insensitively (:func:`delta_name`), as in MySQL: a change or a
+  row spelling a column differently reaches Delta's column, which keeps its spelling
+  (tests/test_schema_applier_names.py).
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ from cdc_core.lifecycle import Lifecycle, State
 from cdc_core.offsets import SkipFilter, StreamOffset
 from cdc_core.positions import BinlogPosition, master_position
 from cdc_core.routes import RouteError, Router, sink_key, sink_schema
-from cdc_core.schema_change import SchemaChange, UnparsedDDL, evolve_schema, parse_ddl
+from cdc_core.schema_change import SchemaChange, UnparsedDDL, evolve_all, evolve_schema, parse_ddl
 from cdc_core.source import captured_tables, connect, connection_settings
 from cdc_core.startup import (
     PositionPurged,
@@ -536,6 +536,7 @@ class StreamEngine:
         unparsed = None
         try:
             changes = parse_ddl(sql, db)
+            evolve_all(self.schemas, changes)  # ddl: a statement that does not fit the schemas known is unparsed
         except UnparsedDDL as e:
             changes, unparsed = [], e
         touched = [c.table for c in changes] + [c.new_name for c in changes if c.new_name] + list(

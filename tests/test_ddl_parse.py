@@ -11,7 +11,7 @@ from decimal import Decimal
 import pytest
 
 from cdc_core.ddl import parse_statement
-from cdc_core.schema_change import UnparsedDDL, column_from_def, evolve_schema, parse_ddl
+from cdc_core.schema_change import UnparsedDDL, column_from_def, evolve_all, evolve_schema, parse_ddl
 from cdc_core.sql_lexer import BIT, HEX, IDENT, NUMBER, STRING, WORD, tokenize
 from cdc_core.table_schema import TableSchema
 from tests.ddl_corpus import GROUPS
@@ -192,3 +192,16 @@ def test_nothing_but_unparsed_ddl_comes_out():
                     except UnparsedDDL:
                         pass
     assert seen > 3000
+
+
+def test_evolve_all_follows_tables_through_a_statement():
+    schemas = {"db.t": _schema("id INT", "a INT")}
+    after = evolve_all(schemas, parse_ddl("ALTER TABLE t ADD b INT, RENAME TO t2", "db"))
+    assert list(after) == ["db.t2"] and [c.name for c in after["db.t2"].columns] == ["id", "a", "b"]
+    after = evolve_all(after, parse_ddl("CREATE TABLE t3 LIKE t2", "db"))
+    assert after["db.t3"].columns == after["db.t2"].columns and after["db.t3"].table == "t3"
+    assert "db.t2" not in evolve_all(after, parse_ddl("DROP TABLE t2", "db"))
+    assert evolve_all(after, parse_ddl("CREATE TABLE IF NOT EXISTS t2 (x INT)", "db"))["db.t2"] == after["db.t2"]
+    assert evolve_all(after, parse_ddl("ALTER TABLE elsewhere ADD a INT", "db")) == after  # not known: left out
+    with pytest.raises(UnparsedDDL, match="db.t2"):
+        evolve_all(after, parse_ddl("ALTER TABLE t2 ADD b INT", "db"))  # b is there: not the schema it ran on
