@@ -121,7 +121,7 @@ def parse_column_def(cur: Cursor, name: str) -> ColumnDef:
         elif cur.accept("AUTO_INCREMENT"):
             auto_increment = True
         elif cur.accept("UNIQUE"):
-            cur.accept("KEY") or cur.accept("INDEX")
+            _ = cur.accept("KEY") or cur.accept("INDEX")
         elif cur.accept("PRIMARY", "KEY") or cur.accept("KEY"):
             primary = True
         elif cur.accept("COMMENT"):
@@ -287,7 +287,6 @@ def _column(name: str, t: _Type, nullable: bool) -> Column:
     charset = "utf8mb3" if t.national and t.charset is None else t.charset
     if t.collation and charset is None:
         charset = t.collation.split("_", 1)[0]
-    precision = scale = dt_precision = char_length = None
     suffix = " unsigned" if t.unsigned else ""
     suffix += " zerofill" if t.zerofill else ""
     if base in ("char", "varchar", "tinytext", "text", "mediumtext", "longtext") and charset == "binary":
@@ -298,10 +297,8 @@ def _column(name: str, t: _Type, nullable: bool) -> Column:
         args = []
     if base in _INTS:
         width, uwidth, precision = _INTS[base]
-        if base == "bigint" and t.unsigned:
-            precision = 20
-        if base == "mediumint" and t.unsigned:
-            precision = 8
+        if t.unsigned and base in ("bigint", "mediumint"):
+            precision += 1  # 18446744073709551615 and 16777215 have one digit more than their signed maxima
         shown = args[0] if args else (uwidth if t.unsigned else width)
         return Column(name, base, f"{base}({shown}){suffix}", nullable, precision, 0)
     if base == "decimal":
@@ -327,15 +324,13 @@ def _column(name: str, t: _Type, nullable: bool) -> Column:
         return Column(name, base, f"{base}({inner})", nullable, char_length=char_length,
                       collation=_collation(t, charset))
     if base in _TEMPORAL:
-        dt_precision = args[0] if args else 0
-        return Column(name, base, f"{base}({dt_precision})" if args else base, nullable,
-                      datetime_precision=dt_precision)
+        return Column(name, base, f"{base}({args[0]})" if args else base, nullable,
+                      datetime_precision=args[0] if args else 0)
     if base == "year":
         return Column(name, base, "year(4)", nullable)
     if base == "vector":
         return Column(name, base, f"vector({args[0]})" if args else base, nullable)
-    char_length = _TEXT_LENGTH.get(base)
-    return Column(name, base, base, nullable, char_length=char_length, collation=_collation(t, charset))
+    return Column(name, base, base, nullable, char_length=_TEXT_LENGTH.get(base), collation=_collation(t, charset))
 
 
 def _collation(t: _Type, charset: str | None) -> str | None:
