@@ -40,6 +40,8 @@ _SCAN = re.compile(r"""
   | (?P<op><=>|<=|>=|<>|!=|:=|\|\||&&|<<|>>|[^\w\s])
 """, re.VERBOSE | re.DOTALL)
 
+_NEXT_STRING = re.compile(r"\s*(['\"])")
+
 
 class SQLSyntaxError(ValueError):
     """Text that is not a MySQL token sequence (an unterminated string or comment)."""
@@ -104,7 +106,7 @@ def _tokens(sql: str) -> Iterator[Token]:
         i = m.end()
         if kind == "quote":
             value, i = _string(sql, m.start())
-            while (m2 := re.compile(r"\s*(['\"])").match(sql, i)) is not None:  # 'a' 'b' is 'ab'
+            while (m2 := _NEXT_STRING.match(sql, i)) is not None:  # 'a' 'b' is 'ab'
                 more, i = _string(sql, m2.start(1))
                 value += more
             yield Token(STRING, value)
@@ -114,8 +116,6 @@ def _tokens(sql: str) -> Iterator[Token]:
             if not executable:
                 raise SQLSyntaxError("'*/' outside a comment")
             executable -= 1
-        elif kind == "comment" and text.startswith("/*") and not text.endswith("*/"):
-            raise SQLSyntaxError("unterminated comment")
         elif kind == "xstr":
             yield Token(HEX, text, bytes.fromhex(text[2:-1]))
         elif kind == "bstr":
