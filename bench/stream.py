@@ -1,4 +1,4 @@
-"""Binlog stream benchmark: throughput, latency and memory of pipelines/stream_engine.py.
+"""Binlog stream benchmark: throughput, latency and memory of the stream engine (pipelines/stream/).
 
     .venv/bin/python bench/stream.py [--rows N] [--repeat K] [--latency-seconds S]
                                      [--only throughput|latency|memory] [--mix I/U/D] [--compare] [--strict]

@@ -1,30 +1,24 @@
-"""Statements found in the binlog as QueryEvents (DDL, TRUNCATE), parsed with sqlglot.
+"""Statements found in the binlog as QueryEvents (DDL, TRUNCATE): their kind and the
+tables they name, read with the MySQL lexer (cdc_core/sql_lexer.py).
 
-Invariants:
-- The database of an unqualified table name is the QueryEvent's schema; a
-  qualified name keeps its own (MariaDB leaves the event's schema empty then).
-- A statement sqlglot cannot parse is returned as kind ``unparsed`` with no
-  tables, never dropped: the caller decides whether it concerns a captured table.
+Invariants (tests/test_ddl_parse.py):
+- The database of an unqualified table name is the QueryEvent's schema (the session's
+  current database, also for ``ALTER TABLE db.t RENAME TO t2``); a qualified name keeps
+  its own (MariaDB leaves the event's schema empty then).
+- ``kind`` is alter | create | drop | rename | truncate for statements on tables;
+  ``other`` for everything else (transactions, grants, indexes made with CREATE/DROP
+  INDEX, databases, views, routines) and for temporary tables (never captured: in ROW
+  format the server does not even write them to the binlog); ``unparsed`` when the head
+  of a table statement cannot be read, naming the tables wherever they could be read.
+- ``body`` holds the tokens after the table name of an ALTER or CREATE TABLE (its
+  alterations, or its definition), read by cdc_core/schema_change.py.
 """
 
 from __future__ import annotations
 
-import logging
-import re
 from dataclasses import dataclass, field
 
-import sqlglot
-from sqlglot import exp
-
-log = logging.getLogger(__name__)
-
-_RENAME = re.compile(r"^\s*RENAME\s+TABLES?\s+(.*)$", re.IGNORECASE | re.DOTALL)
-_IDENT = r"(?:`(?:[^`]|``)+`|[\w$]+)"
-_NAME = rf"({_IDENT}(?:\s*\.\s*{_IDENT})?)"
-_PAIR = re.compile(rf"{_NAME}\s+TO\s+{_NAME}", re.IGNORECASE)
-# A table DDL sqlglot only keeps as an opaque command (e.g. ALTER TABLE t ADD COLUMN (a INT, b INT)).
-_TABLE_DDL = re.compile(rf"^\s*(?:/\*.*?\*/\s*)*(?:ALTER|CREATE|DROP|TRUNCATE)\s+(?:TEMPORARY\s+)?TABLE\s+"
-                        rf"(?:IF\s+(?:NOT\s+)?EXISTS\s+)?{_NAME}", re.IGNORECASE | re.DOTALL)
+from cdc_core.sql_lexer import NUMBER, Cursor, SQLSyntaxError, Token, tokenize
 
 
 @dataclass(frozen=True)
@@ -34,33 +28,102 @@ class Statement:
     kind: str  # truncate | alter | create | drop | rename | unparsed | other
     tables: tuple[str, ...]
     sql: str
-    tree: exp.Expression | None = field(default=None, compare=False, repr=False)  # sqlglot's parse
+    body: tuple[Token, ...] = field(default=(), compare=False, repr=False)  # ALTER/CREATE: after the table name
+    conditional: bool = False  # CREATE TABLE IF NOT EXISTS
+    error: str = ""  # unparsed: why
 
 
-def _qualified(name: str, default_db: str) -> str:
-    parts = [p.strip().strip("`").replace("``", "`") for p in re.split(r"\.(?=(?:[^`]*`[^`]*`)*[^`]*$)", name)]
-    return f"{parts[0]}.{parts[1]}" if len(parts) == 2 else f"{default_db}.{parts[0]}"
+def qualified(db: str | None, name: str, default_db: str) -> str:
+    """ "db.table" of a table name as written (``db`` None when unqualified)."""
+    return f"{db or default_db}.{name}"
 
 
 def parse_statement(sql: str, default_db: str) -> Statement:
     """Classify ``sql`` and name the tables it touches (see the module invariants)."""
-    m = _RENAME.match(sql)
-    if m:  # sqlglot parses RENAME TABLE as an opaque command
-        names = tuple(_qualified(n, default_db) for pair in _PAIR.findall(m.group(1)) for n in pair)
-        return Statement("rename", names, sql)
     try:
-        tree = sqlglot.parse_one(sql, read="mysql")
-    except sqlglot.errors.ParseError:
-        log.debug("unparsed statement", exc_info=True)
-        return Statement("unparsed", (), sql)
-    if isinstance(tree, exp.Command):
-        m = _TABLE_DDL.match(sql)
-        if m:  # a table's DDL that sqlglot could not parse: never "other", never skipped
-            return Statement("unparsed", (_qualified(m.group(1), default_db),), sql)
+        tokens = tokenize(sql)
+    except SQLSyntaxError as e:
+        return Statement("unparsed", (), sql, error=str(e))
+    cur = Cursor(tokens, sql)
+    head = cur.peek().upper if cur.peek() is not None else ""
+    reader = {"ALTER": _alter, "CREATE": _create, "DROP": _drop, "RENAME": _rename, "TRUNCATE": _truncate}.get(head)
+    if reader is None:
         return Statement("other", (), sql)
-    kind = {exp.TruncateTable: "truncate", exp.Alter: "alter", exp.Create: "create", exp.Drop: "drop"}.get(
-        type(tree), "other")
-    if kind in ("create", "drop") and str(tree.args.get("kind", "")).upper() not in ("TABLE", ""):
-        kind = "other"  # CREATE/DROP DATABASE, VIEW, INDEX on no captured table data
-    tables = tuple(f"{t.db or default_db}.{t.name}" for t in tree.find_all(exp.Table) if t.name)
-    return Statement(kind, tables, sql, tree)
+    cur.next()
+    tables: list[str] = []
+    try:
+        return reader(cur, sql, default_db, tables)
+    except SQLSyntaxError as e:
+        return Statement("unparsed", tuple(tables), sql, error=str(e))
+
+
+def _wait(cur: Cursor) -> None:
+    """``WAIT n`` or ``NOWAIT`` (MariaDB's lock timeouts)."""
+    if cur.accept("WAIT"):
+        if cur.next().kind != NUMBER:
+            raise SQLSyntaxError("WAIT needs a number of seconds")
+    else:
+        cur.accept("NOWAIT")
+
+
+def _alter(cur: Cursor, sql: str, default_db: str, tables: list[str]) -> Statement:
+    cur.accept("ONLINE")
+    cur.accept("IGNORE")
+    if not cur.accept("TABLE"):
+        return Statement("other", (), sql)  # ALTER DATABASE, VIEW, USER, EVENT, SEQUENCE...
+    cur.accept("IF", "EXISTS")
+    tables.append(qualified(*cur.qualified_name(), default_db))
+    _wait(cur)
+    return Statement("alter", tuple(tables), sql, tuple(cur.tokens[cur.i:]))
+
+
+def _create(cur: Cursor, sql: str, default_db: str, tables: list[str]) -> Statement:
+    cur.accept("OR", "REPLACE")
+    temporary = cur.accept("TEMPORARY")
+    if not cur.accept("TABLE") or temporary:
+        return Statement("other", (), sql)  # CREATE INDEX, DATABASE, VIEW...; temporary tables are never captured
+    conditional = cur.accept("IF", "NOT", "EXISTS")
+    tables.append(qualified(*cur.qualified_name(), default_db))
+    return Statement("create", tuple(tables), sql, tuple(cur.tokens[cur.i:]), conditional)
+
+
+def _drop(cur: Cursor, sql: str, default_db: str, tables: list[str]) -> Statement:
+    temporary = cur.accept("TEMPORARY")
+    if not (cur.accept("TABLE") or cur.accept("TABLES")) or temporary:
+        return Statement("other", (), sql)
+    cur.accept("IF", "EXISTS")
+    tables.append(qualified(*cur.qualified_name(), default_db))
+    while cur.accept(","):
+        tables.append(qualified(*cur.qualified_name(), default_db))
+    _wait(cur)
+    _ = cur.accept("RESTRICT") or cur.accept("CASCADE")
+    _end(cur)
+    return Statement("drop", tuple(tables), sql)
+
+
+def _rename(cur: Cursor, sql: str, default_db: str, tables: list[str]) -> Statement:
+    if not (cur.accept("TABLE") or cur.accept("TABLES")):
+        return Statement("other", (), sql)  # RENAME USER
+    cur.accept("IF", "EXISTS")
+    while True:
+        tables.append(qualified(*cur.qualified_name(), default_db))
+        _wait(cur)
+        cur.expect("TO")
+        tables.append(qualified(*cur.qualified_name(), default_db))
+        if not cur.accept(","):
+            break
+    _end(cur)
+    return Statement("rename", tuple(tables), sql)
+
+
+def _truncate(cur: Cursor, sql: str, default_db: str, tables: list[str]) -> Statement:
+    cur.accept("TABLE")
+    tables.append(qualified(*cur.qualified_name(), default_db))
+    _wait(cur)
+    _end(cur)
+    return Statement("truncate", tuple(tables), sql)
+
+
+def _end(cur: Cursor) -> None:
+    if not cur.at_end():
+        raise SQLSyntaxError(f"unexpected text {cur.where()}")

@@ -153,10 +153,12 @@ def apply_changes(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upsert
     else:
         source = pa.concat_tables([append, upsert, delete])
         on = " AND ".join(f"t.{_sql_ident(k)} = s.{_sql_ident(k)}" for k in key)
+        # Every column named and quoted: update_all/insert_all fail on a name with a backtick (`a``b`).
+        columns = {_sql_ident(c): f"s.{_sql_ident(c)}" for c in source.column_names}
         (dt.merge(source, on, source_alias="s", target_alias="t", commit_properties=props)
          .when_matched_delete("s._cdc_op = 'd'")
-         .when_matched_update_all("s._cdc_op <> 'd'")
-         .when_not_matched_insert_all("s._cdc_op <> 'd'")
+         .when_matched_update(columns, "s._cdc_op <> 'd'")
+         .when_not_matched_insert(columns, "s._cdc_op <> 'd'")
          .execute())
     dt.update_incremental()
 

@@ -19,6 +19,7 @@ from cdc_core.routes import Router
 from cdc_core.table_schema import TableSchema, describe_table, quote_ident
 from cdc_core.types import binlog_value
 from pipelines.delta_sink import source_filter, table_uri
+from pipelines.schema_applier import delta_name
 
 
 @dataclass
@@ -58,10 +59,10 @@ def mysql_rows(cursor, schema: TableSchema) -> list[tuple]:
 def delta_rows(uri: str, schema: TableSchema, source: str | None = None) -> list[tuple]:
     """All rows of the Delta table, source columns only; with ``source``, only the rows of
     that routed source table."""
-    columns = [c.name for c in schema.columns]
     dataset = DeltaTable(uri).to_pyarrow_dataset()
+    columns = [delta_name(dataset.schema.names, c.name) or c.name for c in schema.columns]  # names are case-insensitive
     t = dataset.to_table(columns=columns, filter=None if source is None else source_filter(source))
-    return [tuple(r[c.name] for c in schema.columns) for r in t.to_pylist()]
+    return [tuple(r[c] for c in columns) for r in t.to_pylist()]
 
 
 def compare(cursor, schema: TableSchema, uri: str, source: str | None = None) -> TableDiff:

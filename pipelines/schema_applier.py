@@ -26,12 +26,15 @@ Invariants (tests/test_schema_evolution.py):
   commit, recorded as ``rewritten``.
 - Every commit carries the stream offset of the DDL, so a restart knows the change is
   in Delta even if its history record was not written.
+- Column names match case-insensitively (:func:`delta_name`), as in MySQL: a change or a
+  row spelling a column differently reaches Delta's column, which keeps its spelling
+  (tests/test_schema_applier_names.py).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -59,6 +62,15 @@ class ApplyResult:
     action: str  # human-readable: "added column x in place", "rewrote: dropped column y", "kept: ..."
     rewritten: bool = False
     skipped: bool = False
+
+
+def delta_name(names: Iterable[str], name: str) -> str | None:
+    """Delta's spelling of source column ``name``, or None when Delta has no such column.
+    Column names are case-insensitive in MySQL (``MODIFY DESC3`` changes column ``desc3``)
+    and in Delta, so every lookup here goes through this: a Delta column keeps the
+    spelling it was created with."""
+    key = name.lower()
+    return next((n for n in names if n.lower() == key), None)
 
 
 def delta_schema(dt: DeltaTable) -> pa.Schema:
@@ -113,8 +125,9 @@ def _rewrite(dt: DeltaTable, transform: Callable[[pa.Table], pa.Table], props: C
 
 
 def _with_column(table: pa.Table, name: str, array, index: int | None = None) -> pa.Table:
-    if name in table.column_names:
-        return table.set_column(table.column_names.index(name), name, array)
+    existing = delta_name(table.column_names, name)
+    if existing is not None:
+        return table.set_column(table.column_names.index(existing), existing, array)
     index = len(table.column_names) if index is None else index
     return table.add_column(index, name, array)
 
@@ -142,10 +155,11 @@ def apply_schema_change(dt: DeltaTable, change: SchemaChange, behavior: str, pro
         if kind == "add_column":
             return _add_column(dt, change, current, props)
         if kind == "drop_column":
-            if behavior == "lenient" or change.name not in current.names:
+            name = delta_name(current.names, change.name)
+            if behavior == "lenient" or name is None:
                 return ApplyResult(f"kept column {change.name} (NULL from now on)", skipped=True)
-            _rewrite(dt, lambda t: t.drop_columns([change.name]), props)
-            return ApplyResult(f"rewrote: dropped column {change.name}", rewritten=True)
+            _rewrite(dt, lambda t: t.drop_columns([name]), props)
+            return ApplyResult(f"rewrote: dropped column {name}", rewritten=True)
         if kind == "rename_column":
             return _rename_column(dt, change, behavior, current, props)
         if kind == "alter_column_type":
@@ -164,7 +178,7 @@ def apply_schema_change(dt: DeltaTable, change: SchemaChange, behavior: str, pro
 
 def _add_column(dt: DeltaTable, change: SchemaChange, current: pa.Schema, props: CommitProperties) -> ApplyResult:
     col = change.column
-    if col.name in current.names:
+    if delta_name(current.names, col.name) is not None:
         return ApplyResult(f"column {col.name} already in Delta", skipped=True)
     fill = _fill(col, change.default, 0)
     if change.default is None and col.nullable:
@@ -177,9 +191,9 @@ def _add_column(dt: DeltaTable, change: SchemaChange, current: pa.Schema, props:
 
 def _rename_column(dt: DeltaTable, change: SchemaChange, behavior: str, current: pa.Schema,
                    props: CommitProperties) -> ApplyResult:
-    old, new = change.name, change.new_name
-    if old not in current.names or new in current.names:
-        return ApplyResult(f"rename {old} → {new}: nothing to do in Delta", skipped=True)
+    old, new = delta_name(current.names, change.name), change.new_name
+    if old is None or delta_name(current.names, new) is not None:  # a rename in case only: Delta keeps its spelling
+        return ApplyResult(f"rename {change.name} → {new}: nothing to do in Delta", skipped=True)
     if behavior == "lenient":
         _rewrite(dt, lambda t: _with_column(t, new, t.column(old), _source_index(t)), props)
         return ApplyResult(f"rewrote: added column {new} filled from {old}, kept {old}", rewritten=True)
@@ -189,30 +203,22 @@ def _rename_column(dt: DeltaTable, change: SchemaChange, behavior: str, current:
 
 def _alter_type(dt: DeltaTable, change: SchemaChange, behavior: str, current: pa.Schema,
                 props: CommitProperties) -> ApplyResult:
-    old, col = change.name, change.column
-    if old not in current.names:
-        return ApplyResult(f"column {old} not in Delta", skipped=True)
+    old, col = delta_name(current.names, change.name), change.column
+    if old is None:
+        return ApplyResult(f"column {change.name} not in Delta", skipped=True)
     results = []
-    if col.name != old:  # CHANGE old new TYPE: a rename first
+    if col.name.lower() != old.lower():  # CHANGE old new TYPE: a rename first
         results.append(_rename_column(dt, SchemaChange("rename_column", change.table, name=old, new_name=col.name),
                                       behavior, current, props))
         current = delta_schema(dt)
-    have, want = current.field(col.name).type, arrow_type(col)
+    name = delta_name(current.names, col.name)
+    have, want = current.field(name).type, arrow_type(col)
     if have == want:
-        return results[0] if results else ApplyResult(f"type of {col.name} unchanged in Delta", skipped=True)
+        return results[0] if results else ApplyResult(f"type of {name} unchanged in Delta", skipped=True)
     if behavior == "lenient" and _widens(want, have):
-        return ApplyResult(f"kept {col.name} as {have} (holds every {col.column_type} value)", skipped=True)
-    _rewrite(dt, lambda t: _with_column(t, col.name, pc.cast(t.column(col.name), want)), props)
-    return ApplyResult(f"rewrote: {col.name} {have} → {want}", rewritten=True)
-
-
-def delta_name(target: pa.Schema, name: str) -> str | None:
-    """Delta's spelling of source column ``name`` (MySQL column names are case-insensitive),
-    or None when Delta has no such column."""
-    if name in target.names:
-        return name
-    lower = name.lower()
-    return next((n for n in target.names if n.lower() == lower), None)
+        return ApplyResult(f"kept {name} as {have} (holds every {col.column_type} value)", skipped=True)
+    _rewrite(dt, lambda t: _with_column(t, name, pc.cast(t.column(name), want)), props)
+    return ApplyResult(f"rewrote: {name} {have} → {want}", rewritten=True)
 
 
 def conform(table: pa.Table, target: pa.Schema, source: str = "", key: tuple[str, ...] = ()) -> pa.Table:
@@ -272,8 +278,9 @@ def widen_to(dt: DeltaTable, target: pa.Schema, props: CommitProperties | None =
     new columns are added in place (nullable); a wider type rewrites the table (delta-rs
     cannot widen in place). Returns what was done, or None when ``dt`` already matches."""
     current = delta_schema(dt)
-    new = [f.with_nullable(True) for f in target if f.name not in current.names]
-    retyped = [f for f in target if f.name in current.names and current.field(f.name).type != f.type]
+    new = [f.with_nullable(True) for f in target if delta_name(current.names, f.name) is None]
+    retyped = [f.with_name(name) for f in target if (name := delta_name(current.names, f.name)) is not None
+               and current.field(name).type != f.type]
     if retyped:
         def transform(t: pa.Table) -> pa.Table:
             for f in retyped:
@@ -305,11 +312,12 @@ def _apply_routed(dt: DeltaTable, change: SchemaChange, current: pa.Schema, prop
         col = change.column
         value = change.default if change.default is not None else (None if col.nullable else _implicit_default(col))
         wide = _shared_type(current, col.name, arrow_type(col), source)
-        if value is None and col.name not in current.names:
+        name = delta_name(current.names, col.name)
+        if value is None and name is None:
             dt.alter.add_columns(Field.from_arrow(pa.field(col.name, wide, nullable=True)), commit_properties=props)
             dt.update_incremental()
             return ApplyResult(f"added column {col.name} in place (NULL in other sources' rows)")
-        if value is None and current.field(col.name).type == wide:
+        if value is None and current.field(name).type == wide:
             return ApplyResult(f"column {col.name} already in the routed table", skipped=True)
         _rewrite(dt, lambda t: _fill_source(t, col.name, wide, source,
                                             None if value is None else _fill(col, value, t.num_rows)), props)
@@ -321,28 +329,30 @@ def _apply_routed(dt: DeltaTable, change: SchemaChange, current: pa.Schema, prop
     if kind == "rename_column":
         return _rename_routed(dt, change.name, change.new_name, current, props, source)
     if kind == "alter_column_type":
-        old, col = change.name, change.column
-        if old not in current.names:
-            return ApplyResult(f"column {old} not in Delta", skipped=True)
+        old, col = delta_name(current.names, change.name), change.column
+        if old is None:
+            return ApplyResult(f"column {change.name} not in Delta", skipped=True)
         renamed = None
-        if col.name != old:  # CHANGE old new TYPE: the rename first
+        if col.name.lower() != old.lower():  # CHANGE old new TYPE: the rename first
             renamed = _rename_routed(dt, old, col.name, current, props, source)
             current = delta_schema(dt)
-        have = current.field(col.name).type
-        wide = _shared_type(current, col.name, arrow_type(col), source)
+        name = delta_name(current.names, col.name)
+        have = current.field(name).type
+        wide = _shared_type(current, name, arrow_type(col), source)
         if wide == have:
-            return renamed or ApplyResult(f"kept {col.name} as {have} (holds every {col.column_type} value and the "
+            return renamed or ApplyResult(f"kept {name} as {have} (holds every {col.column_type} value and the "
                                           "other sources' values)", skipped=True)
-        _rewrite(dt, lambda t: _with_column(t, col.name, pc.cast(t.column(col.name), wide)), props)
-        return ApplyResult(f"rewrote: {col.name} {have} → {wide}", rewritten=True)
+        _rewrite(dt, lambda t: _with_column(t, name, pc.cast(t.column(name), wide)), props)
+        return ApplyResult(f"rewrote: {name} {have} → {wide}", rewritten=True)
     return ApplyResult(f"nothing to do for {kind}", skipped=True)
 
 
 def _shared_type(current: pa.Schema, name: str, want: pa.DataType, source: str) -> pa.DataType:
     """The type column ``name`` needs in the routed table to also hold ``want``."""
-    if name not in current.names:
+    existing = delta_name(current.names, name)
+    if existing is None:
         return want
-    have = current.field(name).type
+    have = current.field(existing).type
     wide = widest_type(have, want)
     if wide is None:
         raise ValueError(f"column {name} is {have} in the routed table, which cannot also hold {source}'s {want}")
@@ -351,16 +361,19 @@ def _shared_type(current: pa.Schema, name: str, want: pa.DataType, source: str) 
 
 def _fill_source(t: pa.Table, name: str, wide: pa.DataType, source: str, values: pa.Array | None) -> pa.Table:
     """Column ``name`` cast to ``wide`` (NULL where absent), with ``values`` in ``source``'s rows."""
-    column = pc.cast(t.column(name), wide) if name in t.column_names else pa.nulls(t.num_rows, wide)
+    existing = delta_name(t.column_names, name)
+    column = pc.cast(t.column(existing), wide) if existing is not None else pa.nulls(t.num_rows, wide)
     if values is not None:
         column = pc.if_else(pc.equal(t.column(CDC_SOURCE), source), pc.cast(values, wide), column)
-    return _with_column(t, name, column, None if name in t.column_names else _source_index(t))
+    return _with_column(t, name, column, None if existing is not None else _source_index(t))
 
 
 def _rename_routed(dt: DeltaTable, old: str, new: str, current: pa.Schema, props: CommitProperties,
                    source: str) -> ApplyResult:
-    if old not in current.names or old == new:
+    existing = delta_name(current.names, old)
+    if existing is None or old.lower() == new.lower():
         return ApplyResult(f"rename {old} → {new}: nothing to do in Delta", skipped=True)
+    old = existing
     wide = _shared_type(current, new, current.field(old).type, source)
     _rewrite(dt, lambda t: _fill_source(t, new, wide, source, t.column(old)), props)
     return ApplyResult(f"rewrote: column {new} filled from {old} in {source}'s rows; kept {old} (other sources "

@@ -32,7 +32,7 @@ from cdc_core.config import BinlakeConfig
 from cdc_core.offsets import StreamOffset
 from cdc_core.positions import BinlogPosition
 from cdc_core.routes import Router
-from cdc_core.schema_change import SchemaChange, parse_ddl
+from cdc_core.schema_change import SchemaChange, UnparsedDDL, parse_ddl
 from cdc_core.schema_history import RESOLVED, HistoryEntry, Status
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import applied_position_key, open_table, stream_commit_properties, table_uri
@@ -65,8 +65,15 @@ class PendingChange:
         return f"{self.table}@{self.position}#{self.index}"
 
     def change(self) -> SchemaChange:
-        """The typed change, parsed again from the recorded DDL (unqualified names are the table's database)."""
-        return parse_ddl(self.ddl, self.table.split(".", 1)[0])[self.index]
+        """The typed change, parsed again from the recorded DDL (unqualified names are the table's
+        database); for a statement whose changes are known but not the values existing rows took
+        (``UnparsedDDL.changes``), those changes."""
+        try:
+            return parse_ddl(self.ddl, self.table.split(".", 1)[0])[self.index]
+        except UnparsedDDL as e:
+            if e.changes:
+                return e.changes[self.index]
+            raise
 
     @classmethod
     def from_entry(cls, e: HistoryEntry) -> PendingChange:

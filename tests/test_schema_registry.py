@@ -1,7 +1,7 @@
 """External schema changes (stream.schema_changes: external): the engine records a column
 change as pending and holds that table while other tables flow; the Dagster sensor
 launches the run that applies it with the same function the engine uses inline, and
-the engine then releases the table (pipelines/schema_registry.py, stream_engine.py)."""
+the engine then releases the table (pipelines/schema_registry.py, pipelines/stream/schema_changes.py)."""
 
 from __future__ import annotations
 

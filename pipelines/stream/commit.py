@@ -120,6 +120,6 @@ class Committer:
                                      for p in parts])
 
         key = sink_key(parts[0].schema) if routed else parts[0].schema.primary_key
-        key = tuple(delta_name(target, k) or k for k in key)
+        key = tuple(delta_name(target.names, k) or k for k in key)
         apply_changes(self.sinks.tables[sink], key, rows("append"), rows("upsert"), rows("delete"),
                       stream_commit_properties(self.pipeline, offset))

@@ -41,7 +41,7 @@ from cdc_core.events import Statement, TableLayout
 from cdc_core.offsets import StreamOffset
 from cdc_core.positions import BinlogPosition
 from cdc_core.routes import RouteError, Router, sink_schema
-from cdc_core.schema_change import SchemaChange, UnparsedDDL, evolve_schema, parse_ddl
+from cdc_core.schema_change import SchemaChange, UnparsedDDL, evolve_all, evolve_schema, parse_ddl
 from cdc_core.schema_history import Divergence, Status, TableState, conversion_schema
 from cdc_core.table_schema import TableSchema
 from pipelines.control_store import ControlStore
@@ -93,8 +93,14 @@ class SchemaChanges:
         unparsed = None
         try:
             changes = parse_ddl(st.sql, st.database)
+            # A statement that does not fit the schemas in force (a column it names is not there)
+            # is as unreadable as one that does not parse; DDL already in a baseline is not checked.
+            evolve_all({n: t.schema for n, t in s.tables.items()
+                        if t.streamed and t.schema is not None and not t.reflects(p)}, changes)
         except UnparsedDDL as e:
-            changes, unparsed = [], e
+            # Changes known but not the values existing rows take (DEFAULT (UUID()), ...): applied,
+            # and the table recorded as needing a backfill.
+            changes, unparsed = list(e.changes), e
         touched = [c.table for c in changes] + [c.new_name for c in changes if c.new_name] + list(
             unparsed.tables if unparsed else ())
         self.wait_for_holds(touched)  # a table's changes stay in binlog order
@@ -122,14 +128,25 @@ class SchemaChanges:
         created = st.sql.lstrip().upper().startswith("CREATE")
         for n in captured:
             t = s.tables.get(n)
-            if created:  # its first table map will say what the new (empty) table has
+            backfill = False
+            if created and e.changes:  # created from the columns known; its first table map shows the rest
+                detail = f"{e}; the columns known are created, any others show in its first table map"
+            elif created:  # its first table map will say what the new (empty) table has
                 self._created(n, None, p)
                 detail = f"{e}; the new table's columns are taken from its first table map"
             elif t is None or not t.streamed or t.reflects(p):
                 continue
+            elif e.changes:
+                sink = self.router.sink(n)
+                backfill = sink in self.sinks and count_rows(
+                    self.sinks.tables[sink], n if self.router.routed(n) else None) > 0
+                detail = f"{e}; the columns are applied" + (
+                    ", the values existing rows took are not known: needs a backfill" if backfill else "")
+                t.needs_backfill = t.needs_backfill or backfill
             else:
                 detail = f"{e}; a change of the table's columns shows in its next table map"
-            self.recorder.entry(n, p, 0, "unparsed", Status.UNPARSED, ddl=st.sql, detail=detail)
+            self.recorder.entry(n, p, 0, "unparsed", Status.UNPARSED, ddl=st.sql, detail=detail,
+                                needs_backfill=backfill)
         if not e.tables:
             self.recorder.entry("?", p, 0, "unparsed", Status.UNPARSED, ddl=st.sql, detail=str(e))
         if self.behavior == "exception" and captured and not created:
@@ -188,6 +205,9 @@ class SchemaChanges:
 
     def _create(self, c: SchemaChange, index: int, st: Statement, props, seen: float) -> None:
         s, p, name = self.state, st.position, c.table
+        known = s.tables.get(name)
+        if c.conditional and known is not None and known.streamed:
+            return  # CREATE TABLE IF NOT EXISTS of a table that exists: nothing happens (MySQL 8 logs it)
         schema = c.schema
         if schema is None and c.like:
             like = s.tables.get(c.like)
@@ -354,7 +374,7 @@ class SchemaChanges:
         props = stream_commit_properties(self.cfg.pipeline.name, StreamOffset(min(s.resume, s.position), s.position))
         current = self.sinks.schemas[sink]
         for col, field in zip(schema.columns, output_schema(schema)):
-            have = delta_name(current, col.name)
+            have = delta_name(current.names, col.name)
             if have is None:
                 change = SchemaChange("add_column", name, column=col)
             elif current.field(have).type != field.type:
