@@ -50,7 +50,8 @@ from deltalake import DeltaTable, write_deltalake
 
 from cdc_core.chunk_reader import output_schema
 from cdc_core.config import BinlakeConfig
-from cdc_core.handoff import HandoffFilter
+from cdc_core.handoff import HandoffFilter, event_key_values
+from cdc_core.key_order import KeyOrders, ServerSql
 from cdc_core.lifecycle import Lifecycle, State
 from cdc_core.offsets import SkipFilter, StreamOffset
 from cdc_core.positions import BinlogPosition, master_position
@@ -142,6 +143,8 @@ class StreamEngine:
         self.conn = connection_settings(cfg)
         self.store = ControlStore.of(cfg)
         self.router = Router(cfg.routes)  # source table → Delta (sink) table
+        # hand-off hook (issue 8): key orders of chunk keys, on one connection made on first use
+        self.key_orders = KeyOrders(ServerSql(lambda: connect(self.conn)))
         self.life = Lifecycle()
         self.summary = StreamSummary()
         self._stop = threading.Event()
@@ -180,8 +183,9 @@ class StreamEngine:
             if missing:
                 raise StartupError(f"the snapshot of {n} is not complete ({len(missing)} of {len(plans[n])} chunks "
                                    "to go): run `binlake snapshot` (or `binlake run`) first")
-            self.filters[n] = HandoffFilter(plans[n], {i: BinlogPosition(r["hw_file"], r["hw_pos"])
-                                                       for i, r in done.items()})
+            # hand-off hook (issue 8): the chunk key ordered as the server orders it
+            self.filters[n] = HandoffFilter.for_table(self.schemas[n], plans[n], {
+                i: BinlogPosition(r["hw_file"], r["hw_pos"]) for i, r in done.items()}, self.key_orders)
             lws = [BinlogPosition(r["lw_file"], r["lw_pos"]) for r in done.values()]
             self.low_watermark = min([self.low_watermark, *lws] if self.low_watermark else lws)
 
@@ -343,6 +347,7 @@ class StreamEngine:
             raise
         finally:
             self._stop_reader()
+            self.key_orders.close()  # hand-off hook (issue 8)
             self._pool.shutdown()
             self._restore_signals(handlers)
             self.summary.seconds = time.monotonic() - started
@@ -462,6 +467,9 @@ class StreamEngine:
                 f = None
             tb = b.tables[name] = TableBatch(self.schemas[name], f.should_drop if f else None,
                                              f.chunks[0].key if f else None)
+        f = self.filters.get(name)
+        if f is not None:  # hand-off hook (issue 8): the event's keys placed in their chunks at once
+            f.drops(event_key_values(self.schemas[name], f.key, columns, op, rows), p)
         tb.add_event(op, columns, rows, p)
         if not b.rows:
             b.opened = time.monotonic()
