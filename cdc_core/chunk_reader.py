@@ -25,6 +25,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import pyarrow as pa
 
@@ -125,10 +126,14 @@ class ChunkReader:
             return set()
         canonical = {v: binlog_value(col, v) for v in values}
         bounds = [b for b in (chunk.lo, chunk.hi) if b is not None]
-        order = KeyOrders(ServerSql.on(self.control)).for_column(col)
-        ranks = order.partition(bounds).locate(list(canonical.values()))
+        ranks = self._key_orders.for_column(col).partition(bounds).locate(list(canonical.values()))
         inside = int(chunk.lo is not None)  # at or above lo (when bounded), below hi
         return {v for v, r in zip(canonical, ranks, strict=True) if r == inside}
+
+    @cached_property
+    def _key_orders(self) -> KeyOrders:
+        """Key orders on the control connection: each collation looked up once per reader."""
+        return KeyOrders(ServerSql.on(self.control))
 
 
 def fold(schema: TableSchema, table: pa.Table, changes: list[RowChange], target: pa.Schema,
