@@ -56,6 +56,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import cmp_to_key
 from typing import Protocol
 
 import pymysql
@@ -217,17 +218,6 @@ def compare_weights(a: Sequence[bytes], b: Sequence[bytes], pads: Sequence[bytes
     return 0
 
 
-@dataclass(frozen=True, slots=True)
-class SortKey:
-    """A value's sort key under a collation; ``<`` is the server's order."""
-
-    weights: tuple[bytes, ...]
-    pads: tuple[bytes | None, ...]
-
-    def __lt__(self, other: SortKey) -> bool:
-        return compare_weights(self.weights, other.weights, self.pads) < 0
-
-
 def _distinct(values: Sequence[object]) -> list[object]:
     return list(dict.fromkeys(values))
 
@@ -252,25 +242,40 @@ class WeightOrder:
     sql: Sql
     collation: Collation
 
-    def sort_keys(self, values: Sequence[object]) -> dict[object, SortKey]:
-        """Sort keys of ``values``: one query per BATCH distinct values."""
-        pads = self.collation.pads
-        return {v: SortKey(w, pads) for v, w in _weights(self.sql, self.collation, values).items()}
-
     def partition(self, bounds: Sequence[object]) -> WeightPartition:
-        keys = self.sort_keys(bounds)
-        return WeightPartition(self, [keys[b] for b in bounds])
+        weights = _weights(self.sql, self.collation, bounds)
+        return WeightPartition(self, [weights[b] for b in bounds])
 
 
-@dataclass(frozen=True)
 class WeightPartition:
-    order: WeightOrder
-    keys: list[SortKey]
+    """Bounds as byte-comparable keys. Each PAD SPACE level is padded with the space's weight
+    to the bounds' longest weight string at that level; a value's longer weight string is cut
+    there and followed by how its tail compares with spaces, which is what decides between it
+    and a bound it equals up to the cut. So plain tuple comparison gives
+    :func:`compare_weights` against every bound."""
+
     remote = True
 
+    def __init__(self, order: WeightOrder, bound_weights: list[tuple[bytes, ...]]):
+        self.order = order
+        levels = order.collation.levels
+        self._lengths = [max((len(w[k]) for w in bound_weights), default=0) for k in range(levels)]
+        self.keys = [self._key(w) for w in bound_weights]
+
+    def _key(self, weights: tuple[bytes, ...]) -> tuple:
+        key: list = []
+        for w, pad, n in zip(weights, self.order.collation.pads, self._lengths, strict=True):
+            if pad is None:
+                key += (w, 0)
+            elif len(w) <= n:
+                key += ((w + pad * -(-(n - len(w)) // len(pad)))[:n], 0)
+            else:
+                key += (w[:n], compare_weights((w[n:],), (b"",), (pad,)))
+        return tuple(key)
+
     def locate(self, values: Sequence[object]) -> list[int]:
-        keys = self.order.sort_keys(values)
-        return [bisect_right(self.keys, keys[v]) for v in values]
+        weights = _weights(self.order.sql, self.order.collation, values)
+        return [bisect_right(self.keys, self._key(weights[v])) for v in values]
 
 
 @dataclass(frozen=True)
@@ -319,11 +324,11 @@ def discover(sql: Sql, name: str) -> tuple[Collation, bool]:
     # Sorted by their sort keys, the probes must be in the server's order pair by pair (and
     # equal exactly where the server says so); the server's order is total, so then it agrees
     # on every pair.
-    keys = WeightOrder(sql, coll).sort_keys(PROBES)
-    ranked = sorted(PROBES, key=keys.__getitem__)
+    weights = _weights(sql, coll, PROBES)
+    ranked = sorted(PROBES, key=cmp_to_key(lambda a, b: compare_weights(weights[a], weights[b], coll.pads)))
     pairs = list(zip(ranked, ranked[1:]))
     truth = sql.rows("SELECT " + ", ".join(f"STRCMP({v}, {v})" for _ in pairs), [s for p in pairs for s in p])[0]
-    modelled = all(compare_weights(keys[a].weights, keys[b].weights, coll.pads) == t
+    modelled = all(compare_weights(weights[a], weights[b], coll.pads) == t
                    for (a, b), t in zip(pairs, truth, strict=True))
     return coll, modelled
 

@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import datetime as dt
+import random
 from decimal import Decimal
+from functools import cmp_to_key
 
 import pytest
 
 from cdc_core.chunking import Chunk
 from cdc_core.handoff import HandoffFilter
-from cdc_core.key_order import PythonOrder, compare_weights
+from cdc_core.key_order import Collation, PythonOrder, WeightOrder, compare_weights
 from cdc_core.positions import BinlogPosition as P
 
 
@@ -77,3 +79,38 @@ def test_python_order_compares_canonical_values_with_planned_bounds():
 def test_sort_keys_compare_level_by_level_padded_under_pad_space(a, b, pads, want):
     assert compare_weights(a, b, pads) == want
     assert compare_weights(b, a, pads) == -want
+
+
+class _CannedWeights:
+    """Answers the sort-key queries of a one-level collation from a table of weights (the
+    pure part of the order, without a server)."""
+
+    def __init__(self, weights: dict[str, bytes]):
+        self.weights = weights
+
+    def rows(self, sql: str, params):
+        assert sql.count("WEIGHT_STRING") == len(params)
+        return [tuple(self.weights[p] for p in params)]
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("pad", [b"\x00\x20", None])
+def test_partition_by_sort_keys_agrees_with_compare_weights(pad):
+    """Bounds and values of random weights (units below, at and above the space's, of
+    different lengths): each value's rank is the count of bounds compare_weights puts at or
+    below it, whichever is longer."""
+    rng = random.Random(4)
+    units = [b"\x00\x09", b"\x00\x20", b"\x00\x41", b"\x00\x42"]
+    weights = {f"v{i}": b"".join(rng.choice(units) for _ in range(rng.randrange(0, 6))) for i in range(300)}
+    coll = Collation("utf8mb4_general_ci", 1, (pad,))
+    cmp = cmp_to_key(lambda a, b: compare_weights((weights[a],), (weights[b],), coll.pads))
+    ranked = sorted(weights, key=cmp)
+    bounds = []  # distinct and ascending, as planned bounds are; shorter than many values
+    for v in [v for v in ranked if len(weights[v]) <= 4][::3]:
+        if not bounds or compare_weights((weights[bounds[-1]],), (weights[v],), coll.pads) < 0:
+            bounds.append(v)
+    partition = WeightOrder(_CannedWeights(weights), coll).partition(bounds)
+    want = [sum(compare_weights((weights[b],), (weights[v],), coll.pads) <= 0 for b in bounds) for v in weights]
+    assert partition.locate(list(weights)) == want
