@@ -102,6 +102,7 @@ class ServerSql:
         return cls(lambda: conn, owned=False)
 
     def rows(self, sql: str, params: Sequence[object]) -> list[tuple]:
+        """The rows of ``sql`` with ``params`` bound to its ``%s`` placeholders."""
         if self._conn is None:
             self._conn = self._open()
         try:
@@ -341,7 +342,9 @@ def _levels(sql: Sql, coll: Collation) -> int:
         row = sql.rows("SELECT " + ", ".join([f"WEIGHT_STRING({v})"] + [f"WEIGHT_STRING({v} LEVEL {k})"
                                                                           for k in range(1, _MAX_LEVELS + 1)]),
                        [_LEVEL_PROBE] * (_MAX_LEVELS + 1))[0]
-    except pymysql.err.ProgrammingError:  # MySQL 8 has no LEVEL clause: its multi-level collations are NO PAD
+    except pymysql.err.ProgrammingError:
+        # A server without the LEVEL clause (MySQL 8.0): whole weight strings, which the
+        # probes then accept or not like any other.
         return 1
     whole, per_level = row[0], row[1:]
     for k in range(1, _MAX_LEVELS + 1):
@@ -367,8 +370,8 @@ class KeyOrders:
             if modelled:
                 order = WeightOrder(self.sql, coll)
             else:
-                log.warning("collation %s: its sort keys do not order strings as its comparisons do; "
-                            "chunk keys in it are compared by the server, one query per batch", coll.name)
+                log.info("collation %s: its sort keys do not order strings as its comparisons do; "
+                         "chunk keys in it are compared by the server, one query per batch", coll.name)
                 order = ComparisonOrder(self.sql, coll)
             self._collations[column.collation] = order
         return order
