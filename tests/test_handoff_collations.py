@@ -43,8 +43,9 @@ ADVERSARIAL = (
     "9", "10", "ab", "aB", "Ab", "ab ", "a b", "ab\t", "a\u0301", "é", "e\u0301", "Ａ", "a\u00a0",
 )
 
-# (charset, collation, the order expected): the collations the README names, and two whose
-# WEIGHT_STRING disagrees with their own comparisons (compared by the server instead).
+# (charset, collation, the order expected): PAD SPACE and NO PAD, case- and accent-insensitive,
+# binary, expanding (ß = ss) and contracting (ch) collations, multi-level UCA 14.0 ones, and two
+# whose WEIGHT_STRING disagrees with their own comparisons (compared by the server instead).
 COLLATIONS = [
     ("utf8mb4", "utf8mb4_general_ci", WeightOrder),
     ("utf8mb4", "utf8mb4_unicode_ci", WeightOrder),
