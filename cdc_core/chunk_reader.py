@@ -25,12 +25,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import pyarrow as pa
 
 from cdc_core.binlog import RowChange, read_changes
-from cdc_core.chunking import INTEGER_TYPES, Chunk
+from cdc_core.chunking import Chunk
 from cdc_core.errors import TerminalError
+from cdc_core.key_order import KeyOrders, ServerSql
 from cdc_core.positions import BinlogPosition, master_position
 from cdc_core.source import ConnectionSettings
 from cdc_core.table_schema import TableSchema, quote_ident
@@ -117,32 +119,22 @@ class ChunkReader:
         return pa.Table.from_arrays(arrays, schema=target)
 
     def _keys_in_range(self, schema: TableSchema, chunk: Chunk, changes: list[RowChange]) -> set:
-        """Chunk-key values of ``changes`` that lie in the chunk (compared by the server
-        for non-integer keys, so string keys follow the column's collation)."""
-        values = {img[chunk.key] for ch in changes for img in (ch.before, ch.after) if img is not None}
-        if schema.column(chunk.key).data_type in INTEGER_TYPES:
-            return {v for v in values if chunk.contains(v)}
-        return self._server_in_range(schema, chunk, values)
-
-    def _server_in_range(self, schema: TableSchema, chunk: Chunk, values: set) -> set:
+        """Chunk-key values of ``changes`` that lie in the chunk, in the server's order of the
+        key (cdc_core/key_order.py: string keys by their collation, as the SELECT compared)."""
         col = schema.column(chunk.key)
-        conv = "%s"
-        if col.collation:
-            conv = f"CONVERT(%s USING {col.collation.split('_')[0]}) COLLATE {col.collation}"
-        inside = set()
-        with self.control.cursor() as cur:
-            for v in values:
-                conds, params = ["1=1"], []
-                if chunk.lo is not None:
-                    conds.append(f"{conv} >= %s")
-                    params += [v, chunk.lo]
-                if chunk.hi is not None:
-                    conds.append(f"{conv} < %s")
-                    params += [v, chunk.hi]
-                cur.execute("SELECT " + " AND ".join(conds), params)
-                if cur.fetchone()[0]:
-                    inside.add(v)
-        return inside
+        values = {img[chunk.key] for ch in changes for img in (ch.before, ch.after) if img is not None}
+        if not values:
+            return set()
+        canonical = {v: binlog_value(col, v) for v in values}
+        bounds = [b for b in (chunk.lo, chunk.hi) if b is not None]
+        ranks = self._key_orders.for_column(col).partition(bounds).locate(list(canonical.values()))
+        inside = int(chunk.lo is not None)  # at or above lo (when bounded), below hi
+        return {v for v, r in zip(canonical, ranks, strict=True) if r == inside}
+
+    @cached_property
+    def _key_orders(self) -> KeyOrders:
+        """Key orders on the control connection: each collation looked up once per reader."""
+        return KeyOrders(ServerSql.on(self.control))
 
 
 def fold(schema: TableSchema, table: pa.Table, changes: list[RowChange], target: pa.Schema,

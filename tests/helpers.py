@@ -44,13 +44,16 @@ def assert_equal(cfg: BinlakeConfig, names: list[str]) -> None:
 
 def replay_handoff(cfg: BinlakeConfig, names: list[str]) -> dict[str, dict]:
     """Delta rows of each table with the binlog replayed from the lowest chunk LW to the
-    server's current end through the hand-off filter: the table as the stream will see it.
+    server's current end through the hand-off filter, its keys in the server's order as the
+    stream has them: the table as the stream will see it.
     Returns {table: {primary key: canonical row tuple}}."""
     from deltalake import DeltaTable
 
     from cdc_core.binlog import read_changes
     from cdc_core.handoff import HandoffFilter
+    from cdc_core.key_order import KeyOrders, ServerSql
     from cdc_core.positions import BinlogPosition, master_position
+    from cdc_core.types import binlog_value
     from pipelines.control_store import ControlStore
     from pipelines.reconcile import delta_rows
 
@@ -60,31 +63,33 @@ def replay_handoff(cfg: BinlakeConfig, names: list[str]) -> dict[str, dict]:
     with connect(settings) as conn, conn.cursor() as cur:
         schemas = {n: describe_table(cur, *n.split(".", 1)) for n in names}
         end = master_position(cur)
-    states, filters, lows = {}, {}, []
-    for n, schema in schemas.items():
-        uri = table_uri(cfg.sink.path, n)
-        done = store.completed_chunks(n, DeltaTable(uri))
-        lows += [BinlogPosition(r["lw_file"], r["lw_pos"]) for r in done.values()]
-        filters[n] = HandoffFilter(plans[n], {i: BinlogPosition(r["hw_file"], r["hw_pos"]) for i, r in done.items()})
-        idx = [c.name for c in schema.columns]
-        pk = [idx.index(k) for k in schema.primary_key]
-        rows = delta_rows(uri, schema)
-        states[n] = {tuple(r[i] for i in pk): r for r in rows}
-        assert len(states[n]) == len(rows), f"{n}: duplicate keys in Delta"
-    from cdc_core.types import binlog_value
+        orders = KeyOrders(ServerSql.on(conn))
+        states, filters, lows = {}, {}, []
+        for n, schema in schemas.items():
+            uri = table_uri(cfg.sink.path, n)
+            done = store.completed_chunks(n, DeltaTable(uri))
+            lows += [BinlogPosition(r["lw_file"], r["lw_pos"]) for r in done.values()]
+            filters[n] = HandoffFilter.for_table(schema, plans[n], {
+                i: BinlogPosition(r["hw_file"], r["hw_pos"]) for i, r in done.items()}, orders)
+            idx = [c.name for c in schema.columns]
+            pk = [idx.index(k) for k in schema.primary_key]
+            rows = delta_rows(uri, schema)
+            states[n] = {tuple(r[i] for i in pk): r for r in rows}
+            assert len(states[n]) == len(rows), f"{n}: duplicate keys in Delta"
 
-    for ch in read_changes(settings, cfg.source.server_id + 99, min(lows), end,
-                           {tuple(n.split(".", 1)) for n in names}):
-        n = f"{ch.database}.{ch.table}"
-        schema, f, state = schemas[n], filters[n], states[n]
-        cols = {c.name: c for c in schema.columns}
-        key = schema.primary_key[0]
-        for img, is_after in ((ch.before, False), (ch.after, True)):
-            if img is None or f.should_drop(img[key], ch.position):
-                continue
-            pk = tuple(binlog_value(cols[k], img[k]) for k in schema.primary_key)
-            if is_after:
-                state[pk] = tuple(binlog_value(c, img[c.name]) for c in schema.columns)
-            else:
-                state.pop(pk, None)
+        for ch in read_changes(settings, cfg.source.server_id + 99, min(lows), end,
+                               {tuple(n.split(".", 1)) for n in names}):
+            n = f"{ch.database}.{ch.table}"
+            schema, f, state = schemas[n], filters[n], states[n]
+            cols = {c.name: c for c in schema.columns}
+            images = [(img, is_after) for img, is_after in ((ch.before, False), (ch.after, True)) if img is not None]
+            dropped = f.drops([binlog_value(cols[f.key], img[f.key]) for img, _ in images], ch.position)
+            for (img, is_after), drop in zip(images, dropped, strict=True):
+                if drop:
+                    continue
+                pk = tuple(binlog_value(cols[k], img[k]) for k in schema.primary_key)
+                if is_after:
+                    state[pk] = tuple(binlog_value(c, img[c.name]) for c in schema.columns)
+                else:
+                    state.pop(pk, None)
     return states

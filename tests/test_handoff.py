@@ -1,11 +1,18 @@
-"""Unit tests of the hand-off filter's invariants."""
+"""Unit tests of the hand-off filter's invariants and of the pure parts of the key order
+(tests against the server: tests/test_handoff_collations.py)."""
 
 from __future__ import annotations
+
+import datetime as dt
+import random
+from decimal import Decimal
+from functools import cmp_to_key
 
 import pytest
 
 from cdc_core.chunking import Chunk
 from cdc_core.handoff import HandoffFilter
+from cdc_core.key_order import Collation, PythonOrder, WeightOrder, compare_weights
 from cdc_core.positions import BinlogPosition as P
 
 
@@ -38,3 +45,72 @@ def test_incomplete_snapshot_is_refused():
 def test_positions_order_across_rotation():
     assert P("binlog.000009", 999999) < P("binlog.000010", 4)
     assert P("binlog.000010", 4).seq(3) > P("binlog.000009", 999999).seq(4095)
+
+
+def test_drops_answers_a_row_event_at_once():
+    hws = {0: P("b.000001", 100), 1: P("b.000001", 300), 2: P("b.000001", 200)}
+    f = HandoffFilter(_chunks([10, 20]), hws)
+    keys = [5, 15, 25, 10, 20]
+    assert f.drops(keys, P("b.000001", 250)) == [False, True, False, True, False]
+    assert f.drops(keys, P("b.000001", 100)) == [True] * 5  # at or before the lowest HW: in every chunk
+    assert f.drops(keys, P("b.000001", 301)) == [False] * 5
+    assert [f.should_drop(k, P("b.000001", 250)) for k in keys] == f.drops(keys, P("b.000001", 250))
+    assert f.drops([], P("b.000001", 250)) == []
+
+
+def test_python_order_compares_canonical_values_with_planned_bounds():
+    """The stream's canonical values against bounds as the planner read them: TIMESTAMP
+    aware UTC against naive UTC, DECIMAL(p > 38) text against Decimal."""
+    ts = PythonOrder("timestamp").partition([dt.datetime(2021, 1, 1, 12)])
+    assert ts.locate([dt.datetime(2021, 1, 1, 11, 59, tzinfo=dt.UTC), dt.datetime(2021, 1, 1, 12, tzinfo=dt.UTC),
+                      dt.datetime(2021, 1, 1, 13, tzinfo=dt.timezone(dt.timedelta(hours=2)))]) == [0, 1, 0]
+    dec = PythonOrder("decimal").partition([Decimal("-10.5"), Decimal("9")])
+    assert dec.locate(["-100.000", "-10.500", "10.00", "9"]) == [0, 1, 2, 2]
+
+
+@pytest.mark.parametrize("a,b,pads,want", [
+    ((b"\x00\x41",), (b"\x00\x41\x00\x20",), (b"\x00\x20",), 0),  # PAD SPACE: 'a' = 'a '
+    ((b"\x00\x41\x00\x09",), (b"\x00\x41",), (b"\x00\x20",), -1),  # 'a\t' < 'a' (tab below the pad)
+    ((b"\x00\x41",), (b"\x00\x41\x00\x09",), (None,), -1),  # NO PAD: a prefix sorts first
+    ((b"",), (b"\x00\x20\x00\x20",), (b"\x00\x20",), 0),  # '' = '  '
+    ((b"\x20\x75", b"\x00\x20"), (b"\x20\x75", b"\x00\x24"), (b"\x02\x09", b"\x00\x20"), -1),  # level 2 decides
+    ((b"\x20\x75", b"\x00\x24"), (b"\x20\x76", b"\x00\x20"), (b"\x02\x09", b"\x00\x20"), -1),  # level 1 first
+])
+def test_sort_keys_compare_level_by_level_padded_under_pad_space(a, b, pads, want):
+    assert compare_weights(a, b, pads) == want
+    assert compare_weights(b, a, pads) == -want
+
+
+class _CannedWeights:
+    """Answers the sort-key queries of a one-level collation from a table of weights (the
+    pure part of the order, without a server)."""
+
+    def __init__(self, weights: dict[str, bytes]):
+        self.weights = weights
+
+    def rows(self, sql: str, params):
+        assert sql.count("WEIGHT_STRING") == len(params)
+        return [tuple(self.weights[p] for p in params)]
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("pad", [b"\x00\x20", None])
+def test_partition_by_sort_keys_agrees_with_compare_weights(pad):
+    """Bounds and values of random weights (units below, at and above the space's, of
+    different lengths): each value's rank is the count of bounds compare_weights puts at or
+    below it, whichever is longer."""
+    rng = random.Random(4)
+    units = [b"\x00\x09", b"\x00\x20", b"\x00\x41", b"\x00\x42"]
+    weights = {f"v{i}": b"".join(rng.choice(units) for _ in range(rng.randrange(0, 6))) for i in range(300)}
+    coll = Collation("utf8mb4_general_ci", 1, (pad,))
+    cmp = cmp_to_key(lambda a, b: compare_weights((weights[a],), (weights[b],), coll.pads))
+    ranked = sorted(weights, key=cmp)
+    bounds = []  # distinct and ascending, as planned bounds are; shorter than many values
+    for v in [v for v in ranked if len(weights[v]) <= 4][::3]:
+        if not bounds or compare_weights((weights[bounds[-1]],), (weights[v],), coll.pads) < 0:
+            bounds.append(v)
+    partition = WeightOrder(_CannedWeights(weights), coll).partition(bounds)
+    want = [sum(compare_weights((weights[b],), (weights[v],), coll.pads) <= 0 for b in bounds) for v in weights]
+    assert partition.locate(list(weights)) == want

@@ -46,6 +46,8 @@ from cdc_core.events import (
     TableLayout,
     TransactionEnd,
 )
+from cdc_core.handoff import event_key_values
+from cdc_core.key_order import KeyOrders, ServerSql
 from cdc_core.lifecycle import Lifecycle, State
 from cdc_core.micro_batch import BatchLimits, MicroBatch
 from cdc_core.offsets import StreamOffset
@@ -95,6 +97,8 @@ class StreamEngine:
         self.committer = Committer(cfg.pipeline.name, self.router, self.sinks)
         self.reader: ReaderProcess | None = None
         self.retry = Retry()
+        # Chunk keys in the server's order (the hand-off), on one connection made on first use.
+        self.key_orders = KeyOrders(ServerSql(lambda: connect(self.conn)))
         self._stop = threading.Event()
         self.state: EngineState | None = None
         self._summary = StreamSummary()
@@ -111,7 +115,8 @@ class StreamEngine:
 
     def _start(self) -> None:
         with connect(self.conn) as control, control.cursor() as cur:
-            plan = resolve_start(self.cfg, self.store, self.router, self.conn, cur, until_now=self.until_now)
+            plan = resolve_start(self.cfg, self.store, self.router, self.conn, cur, until_now=self.until_now,
+                                 key_orders=self.key_orders)
             s = self.state = EngineState(plan.start, plan.applied or plan.start, plan.start,
                                          StreamOffset(plan.start, plan.applied or plan.start), plan.decide_at,
                                          tables=plan.tables, filters=plan.filters, undecided=plan.undecided,
@@ -171,6 +176,7 @@ class StreamEngine:
             if self.reader is not None:
                 self.reader.stop()
             self.committer.close()
+            self.key_orders.close()
             self._restore_signals(handlers)
             self.summary.seconds = time.monotonic() - started
             self.summary.end = self.state.offset.applied if self.state else None
@@ -273,6 +279,9 @@ class StreamEngine:
             self._commit()
             batch = s.batch
         s.position, s.event_time = ev.position, ev.timestamp or s.event_time
+        f = s.filters.get(name)
+        if f is not None:  # the event's keys placed in their chunks at once (one server query at most)
+            f.drops(event_key_values(schema, f.key, [c.name for c in schema.columns], ev.op, ev.rows), ev.position)
         batch.add(name, schema, lambda: self._table_batch(name, schema, ev.position), ev.op, ev.rows, ev.position,
                   ev.size, time.monotonic())
         if hold:

@@ -29,6 +29,7 @@ from cdc_core.binlog import read_statements
 from cdc_core.config import BinlakeConfig
 from cdc_core.ddl import parse_statement
 from cdc_core.handoff import HandoffFilter
+from cdc_core.key_order import KeyOrders
 from cdc_core.positions import BinlogPosition, master_position
 from cdc_core.schema_history import HistoryEntry, Status, TableState, fold
 from cdc_core.source import ConnectionSettings, captured_tables, describe_tables
@@ -57,14 +58,14 @@ class StartPlan:
     live: dict[str, TableSchema] = field(default_factory=dict)  # captured tables as they are now (route checks)
 
 
-def _handoff_filters(cfg: BinlakeConfig, store: ControlStore, router, names: list[str]
-                     ) -> tuple[dict[str, HandoffFilter], BinlogPosition | None]:
-    """Hand-off filters of the snapshotted tables and their lowest chunk low watermark; a
-    snapshot still running is an error."""
+def _handoff_filters(cfg: BinlakeConfig, store: ControlStore, router, schemas: dict[str, TableSchema],
+                     key_orders: KeyOrders) -> tuple[dict[str, HandoffFilter], BinlogPosition | None]:
+    """Hand-off filters of the snapshotted tables (their chunk keys in the server's order)
+    and their lowest chunk low watermark; a snapshot still running is an error."""
     plans = store.load_plans()
     filters = {}
     low = None
-    for n in names:
+    for n, schema in schemas.items():
         if n not in plans:
             continue
         done = store.completed_chunks(n, open_table(table_uri(cfg.sink.path, router.sink(n)),
@@ -73,7 +74,8 @@ def _handoff_filters(cfg: BinlakeConfig, store: ControlStore, router, names: lis
         if missing:
             raise StartupError(f"the snapshot of {n} is not complete ({len(missing)} of {len(plans[n])} chunks "
                                "to go): run `binlake snapshot` (or `binlake run`) first")
-        filters[n] = HandoffFilter(plans[n], {i: BinlogPosition(r["hw_file"], r["hw_pos"]) for i, r in done.items()})
+        filters[n] = HandoffFilter.for_table(schema, plans[n], {
+            i: BinlogPosition(r["hw_file"], r["hw_pos"]) for i, r in done.items()}, key_orders)
         lws = [BinlogPosition(r["lw_file"], r["lw_pos"]) for r in done.values()]
         low = min([low, *lws] if low else lws)
     return filters, low
@@ -96,14 +98,17 @@ def stable_describe(conn: ConnectionSettings, server_id: int, cur, names: list[s
 
 
 def resolve_start(cfg: BinlakeConfig, store: ControlStore, router, conn: ConnectionSettings, cur, *,
-                  until_now: bool) -> StartPlan:
+                  until_now: bool, key_orders: KeyOrders) -> StartPlan:
     """The start plan (see the module invariants)."""
     names = captured_tables(cfg, cur)
-    filters, low_watermark = _handoff_filters(cfg, store, router, names)
     cp = store.checkpoint()
     startup = cfg.source.startup
     mode = startup.mode
     live: dict[str, TableSchema] = {}
+    if cp is None and mode == "latest":
+        latest, live = stable_describe(conn, cfg.source.server_id, cur, names)
+    described = live or describe_tables(cur, names)
+    filters, low_watermark = _handoff_filters(cfg, store, router, described, key_orders)
     if cp is not None:
         start, applied = cp.offset.resume, cp.offset.applied
     elif mode in ("initial", "snapshot"):
@@ -112,8 +117,7 @@ def resolve_start(cfg: BinlakeConfig, store: ControlStore, router, conn: Connect
                                f"(or `binlake run`) before streaming with startup.mode {mode}")
         start, applied = low_watermark, None
     elif mode == "latest":
-        start, live = stable_describe(conn, cfg.source.server_id, cur, names)
-        applied = None
+        start, applied = latest, None
     elif mode == "earliest":
         start, applied = earliest_position(cur), None
     elif mode == "specific" and startup.gtid:
@@ -131,8 +135,7 @@ def resolve_start(cfg: BinlakeConfig, store: ControlStore, router, conn: Connect
     if mode == "snapshot" and filters:
         hw = max(f.max_high_watermark for f in filters.values())
         until = hw if until is None else min(until, hw)
-    plan = StartPlan(start, applied, until, end, filters,
-                     live=live or describe_tables(cur, names))
+    plan = StartPlan(start, applied, until, end, filters, live=described)
     _known_tables(plan, store.schema_history(), names, live, first_from_past=cp is None and mode in (
         "earliest", "specific", "timestamp"))
     _legacy_baselines(plan, names)
