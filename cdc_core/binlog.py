@@ -20,6 +20,7 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from cdc_core import binlog_columns  # types hook: column decoding the library gets wrong
 from cdc_core.positions import BinlogPosition
 from cdc_core.source import ConnectionSettings
 
@@ -92,6 +93,7 @@ def read_changes(
 
 
 def _row_changes(event, pos: BinlogPosition) -> Iterator[RowChange]:
+    binlog_columns.prepare(event)  # types hook: before event.rows is decoded
     for i, row in enumerate(event.rows):
         if isinstance(event, WriteRowsEvent):
             after = fix_image(event, row["values"], row["none_sources"])
@@ -113,7 +115,9 @@ def fix_image(event, values: dict, none_sources: dict) -> dict:
     - the empty SET comes back as None (with none source "empty set"): it is '';
     - a negative TIME with a fraction is stored as the two's complement of the whole
       packed value, but the decoder complements seconds and fraction apart, giving
-      -(s + 1 - f) for -(s + f)."""
+      -(s + 1 - f) for -(s + f);
+    - strings, ENUM, SET and MariaDB compressed columns: cdc_core/binlog_columns.py."""
+    binlog_columns.decode_strings(event, values)  # types hook
     for col in event.columns:
         v = values.get(col.name)
         if v is None:

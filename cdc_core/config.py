@@ -63,10 +63,13 @@ class SourceConfig(_Strict):
     server_time_zone: str = "UTC"
     tables: list[str]
     exclude_tables: list[str] = []
+    # Regexes over "db.table.column" (full match), as Debezium's column.exclude.list: left out of
+    # the snapshot, the stream, Delta and the schema history (cdc_core/column_filter.py).
+    exclude_columns: list[str] = []
     startup: StartupConfig = StartupConfig()
     snapshot: SnapshotConfig = SnapshotConfig()
 
-    @field_validator("tables", "exclude_tables")
+    @field_validator("tables", "exclude_tables", "exclude_columns")
     @classmethod
     def _regexes_compile(cls, patterns: list[str]) -> list[str]:
         for p in patterns:
@@ -79,6 +82,10 @@ class SourceConfig(_Strict):
     def captures(self, qualified_name: str) -> bool:
         """Whether ``db.table`` is captured: matches ``tables`` and no ``exclude_tables``."""
         return captures(self.tables, self.exclude_tables, qualified_name)
+
+    def excludes_column(self, qualified_column: str) -> bool:
+        """Whether ``db.table.column`` matches an ``exclude_columns`` regex."""
+        return any(re.fullmatch(p, qualified_column) for p in self.exclude_columns)
 
 
 class SinkConfig(_Strict):

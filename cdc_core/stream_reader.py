@@ -41,6 +41,7 @@ import pymysql
 from pymysqlreplication.event import HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from cdc_core import binlog_columns  # types hook
 from cdc_core.binlog import fix_image, open_binlog
 from cdc_core.config import captures
 from cdc_core.positions import BinlogPosition
@@ -257,6 +258,7 @@ _OPS = {WriteRowsEvent: "c", UpdateRowsEvent: "u", DeleteRowsEvent: "d"}
 
 
 def _rows(event) -> tuple[list, tuple[str, ...]]:
+    binlog_columns.prepare(event)  # types hook: before event.rows is decoded
     columns = tuple(c.name for c in event.columns)
     out = []
     if isinstance(event, UpdateRowsEvent):

@@ -32,6 +32,7 @@ import pymysql
 
 from cdc_core.chunk_reader import ChunkReader, output_schema
 from cdc_core.chunking import INTEGER_TYPES, Chunk, chunk_key, plan_chunks
+from cdc_core.column_filter import captured_schema
 from cdc_core.config import BinlakeConfig
 from cdc_core.routes import Router, sink_schema
 from cdc_core.source import ConnectionSettings, captured_tables, connect, connection_settings
@@ -177,7 +178,9 @@ class SnapshotJob:
             # A routed sink is shaped by all its sources, also those outside an `only` subset.
             sinks = {self.router.sink(n) for n in names}
             routed = [n for n in captured if self.router.routed(n) and self.router.sink(n) in sinks]
-            schemas = {n: describe_table(cur, *n.split(".", 1)) for n in sorted({*names, *routed})}
+            # types: what is captured of each table (source.exclude_columns; NotCapturable if it cannot be)
+            schemas = {n: captured_schema(describe_table(cur, *n.split(".", 1)), self.cfg.source)
+                       for n in sorted({*names, *routed})}
             self.router.check(schemas)
             plans = self.store.load_plans()
             work: list[tuple] = []

@@ -49,6 +49,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 from cdc_core.chunk_reader import output_schema
+from cdc_core.column_filter import NotCapturable, captured_change, captured_schema, without_excluded
 from cdc_core.config import BinlakeConfig
 from cdc_core.handoff import HandoffFilter
 from cdc_core.lifecycle import Lifecycle, State
@@ -156,7 +157,11 @@ class StreamEngine:
 
     def _prepare(self, cur) -> None:
         names = captured_tables(self.cfg, cur)
-        self.schemas: dict[str, TableSchema] = {n: describe_table(cur, *n.split(".", 1)) for n in names}
+        try:  # types: what is captured of each table (source.exclude_columns, mappable types)
+            self.schemas: dict[str, TableSchema] = {n: captured_schema(describe_table(cur, *n.split(".", 1)),
+                                                                       self.cfg.source) for n in names}
+        except NotCapturable as e:
+            raise StartupError(str(e)) from None
         keyless = [n for n, s in self.schemas.items() if not s.primary_key]
         if keyless:
             raise StartupError(f"tables without a primary key cannot be streamed (updates and deletes need a key): "
@@ -225,7 +230,8 @@ class StreamEngine:
             if r["status"] == "recorded":  # dropped, renamed away, or waiting for a backfill: not streamed
                 self.schemas.pop(r["table"], None)
             elif r["status"] in ("baseline", "applied", "skipped") and r["schema_json"]:
-                self.schemas[r["table"]] = TableSchema.from_json(r["schema_json"])
+                # types: source.exclude_columns as configured now
+                self.schemas[r["table"]] = without_excluded(TableSchema.from_json(r["schema_json"]), self.cfg.source)
         known = {k[0] for k in self.history_keys}
         for n, schema in list(self.schemas.items()):
             if n in known:
@@ -576,6 +582,13 @@ class StreamEngine:
                 self._record(name, p, index, c.kind, "recorded", ddl=sql, description=c.describe(),
                              detail="no primary key: not streamed")
                 return
+            try:  # types: what is captured of the new table
+                schema = captured_schema(schema, self.cfg.source)
+            except NotCapturable as e:
+                self._record(name, p, index, c.kind, "recorded", ddl=sql, description=c.describe(),
+                             detail=f"not streamed: {e}")
+                log.error("%s is not streamed: %s", name, e)
+                return
             if self.router.routed(name) or self.router.is_sink(name):  # a route's sink: never overwrite it
                 self._create_routed(c, schema, index, p, sql, props, seen)
                 return
@@ -599,7 +612,8 @@ class StreamEngine:
                 self._record(c.new_name, p, index, c.kind, "recorded", ddl=sql, description=c.describe(),
                              detail="entered the capture list with existing rows: needs a backfill (not streamed)")
             return
-        if name not in self.schemas:
+        c = captured_change(c, self.cfg.source)  # types: changes of excluded columns are not captured
+        if c is None or name not in self.schemas:
             return
         before = self.schemas[name]
         after = evolve_schema(before, c)
