@@ -116,8 +116,8 @@ def fix_image(event, values: dict, none_sources: dict) -> dict:
     - a negative TIME with a fraction is stored as the two's complement of the whole
       packed value, but the decoder complements seconds and fraction apart, giving
       -(s + 1 - f) for -(s + f);
-    - strings, ENUM, SET and MariaDB compressed columns: cdc_core/binlog_columns.py."""
-    binlog_columns.decode_strings(event, values)  # types hook
+    - strings, ENUM, SET, MariaDB compressed columns, old-format TIME: cdc_core/binlog_columns.py."""
+    binlog_columns.decode_values(event, values)  # types hook
     for col in event.columns:
         v = values.get(col.name)
         if v is None:

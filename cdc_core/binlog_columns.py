@@ -2,28 +2,32 @@
 one function per kind of column (the binlog half of cdc_core/types.py's invariant).
 
 The binlog readers call :func:`prepare` on a row event before reading ``event.rows``,
-and :func:`decode_strings` on every row image (from ``cdc_core.binlog.fix_image``).
+and :func:`decode_values` on every row image (from ``cdc_core.binlog.fix_image``).
 
 - Strings: the library decodes a CHAR/VARCHAR/TEXT value with the Python codec named
   like the column's character set, which is not the server's set (latin1 as cp1252 raises
   on five bytes, utf16 and utf32 decode little-endian, ucs2 and several others stay
-  bytes). ``prepare`` makes it return raw bytes; ``decode_strings`` decodes them with the
+  bytes). ``prepare`` makes it return raw bytes; ``decode_values`` decodes them with the
   collation of the table map (cdc_core/charsets.py), never raising.
 - ENUM and SET: the library decodes the table map's member names as UTF-8 whatever their
   character set ('' when that fails). :func:`_member_bytes` keeps them as bytes and
-  ``prepare`` decodes them with the column's collation; ``decode_strings`` writes a SET
+  ``prepare`` decodes them with the column's collation; ``decode_values`` writes a SET
   value as its members in definition order. The table map is the only exact source of
   member names: the server's own metadata (information_schema, SHOW CREATE TABLE) shows a
   4-byte character of a member as '?'.
 - MariaDB COMPRESSED columns (binlog types 140, 141) are unknown to the library, whose
   table-map parser then loses its place: :class:`_Column` reads their metadata as a BLOB /
-  VARCHAR's, and ``decode_strings`` inflates their values (MariaDB's field_comp.cc format).
+  VARCHAR's, and ``decode_values`` inflates their values (MariaDB's field_comp.cc format).
+- The old TIME format (MariaDB 5.3 / MySQL 5.5 tables, binlog type 11): the library reads
+  its signed ±HHMMSS integer as unsigned, so negative times come out wrong. ``prepare``
+  makes it read a signed 3-byte integer, which ``decode_values`` turns into the time.
 
 Tested by tests/test_types.py (the type and charset matrices through both paths).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import zlib
 
 from pymysqlreplication import column as _column_module
@@ -85,6 +89,10 @@ def prepare(event) -> None:
             decoders.append((col.name, col.binlake_decode))
         elif col.type == FIELD_TYPE.ENUM and col.enum_values:
             col.enum_values = ["", *_members(col, col.enum_values[1:])]
+        elif col.type == FIELD_TYPE.TIME:
+            col.type, col.unsigned = FIELD_TYPE.INT24, False
+            col.binlake_decode = _old_time
+            decoders.append((col.name, col.binlake_decode))
         elif col.type == FIELD_TYPE.SET and col.set_values:
             col.set_values = _members(col, col.set_values)
             order = col.set_values
@@ -94,14 +102,19 @@ def prepare(event) -> None:
     event.binlake_decoders = decoders
 
 
-def decode_strings(event, values: dict) -> dict:
-    """A row image's string values decoded (text columns) or kept as bytes (binary ones), and
-    its SET values as text."""
+def decode_values(event, values: dict) -> dict:
+    """A row image's string values decoded (text columns) or kept as bytes (binary ones), its
+    SET values as text and old-format TIME values as times (see the module doc)."""
     for name, decode in event.binlake_decoders:
         v = values.get(name)
         if v is not None:
             values[name] = decode(v.encode() if isinstance(v, str) else v)  # the empty value comes back as ''
     return values
+
+
+def _old_time(hhmmss: int) -> dt.timedelta:
+    sign, v = (-1, -hhmmss) if hhmmss < 0 else (1, hhmmss)
+    return sign * dt.timedelta(hours=v // 10000, minutes=v // 100 % 100, seconds=v % 100)
 
 
 def _members(col, names: list[bytes]) -> list[str]:

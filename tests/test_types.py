@@ -1,7 +1,9 @@
 """Type matrix: every supported MySQL type, read through the snapshot path (Spark
-chunk reader → Delta) and through the binlog (python-mysql-replication →
-binlog_value → rows_to_arrow), gives the same Delta value both ways; that value is
-the one docs/type-mapping.md documents and equals MySQL's."""
+chunk reader → Delta) and through the binlog (python-mysql-replication with
+cdc_core/binlog_columns.py → binlog_value → rows_to_arrow), gives the same Delta value
+both ways; that value is the one docs/type-mapping.md documents (EXPECTED: literal
+values) and equals MySQL's. Also: character sets, INET6 text, and
+source.exclude_columns."""
 
 from __future__ import annotations
 
@@ -23,7 +25,10 @@ UTC = dt.UTC
 
 
 class Sql(str):
-    """A value written into the INSERT as SQL text (bit literals), not as a parameter."""
+    """A value written into the INSERT as SQL text (bit literals, spatial values), not as a parameter."""
+
+
+GEOMETRY = "struct<wkb:binary,srid:long>"
 
 
 # name → (MySQL column type, Delta type)
@@ -67,7 +72,61 @@ COLUMNS = {
     "en": ("ENUM('small','médium','large 😀')", "string"),
     "st": ("SET('a','b','c','d')", "string"),
     "js": ("JSON", "string"),  # MariaDB: an alias of LONGTEXT with a JSON_VALID check
+    # spatial: {wkb, srid}
+    "g": ("GEOMETRY", GEOMETRY),
+    "pt": ("POINT", GEOMETRY),
+    "ls": ("LINESTRING", GEOMETRY),
+    "pg": ("POLYGON", GEOMETRY),
+    "mpt": ("MULTIPOINT", GEOMETRY),
+    "mls": ("MULTILINESTRING", GEOMETRY),
+    "mpg": ("MULTIPOLYGON", GEOMETRY),
+    "gc": ("GEOMETRYCOLLECTION", GEOMETRY),
+    # MariaDB's text-form types
+    "i4": ("INET4", "string"),
+    "i6": ("INET6", "string"),
+    "uu": ("UUID", "string"),
+    # ZEROFILL (implies UNSIGNED)
+    "zf": ("INT(6) ZEROFILL", "long"),
+    "zbig": ("BIGINT ZEROFILL", "decimal(20,0)"),
+    "zd": ("DECIMAL(8,2) ZEROFILL", "decimal(8,2)"),
+    "zdb": ("DECIMAL(50,2) ZEROFILL", "string"),
+    "zfl": ("FLOAT ZEROFILL", "float"),
+    # aliases
+    "bo": ("BOOLEAN", "byte"),
+    "bl2": ("BOOL", "byte"),
+    "re": ("REAL", "double"),
+    "dp": ("DOUBLE PRECISION", "double"),
+    "f4": ("FLOAT4", "float"),
+    "f8": ("FLOAT8", "double"),
+    "i1": ("INT1", "byte"),
+    "i8": ("INT8", "long"),
+    "mid": ("MIDDLEINT", "integer"),
+    "intg": ("INTEGER UNSIGNED", "long"),
+    "nm": ("NUMERIC(7,3)", "decimal(7,3)"),
+    "dc": ("DEC(5,1)", "decimal(5,1)"),
+    "fx": ("FIXED(6,2)", "decimal(6,2)"),
+    "nch": ("NATIONAL CHAR(5)", "string"),
+    "nvc": ("NVARCHAR(10)", "string"),
+    "lvc": ("LONG VARCHAR", "string"),
+    "lvb": ("LONG VARBINARY", "binary"),
+    "chb": ("CHAR(4) BYTE", "binary"),
+    "ser": ("SERIAL", "decimal(20,0)"),  # BIGINT UNSIGNED NOT NULL AUTO_INCREMENT UNIQUE
+    # lengths, attributes, generated and invisible columns
+    "v0": ("VARCHAR(0)", "string"),
+    "c0": ("CHAR(0)", "string"),
+    "yr2": ("YEAR(2)", "short"),
+    "inv": ("INT INVISIBLE", "integer"),
+    "gv": ("INT AS (id * 2) VIRTUAL", "integer"),
+    "gs": ("VARCHAR(300) AS (CONCAT('<', vc, '>')) PERSISTENT", "string"),
+    "l1": ("VARCHAR(20) CHARACTER SET latin1", "string"),
+    "enl1": ("ENUM('é','ü','x') CHARACTER SET latin1", "string"),
+    "stl1": ("SET('é','ü','x') CHARACTER SET latin1", "string"),
+    "ste": ("SET('a😀','b')", "string"),
+    "ct": ("TEXT COMPRESSED", "string"),
+    "cvc": ("VARCHAR(100) CHARACTER SET latin1 COMPRESSED", "string"),
+    "cb": ("BLOB COMPRESSED", "binary"),
 }
+NOT_NULL = {"ser", "gv"}  # have a value in the all-NULL row (SERIAL counts, gv is computed)
 
 LONG_TEXT = "Ünïcødé ✓ 😀 " * 2000
 ALL_BYTES = bytes(range(256)) * 4
@@ -97,6 +156,23 @@ ROWS = [
         "bn": b"ab", "vb": b"\x00\xff\x00a", "bl": ALL_BYTES,
         "bit1": Sql("b'1'"), "bit10": Sql("b'1010101011'"), "bit64": Sql("b'" + "1" * 64 + "'"),
         "en": "large 😀", "st": "d,a,c", "js": JSON_DOC,
+        "g": Sql("ST_GeomFromText('POINT(1 2)', 4326)"), "pt": Sql("ST_PointFromText('POINT(-1.5 2.25)')"),
+        "ls": Sql("ST_GeomFromText('LINESTRING(0 0,1 1,2 2)', 3857)"),
+        "pg": Sql("ST_GeomFromText('POLYGON((0 0,10 0,10 10,0 10,0 0),(5 5,7 5,7 7,5 7,5 5))')"),
+        "mpt": Sql("ST_GeomFromText('MULTIPOINT(0 0,20 20,60 60)', 4294967295)"),
+        "mls": Sql("ST_GeomFromText('MULTILINESTRING((10 10,20 20),(15 15,30 15))')"),
+        "mpg": Sql("ST_GeomFromText('MULTIPOLYGON(((0 0,10 0,10 10,0 10,0 0)),((5 5,7 5,7 7,5 7,5 5)))')"),
+        "gc": Sql("ST_GeomFromText('GEOMETRYCOLLECTION(POINT(1 1),LINESTRING(0 0,1 1))')"),
+        "i4": "255.255.255.255", "i6": "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+        "uu": "ffffffff-ffff-ffff-ffff-ffffffffffff",
+        "zf": 999999, "zbig": 18446744073709551615, "zd": "999999.99", "zdb": "9" * 48 + ".99", "zfl": 1.5,
+        "bo": True, "bl2": False, "re": 1.5, "dp": -2.5, "f4": 0.5, "f8": 1e300, "i1": 127,
+        "i8": 9223372036854775807, "mid": 8388607, "intg": 4294967295, "nm": "9999.999", "dc": "-9999.9",
+        "fx": "9999.99", "nch": "ñandú", "nvc": "Привет мир", "lvc": LONG_TEXT, "lvb": ALL_BYTES, "chb": b"ab",
+        "v0": "", "c0": "", "yr2": 2069, "inv": 7,
+        "l1": Sql("CONVERT(X'636166e92080819d' USING latin1)"),  # café € and two bytes Python's cp1252 lacks
+        "enl1": "ü", "stl1": "x,é", "ste": "b,a😀",
+        "ct": LONG_TEXT, "cvc": "crème brûlée " * 7, "cb": ALL_BYTES,
     },
     {  # minima, empty strings and bytes
         "id": 2, "ti": -128, "ti_u": 0, "si": -32768, "si_u": 0, "mi": -8388608, "mi_u": 0,
@@ -110,6 +186,11 @@ ROWS = [
         "ch": "", "vc": "", "tx": "", "bn": b"", "vb": b"a\x00\x00", "bl": b"",
         "bit1": Sql("b'0'"), "bit10": Sql("b'0'"), "bit64": Sql("b'0'"),
         "en": "small", "st": "a", "js": "[]",
+        "g": Sql("ST_GeomFromText('POINT(0 0)')"), "gc": Sql("ST_GeomFromText('GEOMETRYCOLLECTION EMPTY')"),
+        "i4": "0.0.0.0", "i6": "::", "uu": "00000000-0000-0000-0000-000000000000",
+        "zf": 0, "zbig": 0, "zd": 0, "zdb": 0, "zfl": 0, "nch": "", "nvc": "", "lvc": "", "lvb": b"", "chb": b"",
+        "v0": "", "c0": "", "yr2": 1969, "inv": -1, "l1": "", "enl1": "é", "stl1": "", "ste": "",
+        "ct": "", "cvc": "", "cb": b"",
     },
     {  # ordinary values
         "id": 3, "ti": -1, "ti_u": 1, "si": -2, "si_u": 2, "mi": -3, "mi_u": 3, "i": 0, "i_u": 4,
@@ -122,6 +203,10 @@ ROWS = [
         "ch": "ab  ", "vc": "tab\there\nnewline", "tx": "naïve façade", "bn": b"\xff", "vb": b"\x00", "bl": b"\x00",
         "bit1": Sql("b'1'"), "bit10": Sql("b'1000000000'"), "bit64": Sql("b'1'"),
         "en": "médium", "st": "b,c,a,d", "js": '"just a string"',
+        "g": Sql("ST_GeomFromText('LINESTRING(1 1,2 2)', 27700)"),
+        "i4": "10.0.0.1", "i6": "::ffff:192.168.0.1", "uu": "123e4567-e89b-12d3-a456-426655440000",
+        "zf": 42, "zbig": 7, "zd": "1.5", "zdb": "123.45", "zfl": 2.25, "yr2": 70,
+        "l1": "naïve façade", "cvc": "x", "ct": "tiny",
     },
     {  # zero temporal values, empty SET
         "id": 4, "d": "0000-00-00", **_dts("0000-00-00 00:00:00"), **_tss("0000-00-00 00:00:00"),
@@ -138,6 +223,10 @@ SERVER_ZONE_ROW = {"id": 7, **_tss("2024-03-10 12:00:00.654321")}  # → 20:00:0
 
 def _f32(x: float) -> float:
     return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def _wkb_point(x: float, y: float) -> bytes:
+    return struct.pack("<BIdd", 1, 1, x, y)
 
 
 def _us(h: int, m: int, s: int, us: int = 0, sign: int = 1) -> int:
@@ -218,7 +307,88 @@ EXPECTED = {
     (4, "st"): "",  # the empty SET is not NULL
     **{(4, c): None for c in ["d", *_dts(""), *_tss("")]},  # zero dates are NULL
     **{(5, c): None for c in ["d", "dt0", "dt6"]},
-    **{(6, c): None for c in COLUMNS if c != "id"},
+    **{(6, c): None for c in COLUMNS if c not in ("id", *NOT_NULL)},
+    (6, "ser"): Decimal(6),  # SERIAL counts the rows inserted
+    (6, "gv"): 12,  # a virtual column computed from id
+    # spatial: WKB (little-endian, as MariaDB stores it) and SRID; every cell is also checked
+    # against the server's ST_AsBinary/ST_SRID in _check_spatial
+    (1, "g"): {"wkb": _wkb_point(1, 2), "srid": 4326},
+    (1, "pt"): {"wkb": _wkb_point(-1.5, 2.25), "srid": 0},
+    (1, "ls"): {"wkb": struct.pack("<BII6d", 1, 2, 3, 0, 0, 1, 1, 2, 2), "srid": 3857},
+    (1, "mpt"): {"wkb": struct.pack("<BII", 1, 4, 3) + _wkb_point(0, 0) + _wkb_point(20, 20) + _wkb_point(60, 60),
+                 "srid": 4294967295},
+    (2, "g"): {"wkb": _wkb_point(0, 0), "srid": 0},
+    (2, "gc"): {"wkb": struct.pack("<BII", 1, 7, 0), "srid": 0},
+    (3, "g"): {"wkb": struct.pack("<BII4d", 1, 2, 2, 1, 1, 2, 2), "srid": 27700},
+    # INET4, INET6, UUID: the server's text
+    (1, "i4"): "255.255.255.255",
+    (1, "i6"): "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+    (1, "uu"): "ffffffff-ffff-ffff-ffff-ffffffffffff",
+    (2, "i4"): "0.0.0.0",  # all-zero values: the binlog cuts every byte
+    (2, "i6"): "::",
+    (2, "uu"): "00000000-0000-0000-0000-000000000000",
+    (3, "i4"): "10.0.0.1",
+    (3, "i6"): "::ffff:192.168.0.1",  # IPv4-mapped
+    (3, "uu"): "123e4567-e89b-12d3-a456-426655440000",  # a version-1 UUID: stored byte-swapped by MariaDB
+    # ZEROFILL: the number, without the padding
+    (1, "zf"): 999999,
+    (1, "zbig"): Decimal("18446744073709551615"),
+    (1, "zd"): Decimal("999999.99"),
+    (1, "zdb"): "9" * 48 + ".99",
+    (2, "zd"): Decimal("0.00"),
+    (2, "zdb"): "0.00",
+    (3, "zf"): 42,
+    (3, "zbig"): Decimal(7),
+    (3, "zd"): Decimal("1.50"),
+    (3, "zdb"): "123.45",
+    (3, "zfl"): 2.25,
+    # aliases
+    (1, "bo"): 1,
+    (1, "bl2"): 0,
+    (1, "re"): 1.5,
+    (1, "dp"): -2.5,
+    (1, "f4"): 0.5,
+    (1, "f8"): 1e300,
+    (1, "i1"): 127,
+    (1, "i8"): 9223372036854775807,
+    (1, "mid"): 8388607,
+    (1, "intg"): 4294967295,
+    (1, "nm"): Decimal("9999.999"),
+    (1, "dc"): Decimal("-9999.9"),
+    (1, "fx"): Decimal("9999.99"),
+    (1, "nch"): "ñandú",
+    (1, "nvc"): "Привет мир",
+    (1, "lvc"): LONG_TEXT,
+    (1, "lvb"): ALL_BYTES,
+    (1, "chb"): b"ab\x00\x00",
+    (1, "ser"): Decimal(1),
+    (2, "chb"): b"\x00" * 4,
+    # lengths, attributes, generated and invisible columns
+    (1, "v0"): "",
+    (1, "c0"): "",
+    (1, "yr2"): 2069,  # YEAR(2) shows 69 for both 1969 and 2069: the stored year is kept
+    (2, "yr2"): 1969,
+    (3, "yr2"): 1970,
+    (1, "inv"): 7,
+    (2, "inv"): -1,
+    (1, "gv"): 2,
+    (3, "gv"): 6,
+    (1, "gs"): "<Ünïcødé — “quotes” ' \\ 😀🎉>",
+    (2, "gs"): "<>",
+    # character sets, ENUM/SET members, compressed columns
+    (1, "l1"): "café €\x81\x9d",  # MariaDB's latin1 is cp1252 with 0x81, 0x8d, 0x8f, 0x90, 0x9d as C1 controls
+    (3, "l1"): "naïve façade",
+    (1, "enl1"): "ü",
+    (2, "enl1"): "é",
+    (1, "stl1"): "é,x",
+    (2, "stl1"): "",
+    (1, "ste"): "a😀,b",  # a member the server's own metadata shows as 'a?'
+    (1, "ct"): LONG_TEXT,
+    (3, "ct"): "tiny",  # too short to compress: stored with a 0 header
+    (1, "cvc"): "crème brûlée " * 7,
+    (1, "cb"): ALL_BYTES,
+    (2, "ct"): "",
+    (2, "cb"): b"",
     (7, "ts0"): dt.datetime(2024, 3, 10, 20, 0, tzinfo=UTC),
     (7, "ts2"): dt.datetime(2024, 3, 10, 20, 0, 0, 650000, tzinfo=UTC),
     (7, "ts6"): dt.datetime(2024, 3, 10, 20, 0, 0, 654321, tzinfo=UTC),
@@ -270,6 +440,26 @@ def test_type_matrix_snapshot_equals_binlog(db, mariadb, spark, make_config):
             cur.execute("SET GLOBAL time_zone = %s", (server_zone,))
 
 
+def _delta_type(t) -> str:
+    if t.type == "struct":
+        return "struct<" + ",".join(f"{f.name}:{_delta_type(f.type)}" for f in t.fields) + ">"
+    return t.type
+
+
+def _check_spatial(cfg, name: str, by_id: dict) -> None:
+    """Every spatial cell in Delta is the server's own ST_AsBinary and ST_SRID of the value."""
+    spatial = [c for c, (_, t) in COLUMNS.items() if t == GEOMETRY]
+    with connect(connection_settings(cfg)) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, " + ", ".join(f"ST_AsBinary(`{c}`), ST_SRID(`{c}`)" for c in spatial)
+                    + f" FROM `{name}`.types")
+        server = {r[0]: r[1:] for r in cur.fetchall()}
+    wrong = [f"{c} (id={i}): delta={by_id[i][c]!r} server={server[i][2 * k:2 * k + 2]!r}"
+             for i in server for k, c in enumerate(spatial)
+             if by_id[i][c] != (None if server[i][2 * k] is None
+                                else {"wkb": server[i][2 * k], "srid": server[i][2 * k + 1]})]
+    assert not wrong, "\n".join(wrong)
+
+
 def _check_both_paths(name, spark, make_config, start, end):
     all_rows = [*ROWS, SERVER_ZONE_ROW]
 
@@ -278,7 +468,7 @@ def _check_both_paths(name, spark, make_config, start, end):
     summary = snapshot(cfg, spark)
     assert summary.tables[0].chunks >= 3 and summary.tables[0].rows_written == len(all_rows)
     delta = DeltaTable(table_uri(cfg.sink.path, f"{name}.types"))
-    delta_types = {f.name: f.type.type for f in delta.schema().fields}
+    delta_types = {f.name: _delta_type(f.type) for f in delta.schema().fields}
     assert delta_types == {**{c: t for c, (_, t) in COLUMNS.items()}, "_cdc_op": "string", "_cdc_seq": "long"}
     snap = delta.to_pyarrow_table().sort_by("id")
 
@@ -309,6 +499,7 @@ def _check_both_paths(name, spark, make_config, start, end):
     for row_id, instant in ((3, 1710052200), (7, 1710100800)):  # 2024-03-10T06:30:00Z, 2024-03-10T20:00:00Z
         ts = by_id[row_id]["ts0"]
         assert ts.utcoffset() == dt.timedelta(0) and ts.timestamp() == instant, (row_id, ts)
+    _check_spatial(cfg, name, by_id)
 
     # And Delta equals MySQL, read by a third client (pymysql, UTC session).
     assert_equal(cfg, [f"{name}.types"])
