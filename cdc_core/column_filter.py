@@ -70,7 +70,8 @@ def captured_change(change: SchemaChange, source: SourceConfig) -> SchemaChange 
     if change.kind not in ("add_column", "drop_column", "rename_column", "alter_column_type"):
         return change
     old = change.column.name if change.kind == "add_column" else change.name
-    new = {"rename_column": change.new_name, "alter_column_type": change.column.name}.get(change.kind, old)
+    new = (change.new_name if change.kind == "rename_column"
+           else change.column.name if change.kind == "alter_column_type" else old)
     old_out = source.excludes_column(f"{change.table}.{old}")
     new_out = source.excludes_column(f"{change.table}.{new}")
     if not new_out:
