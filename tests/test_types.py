@@ -748,8 +748,9 @@ def test_validate_names_what_leaves_a_column_out(db, make_config):
 def test_exclude_columns_through_snapshot_and_stream(db, spark, make_config):
     """Excluded columns (a regex, as Debezium's column.exclude.list) are not read by the
     snapshot, not written by the stream, not in Delta and not in the schema history; the rest
-    of each row is; a column added later under an excluded name stays out, and a captured
-    column renamed to an excluded name is kept as a dropped one."""
+    of each row is; a column added later under an excluded name stays out, a captured column
+    renamed to an excluded name is kept as a dropped one, and a table created while streaming
+    is captured without its excluded columns."""
     from pipelines.control_store import ControlStore
     from pipelines.stream_engine import StreamEngine
 
@@ -759,7 +760,7 @@ def test_exclude_columns_through_snapshot_and_stream(db, spark, make_config):
                     "pt POINT)")
         cur.executemany("INSERT INTO people VALUES (%s, %s, %s, %s, ST_GeomFromText('POINT(1 1)'))",
                         [(i, f"n{i}", f"{i:03}-00-0000", f"note {i}") for i in range(1, 51)])
-    cfg = make_config(name, chunk_size=10, source={"exclude_columns": [rf"{name}\.people\.(ssn|secret_.*)"]})
+    cfg = make_config(name, chunk_size=10, source={"exclude_columns": [rf"{name}\.people2?\.(ssn|secret_.*)"]})
     snapshot(cfg, spark)
     uri = table_uri(cfg.sink.path, f"{name}.people")
     assert DeltaTable(uri).schema().to_arrow().names == ["id", "nick", "note", "pt", "_cdc_op", "_cdc_seq"]
@@ -774,7 +775,12 @@ def test_exclude_columns_through_snapshot_and_stream(db, spark, make_config):
         cur.execute("UPDATE people SET secret_pin = 1234, age = id WHERE id <= 30")
         cur.execute("ALTER TABLE people RENAME COLUMN note TO secret_note")
         cur.execute("UPDATE people SET secret_note = 'hidden', nick = 'x' WHERE id = 5")
+        cur.execute("CREATE TABLE people2 (id INT PRIMARY KEY, ssn CHAR(11), x INT)")  # captured from its creation
+        cur.execute("INSERT INTO people2 VALUES (1, '123-45-6789', 7)")
     StreamEngine(cfg, until_now=True).run()
+    assert DeltaTable(table_uri(cfg.sink.path, f"{name}.people2")).schema().to_arrow().names == [
+        "id", "x", "_cdc_op", "_cdc_seq"]
+    assert_equal(cfg, [f"{name}.people2"])
 
     delta = DeltaTable(uri)
     # note is kept as a dropped column would be under lenient (NULL in rows written later)
