@@ -7,8 +7,9 @@ and :func:`decode_values` on every row image (from ``cdc_core.binlog.fix_image``
 - Strings: the library decodes a CHAR/VARCHAR/TEXT value with the Python codec named
   like the column's character set, which is not the server's set (latin1 as cp1252 raises
   on five bytes, utf16 and utf32 decode little-endian, ucs2 and several others stay
-  bytes). ``prepare`` makes it return raw bytes; ``decode_values`` decodes them with the
-  collation of the table map (cdc_core/charsets.py), never raising.
+  bytes). ``prepare`` names instead a codec ``binlake_<charset>`` registered here, which
+  decodes with cdc_core/charsets.py (the server's tables, never raising); the charset is
+  the one of the table map's collation.
 - ENUM and SET: the library decodes the table map's member names as UTF-8 whatever their
   character set ('' when that fails). :func:`_member_bytes` keeps them as bytes and
   ``prepare`` decodes them with the column's collation; ``decode_values`` writes a SET
@@ -17,7 +18,9 @@ and :func:`decode_values` on every row image (from ``cdc_core.binlog.fix_image``
   4-byte character of a member as '?'.
 - MariaDB COMPRESSED columns (binlog types 140, 141) are unknown to the library, whose
   table-map parser then loses its place: :class:`_Column` reads their metadata as a BLOB /
-  VARCHAR's, and ``decode_values`` inflates their values (MariaDB's field_comp.cc format).
+  VARCHAR's, and their codec ``binlake_z_<charset>`` inflates the value first (MariaDB's
+  field_comp.cc format); a compressed binary value passes the codec as latin-1 text, which
+  ``decode_values`` turns back into bytes.
 - The old TIME format (MariaDB 5.3 / MySQL 5.5 tables, binlog type 11): the library reads
   its signed ±HHMMSS integer as unsigned, so negative times come out wrong. ``prepare``
   makes it read a signed 3-byte integer, which ``decode_values`` turns into the time.
@@ -27,6 +30,7 @@ Tested by tests/test_types.py (the type and charset matrices through both paths)
 
 from __future__ import annotations
 
+import codecs
 import datetime as dt
 import zlib
 
@@ -35,11 +39,11 @@ from pymysqlreplication import row_event as _row_event_module
 from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.row_event import TableMapEvent
 
-from cdc_core.charsets import decoder
+from cdc_core.charsets import charset_of, decoder
 
 BLOB_COMPRESSED, VARCHAR_COMPRESSED = 140, 141  # MariaDB's MYSQL_TYPE_*_COMPRESSED
 _STRING_TYPES = (FIELD_TYPE.VARCHAR, FIELD_TYPE.VAR_STRING, FIELD_TYPE.STRING, FIELD_TYPE.BLOB)
-_RAW = "binary"  # a character set name for which the library returns the bytes undecoded
+_CODEC = "binlake_"  # codecs binlake_<charset> and binlake_z_<charset> (compressed)
 
 
 class _Column(_column_module.Column):
@@ -73,43 +77,68 @@ def _member_bytes(self, length: int) -> list[list[bytes]]:
 TableMapEvent._read_type_values = _member_bytes
 
 
+def _codec(name: str) -> codecs.CodecInfo | None:
+    """The codec the library decodes a prepared string column with (see the module doc)."""
+    if not name.startswith(_CODEC):
+        return None
+    charset = name[len(_CODEC):]
+    compressed = charset.startswith("z_")
+    text = decoder(charset[2:] if compressed else charset)
+
+    def decode(data, errors: str = "strict") -> tuple[str, int]:
+        value = text(inflate(bytes(data)) if compressed else bytes(data))
+        return (value if isinstance(value, str) else value.decode("latin-1")), len(data)
+
+    return codecs.CodecInfo(None, decode, name=name)
+
+
+codecs.register(_codec)
+
+
 def prepare(event) -> None:
-    """Before ``event.rows`` is read: strings come back as bytes, ENUM/SET as member numbers
-    (see the module doc). Idempotent; the columns belong to the event's table map."""
+    """Before ``event.rows`` is read: string columns decode with binlake's codecs, ENUM/SET
+    member names with their character set, old TIME values read signed (see the module doc).
+    Idempotent; the columns belong to the event's table map."""
     decoders = []
     for col in event.columns:
-        if getattr(col, "binlake_prepared", False):
-            if col.binlake_decode is not None:
-                decoders.append((col.name, col.binlake_decode))
-            continue
-        col.binlake_decode = None
-        if col.type in _STRING_TYPES:
-            col.binlake_decode = _string_decoder(col.collation_name, col.compressed)
-            col.character_set_name = _RAW
+        if not getattr(col, "binlake_prepared", False):
+            col.binlake_decode = _prepare_column(col)
+            col.binlake_prepared = True
+        if col.binlake_decode is not None:
             decoders.append((col.name, col.binlake_decode))
-        elif col.type == FIELD_TYPE.ENUM and col.enum_values:
-            col.enum_values = ["", *_members(col, col.enum_values[1:])]
-        elif col.type == FIELD_TYPE.TIME:
-            col.type, col.unsigned = FIELD_TYPE.INT24, False
-            col.binlake_decode = _old_time
-            decoders.append((col.name, col.binlake_decode))
-        elif col.type == FIELD_TYPE.SET and col.set_values:
-            col.set_values = _members(col, col.set_values)
-            order = col.set_values
-            col.binlake_decode = lambda members, order=order: ",".join(m for m in order if m in members)
-            decoders.append((col.name, col.binlake_decode))
-        col.binlake_prepared = True
     event.binlake_decoders = decoders
 
 
+def _prepare_column(col):
+    """Set the library's decoding of one column up; returns the correction its values need after, if any."""
+    if col.type in _STRING_TYPES:
+        charset = charset_of(col.collation_name)
+        if charset != "binary" or col.compressed:
+            col.character_set_name = f"{_CODEC}{'z_' if col.compressed else ''}{charset}"
+        return _latin1_bytes if charset == "binary" and col.compressed else None
+    if col.type == FIELD_TYPE.ENUM and col.enum_values:
+        col.enum_values = ["", *_members(col, col.enum_values[1:])]
+    elif col.type == FIELD_TYPE.SET and col.set_values:
+        col.set_values = order = _members(col, col.set_values)
+        return lambda members: ",".join(m for m in order if m in members)
+    elif col.type == FIELD_TYPE.TIME:
+        col.type, col.unsigned = FIELD_TYPE.INT24, False
+        return _old_time
+    return None
+
+
 def decode_values(event, values: dict) -> dict:
-    """A row image's string values decoded (text columns) or kept as bytes (binary ones), its
-    SET values as text and old-format TIME values as times (see the module doc)."""
+    """A row image's SET values as text, old-format TIME values as times and compressed binary
+    values as bytes (see the module doc)."""
     for name, decode in event.binlake_decoders:
         v = values.get(name)
         if v is not None:
-            values[name] = decode(v.encode() if isinstance(v, str) else v)  # the empty value comes back as ''
+            values[name] = decode(v)
     return values
+
+
+def _latin1_bytes(v: str) -> bytes:
+    return v.encode("latin-1")
 
 
 def _old_time(hhmmss: int) -> dt.timedelta:
@@ -124,13 +153,6 @@ def _members(col, names: list[bytes]) -> list[str]:
 
 def _as_text(v: str | bytes) -> str:
     return v if isinstance(v, str) else v.decode("utf-8", "replace")  # members of a binary ENUM/SET
-
-def _string_decoder(collation: str | None, compressed: bool):
-    text = decoder(collation)
-    if not compressed:
-        return text
-    return lambda raw: text(inflate(raw))
-
 
 def inflate(stored: bytes) -> bytes:
     """A MariaDB COMPRESSED column's value: '' stays ''; a header byte with bit 7 clear

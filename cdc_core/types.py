@@ -293,8 +293,8 @@ def binlog_value(col: Column, v):
         return ",".join(m for m in col.members if m in v)
     if t in _SPATIAL_TYPES:
         return _geometry(v)
-    if t in _TEXT_FORM_SIZES:
-        return v if isinstance(v, str) else _text_form(t, v)
+    if t in _TEXT_FORM_SIZES:  # text from a text client; bytes, or '' when all were cut, from the binlog
+        return v if isinstance(v, str) and v else _text_form(t, v or b"")
     if t == "json" and not isinstance(v, (str, bytes)):
         return json.dumps(v)  # MySQL binary JSON decoded to Python objects
     if t in _STRING_TYPES and isinstance(v, bytes):  # undecoded text (the binlog readers decode it already)
