@@ -15,14 +15,21 @@ import uuid
 from decimal import Decimal
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable
 
 from cdc_core.binlog import read_changes
+from cdc_core.charset_tables import SINGLE_BYTE
+from cdc_core.charsets import _CODECS, decoder
+from cdc_core.config import ConfigError, parse_config
 from cdc_core.positions import master_position
 from cdc_core.source import connect, connection_settings
-from cdc_core.table_schema import describe_table
-from cdc_core.types import binlog_value, rows_to_arrow
+from cdc_core.table_schema import Column, TableSchema, describe_table
+from cdc_core.types import binlog_value, rows_to_arrow, unmappable
+from cdc_core.validate import check
+from pipelines.control_store import ControlStore
 from pipelines.delta_sink import table_uri
+from pipelines.stream_engine import StreamEngine
 from tests.helpers import assert_equal, snapshot
 
 UTC = dt.UTC
@@ -529,8 +536,6 @@ def _check_both_paths(name, spark, make_config, start, end):
 
 def test_type_matrix_through_the_stream(db, mariadb, spark, make_config):
     """The stream (reader process → MERGE) writes every type exactly as the snapshot does."""
-    from pipelines.stream_engine import StreamEngine
-
     name, conn = db
     server_zone = _create_types_table(conn)
     streamed = make_config(name, chunk_size=2)
@@ -614,9 +619,6 @@ def test_charsets_snapshot_equals_binlog(db, spark, make_config):
 
 def test_text_decoding_never_raises():
     """Bytes that are not valid in a column's character set become '?' per byte, never an error."""
-    from cdc_core.charset_tables import SINGLE_BYTE
-    from cdc_core.charsets import _CODECS, decoder
-
     garbage = bytes([0xFF, 0xFE, 0x80, 0x81, 0xE2, 0x82, 0x00, 0xF0, 0x9F])
     for charset in [*SINGLE_BYTE, *_CODECS]:
         assert isinstance(decoder(f"{charset}_general_ci")(garbage), str), charset
@@ -723,10 +725,6 @@ def test_validate_names_what_leaves_a_column_out(db, make_config):
     """validate: an excluded key column, and a column whose rows the binlog decoder cannot
     read (MariaDB 5.3's fractional DATETIME), each one line saying what to change; a type
     binlake does not know names source.exclude_columns with the column's regex."""
-    from cdc_core.table_schema import Column, TableSchema
-    from cdc_core.types import unmappable
-    from cdc_core.validate import check
-
     name, conn = db
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE people (id INT PRIMARY KEY, ssn CHAR(11))")
@@ -758,9 +756,6 @@ def test_exclude_columns_through_snapshot_and_stream(db, spark, make_config):
     of each row is; a column added later under an excluded name stays out, a captured column
     renamed to an excluded name is kept as a dropped one, and a table created while streaming
     is captured without its excluded columns."""
-    from pipelines.control_store import ControlStore
-    from pipelines.stream_engine import StreamEngine
-
     name, conn = db
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE people (id INT PRIMARY KEY, nick VARCHAR(20), ssn CHAR(11), note TEXT, "
@@ -804,8 +799,6 @@ def test_exclude_columns_through_snapshot_and_stream(db, spark, make_config):
 def test_uuid_and_inet6_primary_keys(db, spark, make_config):
     """Tables keyed by UUID (version 1 values, which MariaDB stores byte-swapped, and version 4)
     and by INET6 are split into chunks on the server's order, snapshotted, and streamed by key."""
-    from pipelines.stream_engine import StreamEngine
-
     name, conn = db
     rng = random.Random(3)
     with conn.cursor() as cur:
@@ -826,3 +819,15 @@ def test_uuid_and_inet6_primary_keys(db, spark, make_config):
         cur.execute("UPDATE i SET v = -v")
     StreamEngine(cfg, until_now=True).run()
     assert_equal(cfg, [f"{name}.u", f"{name}.i"])
+
+
+def test_exclude_columns_config():
+    """source.exclude_columns is a list of regexes over "db.table.column", matched in full;
+    one that does not compile is an error naming the key."""
+    raw = {"pipeline": {"name": "p"}, "source": {"user": "u", "tables": [r"shop\..*"]}}
+    cfg = parse_config({**raw, "source": {**raw["source"], "exclude_columns": [r"shop\.c\.(ssn|card_.*)"]}})
+    assert cfg.source.excludes_column("shop.c.ssn") and cfg.source.excludes_column("shop.c.card_no")
+    assert not cfg.source.excludes_column("shop.c.ssn2") and not cfg.source.excludes_column("xshop.c.ssn")
+    assert parse_config(raw).source.exclude_columns == []
+    with pytest.raises(ConfigError, match=r"source\.exclude_columns.*invalid regex"):
+        parse_config({**raw, "source": {**raw["source"], "exclude_columns": ["shop.c.(ssn"]}})
