@@ -2,8 +2,8 @@
 to utf8mb4 (what the snapshot's reader receives), for the binlog path, which carries
 each string in its column's own character set.
 
-Invariants (tests/test_types.py: test_single_byte_charsets_match_the_server,
-test_charsets_snapshot_equals_binlog):
+Invariants (tests/test_types.py: test_charsets_snapshot_equals_binlog, which passes every
+byte of every single-byte set through both paths, and test_text_decoding_never_raises):
 - Every single-byte character set decodes through a 256-entry table read from the server
   (``cdc_core/charset_tables.py``, regenerated with ``python -m cdc_core.charsets``): the
   same text the server's conversion gives, byte for byte ('?' for a byte the set leaves
@@ -14,7 +14,7 @@ test_charsets_snapshot_equals_binlog):
   few vendor and user-defined codes differ, see docs/type-mapping.md).
 - Decoding never raises: a byte sequence that is not valid in the column's set becomes
   one '?' per byte, as the server's own conversion does.
-- ``binary`` (and no known set) leaves bytes as bytes; an unknown set name decodes as utf-8.
+- ``binary`` leaves bytes as bytes; a set name binlake does not know decodes as utf-8.
 """
 
 from __future__ import annotations

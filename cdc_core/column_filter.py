@@ -7,7 +7,7 @@ matches row values to the schema by column name, so a column missing from the ca
 schema is dropped from every row image.
 
 Invariants (tests/test_types.py: test_exclude_columns_through_snapshot_and_stream,
-test_validate_names_exclude_columns):
+test_validate_names_what_leaves_a_column_out, test_exclude_columns_config):
 - An excluded column is not in the snapshot's SELECT, not converted from the binlog, not
   in the Delta table and not in the schema history.
 - What :func:`captured_schema` returns can be mapped: a primary-key column or a table's
