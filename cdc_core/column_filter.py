@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import TYPE_CHECKING
 
 from cdc_core.config import SourceConfig
-from cdc_core.schema_change import SchemaChange
 from cdc_core.table_schema import TableSchema
 from cdc_core.types import unmappable
+
+if TYPE_CHECKING:  # not imported at run time: validate need not load the DDL parser
+    from cdc_core.schema_change import SchemaChange
 
 log = logging.getLogger(__name__)
 
@@ -83,4 +86,4 @@ def captured_change(change: SchemaChange, source: SourceConfig) -> SchemaChange 
         return change
     if old_out or change.kind in ("add_column", "drop_column"):
         return None
-    return SchemaChange("drop_column", change.table, name=old)
+    return dataclasses.replace(change, kind="drop_column", name=old, new_name=None, column=None, after=None)
