@@ -57,7 +57,6 @@ class UnsupportedType(ValueError):
 
     def __init__(self, column: str, message: str, excludable: bool = True):
         super().__init__(f"column {column!r} {message}")
-        self.column = column
         self.excludable = excludable
 
 
