@@ -16,6 +16,11 @@ Invariants (tests/test_binlog_decoder.py, tests/test_types.py):
   history (cdc_core/schema_history.py).
 - A layout is reported once per change: the decoder hands out a new ``TableLayout``
   only when a table's table map differs from the last one it reported for that table.
+- Values are decoded as the server stores them (character sets, ENUM/SET members,
+  MariaDB compressed columns, old-format TIME): cdc_core/binlog_columns.py corrects the
+  library around it, prepared on each event before its rows are read.
+- Columns ``keep`` rejects (``source.exclude_columns``) are in neither the layout nor the
+  value tuples.
 - ``read_changes`` stops at the first event whose end position is at or past ``end``;
   as ``end`` is itself a transaction boundary, no transaction is cut in half.
 """
@@ -24,7 +29,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from pymysqlreplication import BinLogStreamReader
@@ -32,6 +37,7 @@ from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 from pymysqlreplication.event import QueryEvent, RotateEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from cdc_core import binlog_columns
 from cdc_core.events import Op, Statement, TableLayout
 from cdc_core.positions import BinlogPosition
 from cdc_core.source import ConnectionSettings
@@ -74,7 +80,7 @@ def _quoted(members) -> str:
 def table_map_column(col) -> Column:
     """A python-mysql-replication table-map column as ``describe_table`` would describe it.
     Nullability is not in the table map's column list: columns are reported nullable."""
-    t = col.type
+    t = getattr(col, "binlake_type", col.type)  # as the table map declares it (binlog_columns may re-type)
     binary = getattr(col, "collation_name", None) == "binary"
     collation = None if binary else getattr(col, "collation_name", None)
     if t in _INTS:
@@ -120,11 +126,13 @@ def table_map_column(col) -> Column:
     return Column(col.name, f"binlog type {t}", f"binlog type {t}")
 
 
-def layout_schema(table) -> TableSchema:
-    """The schema a python-mysql-replication table map (``Table``) describes."""
-    columns = tuple(table_map_column(c) for c in table.columns)
-    pk = tuple(c.name for c in table.columns if c.is_primary)
-    return TableSchema(table.schema, table.table, columns, pk)
+def layout_schema(table, keep: Callable[[str, str], bool] | None = None) -> TableSchema:
+    """The schema a python-mysql-replication table map (``Table``) describes, without the
+    columns ``keep("db.table", column)`` rejects."""
+    name = f"{table.schema}.{table.table}"
+    kept = [c for c in table.columns if keep is None or keep(name, c.name)]
+    pk = tuple(c.name for c in kept if c.is_primary)
+    return TableSchema(table.schema, table.table, tuple(table_map_column(c) for c in kept), pk)
 
 
 # --- row events → value tuples -----------------------------------------------------------------
@@ -160,9 +168,11 @@ class _Decoding:
 
 
 class RowDecoder:
-    """Decodes row events into value tuples and reports each table's layout once per change."""
+    """Decodes row events into value tuples and reports each table's layout once per change;
+    ``keep("db.table", column)`` says which columns are captured (all when None)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: Callable[[str, str], bool] | None = None) -> None:
+        self._keep = keep
         self._by_map: dict[tuple, _Decoding] = {}  # (table id, column names) -> decoding
         self._last: dict[str, TableLayout] = {}  # "db.table" -> the layout last reported
         self._next_id = 0
@@ -173,28 +183,31 @@ class RowDecoder:
 
     def decoding(self, event) -> tuple[_Decoding, bool]:
         """The decoding of ``event``'s table map, and whether its layout is new for the table."""
+        binlog_columns.prepare(event)
         table = event.table_map[event.table_id]
         key = (event.table_id, tuple(c.name for c in table.columns))
         hit = self._by_map.get(key)
         if hit is not None:
             return hit, False
-        schema = layout_schema(table)
+        schema = layout_schema(table, self._keep)
         last = self._last.get(schema.qualified_name)
         new = last is None or last.schema != schema
         if new:
             self._next_id += 1
             last = self._last[schema.qualified_name] = TableLayout(self._next_id, schema)
-        names = tuple(c.name for c in table.columns)
-        fixes = tuple((_FIXES[c.type], c.name) for c in table.columns if c.type in _FIXES)
+        names = tuple(c.name for c in schema.columns)
+        fixes = tuple((_FIXES[c.type], c.name) for c in table.columns if c.type in _FIXES and c.name in names)
         d = self._by_map[key] = _Decoding(last, names, fixes)
         return d, new
 
     @staticmethod
     def rows(event, d: _Decoding) -> list:
-        """The event's rows as value tuples in layout order (updates: (before, after) pairs)."""
+        """The event's rows as value tuples in layout order (updates: (before, after) pairs);
+        :meth:`decoding` prepared the event."""
         names, fixes = d.names, d.fixes
 
         def image(values: dict, none_sources: dict) -> tuple:
+            binlog_columns.decode_values(event, values)
             for fix, name in fixes:
                 fix(values, none_sources, name)
             return tuple(values[n] for n in names)

@@ -26,6 +26,11 @@ def captures(tables: list[str] | tuple[str, ...], exclude: list[str] | tuple[str
         re.fullmatch(p, qualified_name) for p in exclude)
 
 
+def excludes_column(exclude_columns: list[str] | tuple[str, ...], qualified_column: str) -> bool:
+    """Whether ``db.table.column`` matches an ``exclude_columns`` regex."""
+    return any(re.fullmatch(p, qualified_column) for p in exclude_columns)
+
+
 class ConfigError(BadInput, ValueError):
     """A configuration problem; the message names the key and never holds a secret."""
 
@@ -65,10 +70,13 @@ class SourceConfig(_Strict):
     server_time_zone: str = "UTC"
     tables: list[str]
     exclude_tables: list[str] = []
+    # Regexes over "db.table.column" (full match), as Debezium's column.exclude.list: left out of
+    # the snapshot, the stream, Delta and the schema history (cdc_core/column_filter.py).
+    exclude_columns: list[str] = []
     startup: StartupConfig = StartupConfig()
     snapshot: SnapshotConfig = SnapshotConfig()
 
-    @field_validator("tables", "exclude_tables")
+    @field_validator("tables", "exclude_tables", "exclude_columns")
     @classmethod
     def _regexes_compile(cls, patterns: list[str]) -> list[str]:
         for p in patterns:
@@ -81,6 +89,10 @@ class SourceConfig(_Strict):
     def captures(self, qualified_name: str) -> bool:
         """Whether ``db.table`` is captured: matches ``tables`` and no ``exclude_tables``."""
         return captures(self.tables, self.exclude_tables, qualified_name)
+
+    def excludes_column(self, qualified_column: str) -> bool:
+        """Whether ``db.table.column`` matches an ``exclude_columns`` regex."""
+        return excludes_column(self.exclude_columns, qualified_column)
 
 
 class SinkConfig(_Strict):

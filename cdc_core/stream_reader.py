@@ -33,7 +33,7 @@ import pymysql
 from pymysqlreplication.event import HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
 
 from cdc_core.binlog import OPS, ROW_EVENTS, RowDecoder, is_transaction_statement, open_binlog, statement_text
-from cdc_core.config import captures
+from cdc_core.config import captures, excludes_column
 from cdc_core.errors import is_transient
 from cdc_core.events import (
     Heartbeat,
@@ -70,6 +70,7 @@ class ReaderSpec:
     until: BinlogPosition | None
     tables: tuple[str, ...]  # capture regexes over "db.table" (source.tables)
     exclude: tuple[str, ...]  # source.exclude_tables
+    exclude_columns: tuple[str, ...] = ()  # source.exclude_columns
     report_as: str = "binlake"
 
 
@@ -209,7 +210,7 @@ def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
         only_schemas=capture.only_schemas,
         only_tables=capture.only_tables,
     )
-    decoder = RowDecoder()
+    decoder = RowDecoder(lambda table, column: not excludes_column(spec.exclude_columns, f"{table}.{column}"))
     skip, until = spec.skip_through, spec.until
     gtid = None
     try:

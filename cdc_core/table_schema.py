@@ -25,7 +25,7 @@ class Column:
 
     @property
     def unsigned(self) -> bool:
-        return "unsigned" in self.column_type
+        return "unsigned" in self.column_type or "zerofill" in self.column_type  # ZEROFILL implies UNSIGNED
 
     @property
     def members(self) -> tuple[str, ...]:

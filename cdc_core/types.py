@@ -1,21 +1,29 @@
 """MySQL → Arrow/Delta type mapping, shared by the snapshot and binlog paths.
 
-Invariant: for every supported type, a value read by the snapshot path (SQL
-expression from :func:`select_expr`, Arrow column fixed by
-:func:`snapshot_array`) equals the value the binlog path produces
-(:func:`binlog_value` on python-mysql-replication's decoded value, then
-:func:`rows_to_arrow`). docs/type-mapping.md documents the mapping.
+Invariants (tests/test_types.py):
+- For every supported type, a value read by the snapshot path (SQL expression from
+  :func:`select_expr`, Arrow column fixed by :func:`snapshot_array`) equals the value
+  the binlog path produces (python-mysql-replication with cdc_core/binlog_columns.py's
+  corrections, then :func:`binlog_value` and :func:`rows_to_arrow`), and the value a
+  text client reads with :func:`text_select_expr` brought through :func:`binlog_value`.
+- A column binlake cannot map raises :class:`UnsupportedType` from :func:`arrow_type`;
+  :func:`unmappable` words it for the user, naming what leaves it out.
+docs/type-mapping.md documents the mapping.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import re
+import struct
+import uuid
 from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cdc_core.charsets import decoder
 from cdc_core.errors import BadInput
 from cdc_core.table_schema import Column, TableSchema, quote_ident
 
@@ -33,10 +41,24 @@ _INT_TYPES = {
 }
 _STRING_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"}
 _BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+# MySQL 8 names GEOMETRYCOLLECTION's data type "geomcollection".
+_SPATIAL_TYPES = {"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
+                  "geometrycollection", "geomcollection"}
+# MariaDB's fixed-size binary types shown as text: their size in the binlog row image, where
+# trailing zero bytes are cut (as for BINARY(n)).
+_TEXT_FORM_SIZES = {"inet4": 4, "inet6": 16, "uuid": 16}
+# A spatial value: its WKB and its SRID (Debezium's io.debezium.data.geometry.Geometry).
+GEOMETRY = pa.struct([pa.field("wkb", pa.binary()), pa.field("srid", pa.int64())])
 
 
 class UnsupportedType(BadInput, ValueError):
-    """A column type binlake cannot map exactly."""
+    """A column type binlake cannot map exactly. ``excludable``: leaving the column out
+    (source.exclude_columns) is enough; otherwise its rows cannot even be decoded from the
+    binlog and the table has to be left out (or the column converted)."""
+
+    def __init__(self, column: str, message: str, excludable: bool = True):
+        super().__init__(f"column {column!r} {message}")
+        self.excludable = excludable
 
 
 def _big_decimal(col: Column) -> bool:
@@ -46,6 +68,11 @@ def _big_decimal(col: Column) -> bool:
 def arrow_type(col: Column) -> pa.DataType:
     """The Arrow type (and so the Delta type) a column is stored as."""
     t = col.data_type
+    if "mariadb-5.3" in col.column_type and (col.datetime_precision or 0) > 0:
+        # MariaDB 5.3's fractional temporal format: logged without the metadata that gives its
+        # size, so the binlog decoder cannot find where the next column starts.
+        raise UnsupportedType(col.name, f"has type {col.column_type}, MariaDB 5.3's storage format of fractional "
+                              "temporal values, which the binlog decoder cannot read", excludable=False)
     if t in _INT_TYPES:
         return _INT_TYPES[t][col.unsigned]
     if t == "decimal":
@@ -72,7 +99,29 @@ def arrow_type(col: Column) -> pa.DataType:
         return pa.string()
     if t in _BINARY_TYPES:
         return pa.binary()
-    raise UnsupportedType(f"column {col.name!r} has type {col.column_type}, which binlake does not map")
+    if t in _SPATIAL_TYPES:
+        return GEOMETRY
+    if t in _TEXT_FORM_SIZES:
+        return pa.string()
+    raise UnsupportedType(col.name, f"has type {col.column_type}, which binlake does not map")
+
+
+def unmappable(schema: TableSchema) -> list[str]:
+    """One line per column of ``schema`` binlake cannot map, saying how to leave it out."""
+    out = []
+    for col in schema.columns:
+        try:
+            arrow_type(col)
+        except UnsupportedType as e:
+            if e.excludable:
+                fix = (f"add '{re.escape(f'{schema.qualified_name}.{col.name}')}' to source.exclude_columns "
+                       "to leave it out")
+            else:
+                fix = (f"convert it (ALTER TABLE {quote_ident(schema.database)}.{quote_ident(schema.table)} FORCE "
+                       f"rewrites it in the current format) or add '{re.escape(schema.qualified_name)}' to "
+                       "source.exclude_tables")
+            out.append(f"{schema.qualified_name}: {e}; {fix}")
+    return out
 
 
 def arrow_schema(schema: TableSchema) -> pa.Schema:
@@ -90,6 +139,10 @@ def select_expr(col: Column) -> str:
     t = col.data_type
     if t == "decimal":
         expr = f"CAST({q} AS CHAR)"
+    elif t in _SPATIAL_TYPES:
+        expr = f"CAST({q} AS BINARY)"  # the stored SRID and WKB, as the binlog carries them
+    elif _is_year2(col):
+        expr = f"YEAR({q})"
     elif t in ("date", "datetime"):
         # Zero and other impossible dates ('0000-00-00', '2020-00-15') are NULL, as the binlog
         # decoder gives them (and the bulk reader panics on them).
@@ -110,6 +163,18 @@ def select_expr(col: Column) -> str:
     return f"{expr} AS {q}"
 
 
+def text_select_expr(col: Column) -> str:
+    """SQL expression a text client (pymysql) reads a column with, so that :func:`binlog_value`
+    gives its canonical value (verification: pipelines/reconcile.py)."""
+    q = quote_ident(col.name)
+    return f"YEAR({q}) AS {q}" if _is_year2(col) else q
+
+
+def _is_year2(col: Column) -> bool:
+    """YEAR(2): shown as two digits (1969 and 2069 both as 69), stored as the full year."""
+    return col.data_type == "year" and col.column_type.startswith("year(2)")
+
+
 def snapshot_array(col: Column, arr: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
     """Turn the bulk reader's column for ``select_expr(col)`` into the canonical Arrow type."""
     target = arrow_type(col)
@@ -121,6 +186,12 @@ def snapshot_array(col: Column, arr: pa.Array | pa.ChunkedArray) -> pa.ChunkedAr
         return pc.cast(pc.cast(arr, pa.int64()), target)
     if t == "datetime":
         return pc.cast(arr, target)
+    if t in _SPATIAL_TYPES:
+        return pa.array([_geometry(v) for v in arr.to_pylist()], type=target)
+    if t == "year":
+        arr = pc.if_else(pc.equal(arr, 1900), 0, arr)  # YEAR(2)'s zero year, read with YEAR()
+    if _big_decimal(col) and "zerofill" in col.column_type:
+        return pa.array([None if v is None else _plain_decimal(v) for v in arr.to_pylist()], type=target)
     if pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type):
         arr = pc.cast(arr, pa.binary() if pa.types.is_large_binary(arr.type) else pa.string())
     if t == "binary" and col.char_length:
@@ -145,14 +216,62 @@ def _bit_value(col: Column, v: int | str | bytes | None):
     return int(v).to_bytes(((col.precision or 1) + 7) // 8, "big")
 
 
+def _plain_decimal(v) -> str:
+    """A decimal as plain text without exponent or ZEROFILL's leading zeros."""
+    return format(Decimal(v), "f")
+
+
+def _geometry(v: bytes | None) -> dict | None:
+    """A stored spatial value (4-byte little-endian SRID, then WKB) as {wkb, srid}."""
+    return None if v is None else {"wkb": v[4:], "srid": struct.unpack_from("<I", v)[0]}
+
+
+def _inet6_text(b: bytes) -> str:
+    """An IPv6 address as MariaDB's INET6 prints it (sql_type_inet.cc: lower-case hex without
+    leading zeros, the first longest run of zero words, even a single one, as '::', and the
+    IPv4-compatible ::a.b.c.d and IPv4-mapped ::ffff:a.b.c.d forms)."""
+    words = struct.unpack(">8H", b)
+    gap_pos, gap_len, run_pos, run_len = -1, -1, -1, -1
+    for i, w in enumerate((*words, 1)):  # a sentinel word ends a run at the end
+        if w == 0:
+            run_pos, run_len = (run_pos, run_len + 1) if run_pos >= 0 else (i, 1)
+        elif run_pos >= 0:
+            if run_len > gap_len:
+                gap_pos, gap_len = run_pos, run_len
+            run_pos, run_len = -1, -1
+    out, i = [], 0
+    while i < 8:
+        if i == gap_pos:
+            out.append("::" if i == 0 else ":")
+            i += gap_len
+        elif i == 6 and gap_pos == 0 and (gap_len == 6 or gap_len == 5 and words[5] == 0xFFFF):
+            out.append(".".join(str(x) for x in b[12:]))
+            break
+        else:
+            out.append(f"{words[i]:x}" + (":" if i < 7 else ""))
+            i += 1
+    return "".join(out)
+
+
+def _text_form(t: str, v: bytes) -> str:
+    """INET4, INET6 and UUID text, as the server prints them, from their binlog bytes."""
+    b = v.ljust(_TEXT_FORM_SIZES[t], b"\x00")  # the binlog cuts trailing zero bytes
+    if t == "inet4":
+        return ".".join(str(x) for x in b)
+    if t == "inet6":
+        return _inet6_text(b)
+    return str(uuid.UUID(bytes=b))  # the binlog holds the RFC 4122 byte order, not the swapped stored one
+
+
 def binlog_value(col: Column, v):
-    """Canonical Python value for a value decoded from a binlog row image."""
+    """Canonical Python value for a value decoded from a binlog row image (with
+    cdc_core/binlog_columns.py's corrections) or read by a text client."""
     if v is None:
         return None
     t = col.data_type
     if t == "decimal":
         if _big_decimal(col):
-            return format(Decimal(v), "f")
+            return _plain_decimal(v)
         return Decimal(v)
     if t == "bigint" and col.unsigned:
         return Decimal(v)
@@ -170,13 +289,16 @@ def binlog_value(col: Column, v):
         return 0 if v == 1900 else v  # the binlog stores YEAR 0000 as 0 and the decoder adds 1900
     if t == "bit":
         return _bit_value(col, v)
-    if t == "set":
-        members = set(v) if not isinstance(v, str) else set(v.split(",")) - {""}
-        return ",".join(m for m in col.members if m in members)
+    if t == "set" and not isinstance(v, str):  # member names without order: definition order
+        return ",".join(m for m in col.members if m in v)
+    if t in _SPATIAL_TYPES:
+        return _geometry(v)
+    if t in _TEXT_FORM_SIZES:  # text from a text client; bytes, or '' when all were cut, from the binlog
+        return v if isinstance(v, str) and v else _text_form(t, v or b"")
     if t == "json" and not isinstance(v, (str, bytes)):
         return json.dumps(v)  # MySQL binary JSON decoded to Python objects
-    if t in _STRING_TYPES and isinstance(v, bytes):
-        return v.decode("utf-8")
+    if t in _STRING_TYPES and isinstance(v, bytes):  # undecoded text (the binlog readers decode it already)
+        return decoder(col.collation)(v)
     if t in _BINARY_TYPES and isinstance(v, str):  # the decoder gives an empty binary value as ''
         v = v.encode("utf-8", "surrogateescape")
     if t == "binary":

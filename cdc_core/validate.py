@@ -1,6 +1,7 @@
 """Prerequisite checks for ``binlake validate``: connectivity, privileges, binlog
-settings, that every captured table exists and can be chunked, and that routed tables
-can share their sinks (same key columns, compatible column types)."""
+settings, that every captured table exists, can be mapped (cdc_core/column_filter.py:
+excluded key columns, column types) and chunked, and that routed tables can share their
+sinks (same key columns, compatible column types)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import re
 import pymysql
 
 from cdc_core.chunking import ChunkKeyError, chunk_key
+from cdc_core.column_filter import NotCapturable, captured_schema
 from cdc_core.config import BinlakeConfig
 from cdc_core.routes import Router
 from cdc_core.source import captured_tables, connect, connection_settings
 from cdc_core.table_schema import describe_table
-from cdc_core.types import UnsupportedType, arrow_type
 
 REQUIRED_SETTINGS = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL", "binlog_row_metadata": "FULL"}
 REQUIRED_PRIVILEGES = ("SELECT", "REPLICATION SLAVE", "REPLICATION CLIENT")
@@ -73,16 +74,15 @@ def _tables(cfg: BinlakeConfig, cur) -> list[str]:
     out = []
     schemas = {}
     for name in names:
-        schema = schemas[name] = describe_table(cur, *name.split(".", 1))
+        try:
+            schema = schemas[name] = captured_schema(describe_table(cur, *name.split(".", 1)), cfg.source)
+        except NotCapturable as e:
+            out += e.problems
+            continue
         try:
             chunk_key(schema, cfg.source.snapshot.chunk_key_columns)
         except ChunkKeyError as e:
             out.append(str(e))
-        for col in schema.columns:
-            try:
-                arrow_type(col)
-            except UnsupportedType as e:
-                out.append(f"{name}: {e}")
     for configured in cfg.source.snapshot.chunk_key_columns:
         if configured not in names:
             out.append(f"source.snapshot.chunk_key_columns: {configured!r} is not a captured table")

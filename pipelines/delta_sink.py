@@ -79,6 +79,8 @@ def file_stats(table: pa.Table) -> str:
     """Delta add-action statistics: row count, null counts, min/max of integer columns."""
     stats: dict = {"numRecords": table.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
     for name, col in zip(table.column_names, table.columns):
+        if pa.types.is_nested(col.type):
+            continue  # a struct's statistics are per field (spatial columns): none rather than a wrong shape
         stats["nullCount"][name] = col.null_count
         if pa.types.is_integer(col.type) and table.num_rows > col.null_count:
             mm = pc.min_max(col)

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 
 from deltalake import DeltaTable
 
+from cdc_core.column_filter import without_excluded
 from cdc_core.config import BinlakeConfig
 from cdc_core.routes import Router
 from cdc_core.table_schema import TableSchema, describe_table, quote_ident
-from cdc_core.types import binlog_value
+from cdc_core.types import binlog_value, text_select_expr
 from pipelines.delta_sink import source_filter, table_uri
 from pipelines.schema_applier import delta_name
 
@@ -51,7 +52,7 @@ def canonical_value(col, v):
 
 def mysql_rows(cursor, schema: TableSchema) -> list[tuple]:
     """All rows of the source table in canonical form (session time zone must be UTC)."""
-    cols = ", ".join(quote_ident(c.name) for c in schema.columns)
+    cols = ", ".join(text_select_expr(c) for c in schema.columns)
     cursor.execute(f"SELECT {cols} FROM {quote_ident(schema.database)}.{quote_ident(schema.table)}")
     return [tuple(canonical_value(c, v) for c, v in zip(schema.columns, row)) for row in cursor.fetchall()]
 
@@ -97,5 +98,5 @@ def compare(cursor, schema: TableSchema, uri: str, source: str | None = None) ->
 def compare_table(cursor, cfg: BinlakeConfig, name: str) -> TableDiff:
     """Compare captured table ``name`` ("db.table") with its Delta table, following routes."""
     router = Router(cfg.routes)
-    schema = describe_table(cursor, *name.split(".", 1))
+    schema = without_excluded(describe_table(cursor, *name.split(".", 1)), cfg.source)  # types: captured columns
     return compare(cursor, schema, table_uri(cfg.sink.path, router.sink(name)), name if router.routed(name) else None)

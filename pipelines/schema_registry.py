@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from deltalake import DeltaTable
 
+from cdc_core.column_filter import captured_change
 from cdc_core.config import BinlakeConfig
 from cdc_core.offsets import StreamOffset
 from cdc_core.positions import BinlogPosition
@@ -126,9 +127,13 @@ def apply_pending(cfg: BinlakeConfig, pending: PendingChange, *, store: ControlS
         result = ApplyResult(f"already in Delta (the table's offset is past {p})", skipped=True)
         record(Status.APPLIED, result.action)
         return result
+    change = captured_change(pending.change(), cfg.source)  # types: as it concerns the captured columns
+    if change is None:
+        result = ApplyResult("concerns excluded columns only (source.exclude_columns)", skipped=True)
+        record("skipped", result.action)
+        return result
     try:
-        result = apply_schema_change(table, pending.change(), cfg.pipeline.schema_change_behavior, props,
-                                     source=source)
+        result = apply_schema_change(table, change, cfg.pipeline.schema_change_behavior, props, source=source)
     except SchemaChangeRejected as e:
         record(Status.FAILED, str(e))
         raise SchemaChangeRejected(f"{e} (DDL at {p}: {pending.ddl})") from None

@@ -35,6 +35,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from cdc_core.binlog import read_statements
 from cdc_core.chunk_reader import ChunkReader, output_schema
 from cdc_core.chunking import INTEGER_TYPES, Chunk, chunk_key, plan_chunks
+from cdc_core.column_filter import captured_schema
 from cdc_core.config import BinlakeConfig
 from cdc_core.errors import TerminalError
 from cdc_core.positions import BinlogPosition, master_position
@@ -235,7 +236,9 @@ class SnapshotJob:
         # A routed sink is shaped by all its sources, also those outside an `only` subset.
         sinks = {self.router.sink(n) for n in names}
         routed = [n for n in captured if self.router.routed(n) and self.router.sink(n) in sinks]
-        schemas = describe_tables(cur, sorted({*names, *routed}))
+        # What is captured of each table (source.exclude_columns; NotCapturable if it cannot be).
+        schemas = {n: captured_schema(schema, self.cfg.source)
+                   for n, schema in describe_tables(cur, sorted({*names, *routed})).items()}
         self.router.check(schemas)
         names = [n for n in names if n in schemas]  # a table dropped since it was listed is not read
         plans = self.store.load_plans()
@@ -319,7 +322,7 @@ class SnapshotJob:
         dt_ = tables[sink]
         at = master_position(cur)
         try:
-            schema = describe_table(cur, *name.split(".", 1))
+            schema = captured_schema(describe_table(cur, *name.split(".", 1)), self.cfg.source)
         except LookupError:
             log.warning("snapshot: %s was dropped while it was being read; the stream records its drop", name)
             return

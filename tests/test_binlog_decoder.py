@@ -49,7 +49,8 @@ def test_table_map_describes_every_type_as_information_schema(db, make_config):
     assert [c.name for c in layout.schema.columns] == [c.name for c in declared.columns]
     for mine, theirs in zip(layout.schema.columns, declared.columns):
         assert storage_class(mine) == storage_class(theirs), mine.name
-        if theirs.data_type not in ("json",):  # MariaDB's JSON is LONGTEXT in the binlog
+        # MariaDB's JSON is LONGTEXT in the binlog, INET4/INET6/UUID are BINARY: the history refines them.
+        if theirs.data_type not in ("json", "inet4", "inet6", "uuid"):
             assert arrow_type(mine) == arrow_type(theirs), mine.name
 
 

@@ -22,7 +22,6 @@ import time
 import connectorx as cx
 import pyarrow as pa
 import pytest
-from pipelines.stream import StreamEngine
 
 from cdc_core.binlog import read_changes
 from cdc_core.chunk_reader import ChunkReader
@@ -34,6 +33,7 @@ from cdc_core.positions import master_position
 from cdc_core.source import connect, connection_settings
 from cdc_core.table_schema import describe_table
 from cdc_core.types import binlog_value
+from pipelines.stream import StreamEngine
 from tests.helpers import assert_equal, replay_handoff, snapshot
 
 ADVERSARIAL = (

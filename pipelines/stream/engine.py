@@ -135,7 +135,8 @@ class StreamEngine:
         self.until = plan.until
         self.reader = ReaderProcess(ReaderSpec(
             self.conn, self.cfg.source.server_id, plan.start, plan.applied, plan.until, tuple(self.cfg.source.tables),
-            tuple(self.cfg.source.exclude_tables), report_as=f"binlake:{self.cfg.pipeline.name}"))
+            tuple(self.cfg.source.exclude_tables), tuple(self.cfg.source.exclude_columns),
+            report_as=f"binlake:{self.cfg.pipeline.name}"))
         s.summary.start = plan.start
         history = self.store.schema_history()
         self.recorder = HistoryRecorder(self.store, history)

@@ -35,6 +35,7 @@ from datetime import UTC, datetime, timedelta
 from deltalake import write_deltalake
 
 from cdc_core.chunk_reader import output_schema
+from cdc_core.column_filter import NotCapturable, captured_change, captured_schema
 from cdc_core.config import BinlakeConfig
 from cdc_core.errors import BinlakeError, TerminalError, is_transient
 from cdc_core.events import Statement, TableLayout
@@ -176,7 +177,8 @@ class SchemaChanges:
         if c.kind in ("drop_table", "rename_table"):
             self._leave(c, index, st)
             return
-        if t is None or not t.streamed:
+        c = captured_change(c, self.cfg.source)  # changes of excluded columns are not captured
+        if c is None or t is None or not t.streamed:
             return
         if t.schema is None:
             self.recorder.entry(name, p, index, c.kind, Status.RECORDED, ddl=st.sql, description=c.describe(),
@@ -214,10 +216,13 @@ class SchemaChanges:
             schema = (like.schema if like is not None and like.schema is not None else self.describe(c.like))
             schema = schema.renamed(name)
         if not schema.primary_key:
-            s.undecided.discard(name)
-            s.tables[name] = TableState(name, streamed=False)
-            self.recorder.entry(name, p, index, c.kind, Status.RECORDED, ddl=st.sql, description=c.describe(),
-                                detail="no primary key: not streamed")
+            self._not_streamed(c, index, st, "no primary key: not streamed")
+            return
+        try:  # what is captured of the new table (source.exclude_columns, mappable types)
+            schema = captured_schema(schema, self.cfg.source)
+        except NotCapturable as e:
+            log.error("%s is not streamed: %s", name, e)
+            self._not_streamed(c, index, st, f"not streamed: {e}")
             return
         if self.router.routed(name) or self.router.is_sink(name):  # a route's sink: never overwrite it
             self._create_routed(c, schema, index, st, props, seen)
@@ -226,6 +231,12 @@ class SchemaChanges:
         self.recorder.entry(name, p, index, c.kind, Status.APPLIED, schema=schema, ddl=st.sql,
                             description=c.describe(), detail="captured from its creation",
                             held_ms=(time.monotonic() - seen) * 1000)
+
+    def _not_streamed(self, c: SchemaChange, index: int, st: Statement, detail: str) -> None:
+        self.state.undecided.discard(c.table)
+        self.state.tables[c.table] = TableState(c.table, streamed=False)
+        self.recorder.entry(c.table, st.position, index, c.kind, Status.RECORDED, ddl=st.sql, description=c.describe(),
+                            detail=detail)
 
     def _created(self, name: str, schema: TableSchema | None, p: BinlogPosition, props=None) -> None:
         """Table ``name`` (re)created at ``p``: captured from its creation, its Delta rows none."""

@@ -26,7 +26,8 @@ import logging
 from dataclasses import dataclass, field
 
 from cdc_core.binlog import read_statements
-from cdc_core.config import BinlakeConfig
+from cdc_core.column_filter import captured_schema, without_excluded
+from cdc_core.config import BinlakeConfig, SourceConfig
 from cdc_core.ddl import parse_statement
 from cdc_core.handoff import HandoffFilter
 from cdc_core.key_order import KeyOrders
@@ -107,7 +108,9 @@ def resolve_start(cfg: BinlakeConfig, store: ControlStore, router, conn: Connect
     live: dict[str, TableSchema] = {}
     if cp is None and mode == "latest":
         latest, live = stable_describe(conn, cfg.source.server_id, cur, names)
-    described = live or describe_tables(cur, names)
+    # What is captured of each table (source.exclude_columns; NotCapturable if it cannot be).
+    live = {n: captured_schema(schema, cfg.source) for n, schema in live.items()}
+    described = live or {n: captured_schema(schema, cfg.source) for n, schema in describe_tables(cur, names).items()}
     filters, low_watermark = _handoff_filters(cfg, store, router, described, key_orders)
     if cp is not None:
         start, applied = cp.offset.resume, cp.offset.applied
@@ -136,18 +139,20 @@ def resolve_start(cfg: BinlakeConfig, store: ControlStore, router, conn: Connect
         hw = max(f.max_high_watermark for f in filters.values())
         until = hw if until is None else min(until, hw)
     plan = StartPlan(start, applied, until, end, filters, live=described)
-    _known_tables(plan, store.schema_history(), names, live, first_from_past=cp is None and mode in (
+    _known_tables(plan, store.schema_history(), names, live, cfg.source, first_from_past=cp is None and mode in (
         "earliest", "specific", "timestamp"))
     _legacy_baselines(plan, names)
     return plan
 
 
 def _known_tables(plan: StartPlan, history: list[HistoryEntry], names: list[str], live: dict[str, TableSchema],
-                  first_from_past: bool) -> None:
+                  source: SourceConfig, first_from_past: bool) -> None:
     upto = plan.applied or plan.start
     known = {e.table for e in history}
     for n in known:
-        plan.tables[n] = fold(n, history, upto)
+        t = plan.tables[n] = fold(n, history, upto)
+        if t.schema is not None:  # source.exclude_columns as configured now
+            t.schema = without_excluded(t.schema, source)
     for n in names:
         if n in known:
             continue
