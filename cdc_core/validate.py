@@ -4,7 +4,9 @@ can share their sinks (same key columns, compatible column types)."""
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 import pymysql
 
@@ -22,7 +24,25 @@ _PRIVILEGE_ALIASES = {"REPLICATION CLIENT": ("REPLICATION CLIENT", "BINLOG MONIT
 
 
 def check(cfg: BinlakeConfig) -> list[str]:
-    """Every problem found, one line each; empty when the source is ready."""
+    """Every problem found, one line each; empty when the source and the lake are ready."""
+    return _sink(cfg.sink.path) + _source(cfg)
+
+
+def _sink(path: str) -> list[str]:
+    """A local sink path must be (or be creatable as) a writable directory; object stores are
+    checked when written."""
+    if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", path) and not path.lower().startswith("file://"):
+        return []
+    p = Path(path[len("file://"):] if path.lower().startswith("file://") else path).absolute()
+    existing = next(a for a in (p, *p.parents) if a.exists())
+    if not existing.is_dir():
+        return [f"sink.path {path} is not writable: {existing} is not a directory"]
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return [f"sink.path {path} is not writable: no write permission on {existing} (or a read-only file system)"]
+    return []
+
+
+def _source(cfg: BinlakeConfig) -> list[str]:
     s = cfg.source
     try:
         conn = connect(connection_settings(cfg), connect_timeout=10)

@@ -1,9 +1,15 @@
-"""The ``binlake`` command line (DESIGN.md contract). Exit codes: 0 success, 2 bad
-input (config, prerequisites), 1 runtime failure."""
+"""The ``binlake`` command line. Exit codes: 0 success, 2 bad input (config,
+prerequisites, another process writing the pipeline), 1 runtime failure.
+
+The writing commands (``snapshot``, ``stream``, ``run``) hold the pipeline's writer lock
+(pipelines/writer_lock.py) for their whole life, taken before anything else is done; the
+read-only ones (``validate``, ``status``) never take it (tests/test_writer_lock.py).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -55,6 +61,25 @@ def _problems(cfg: BinlakeConfig) -> list[str]:
     return problems
 
 
+@contextlib.contextmanager
+def _sole_writer(cfg: BinlakeConfig, args):
+    """Hold the pipeline's writer lock while the block runs; refuse at once (exit 2, one line naming
+    the holder) when another process holds it."""
+    from pipelines.writer_lock import WriterLockError, writer_lock
+
+    lock = writer_lock(cfg.sink.path, cfg.pipeline.name, f"binlake {args.command} -c {args.config}",
+                       cfg.sink.storage_options)
+    try:
+        lock.acquire()
+    except WriterLockError as e:
+        _line("[red]✗[/red]", str(e))
+        raise SystemExit(EXIT_BAD_INPUT) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def cmd_validate(args) -> int:
     cfg = _load(args.config)
     if _problems(cfg):
@@ -88,9 +113,10 @@ def _run_snapshot(cfg: BinlakeConfig) -> int:
 
 def cmd_snapshot(args) -> int:
     cfg = _load(args.config)
-    if _problems(cfg):
-        return EXIT_BAD_INPUT
-    return _run_snapshot(cfg)
+    with _sole_writer(cfg, args):
+        if _problems(cfg):
+            return EXIT_BAD_INPUT
+        return _run_snapshot(cfg)
 
 
 def _snapshot_table(cfg: BinlakeConfig, summary) -> None:
@@ -133,34 +159,43 @@ def _stream(cfg: BinlakeConfig, *, until_now: bool = False, max_seconds: float |
 
 def cmd_stream(args) -> int:
     cfg = _load(args.config)
-    if _problems(cfg):
-        return EXIT_BAD_INPUT
-    return _stream(cfg, until_now=args.until == "now", max_seconds=args.max_seconds)
+    with _sole_writer(cfg, args):
+        if _problems(cfg):
+            return EXIT_BAD_INPUT
+        return _stream(cfg, until_now=args.until == "now", max_seconds=args.max_seconds)
 
 
 def cmd_run(args) -> int:
     cfg = _load(args.config)
-    if _problems(cfg):
-        return EXIT_BAD_INPUT
-    if cfg.source.startup.mode in ("initial", "snapshot"):
-        code = _run_snapshot(cfg)
-        if code != EXIT_OK:
-            return code
-    return _stream(cfg)
+    with _sole_writer(cfg, args):
+        if _problems(cfg):
+            return EXIT_BAD_INPUT
+        if cfg.source.startup.mode in ("initial", "snapshot"):
+            code = _run_snapshot(cfg)
+            if code != EXIT_OK:
+                return code
+        return _stream(cfg)
 
 
 def cmd_status(args) -> int:
     import json
 
     from pipelines.status import pipeline_status
+    from pipelines.writer_lock import writer_lock
 
     cfg = _load(args.config)
     st = pipeline_status(cfg)
+    # Looked at, never taken: status works while a writer runs.
+    holder = writer_lock(cfg.sink.path, cfg.pipeline.name, "binlake status", cfg.sink.storage_options).holder()
+    st["writer"] = None if holder is None else {"host": holder.host, "pid": holder.pid, "command": holder.command,
+                                               "since": holder.since.isoformat(),
+                                               "expires": holder.expires.isoformat() if holder.expires else None}
     if args.json:
         out.print_json(json.dumps(st, default=str))
         return EXIT_OK
     out.print(f"pipeline {cfg.pipeline.name}: stream {st['stream']['state']}, committed at "
-              f"{st['stream']['committed_position'] or '-'}, lag {_lag(st['stream'])}")
+              f"{st['stream']['committed_position'] or '-'}, lag {_lag(st['stream'])}", soft_wrap=True)
+    out.print(f"writer: {escape(holder.describe()) if holder else 'none'}", soft_wrap=True, highlight=False)
     if st["source_error"]:
         _line("[yellow]![/yellow]", f"source not reachable: {st['source_error']}")
     t = Table()
