@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import ssl
 from pathlib import Path
 
 import pymysql
@@ -43,21 +44,46 @@ def _sink(path: str) -> list[str]:
 
 
 def _source(cfg: BinlakeConfig) -> list[str]:
-    s = cfg.source
     try:
         conn = connect(connection_settings(cfg), connect_timeout=10)
+    except (ssl.SSLError, OSError) as e:  # source.ssl files that are not PEM certificates / keys
+        return [f"source.ssl: cannot load the TLS files: {e}"]
     except pymysql.err.OperationalError as e:
-        code = e.args[0]
-        if code == 1045:
-            return [f"source: access denied for user {s.user!r} at {s.host}:{s.port} "
-                    "(check source.user and source.password)"]
-        return [f"source: cannot connect to {s.host}:{s.port}: {e.args[1] if len(e.args) > 1 else e}"]
+        return [connect_problem(cfg, e)]
     problems: list[str] = []
     with conn, conn.cursor() as cur:
+        problems += _tls(cfg, cur)
         problems += _settings(cur)
         problems += _privileges(cur)
         problems += _tables(cfg, cur)
     return problems
+
+
+def connect_problem(cfg: BinlakeConfig, e: pymysql.err.OperationalError) -> str:
+    """One line saying why a connection to the source failed and which keys to check."""
+    s = cfg.source
+    code, text = e.args[0], str(e.args[1] if len(e.args) > 1 else e)
+    where = f"{s.host}:{s.port}"
+    if code == 1045:
+        return f"source: access denied for user {s.user!r} at {where} (check source.user and source.password)"
+    tls = re.search(r"\[SSL(?:: [A-Z_]+)?\] (.*?)(?: \(_ssl\.c:\d+\))?\)?$", text)
+    if tls or code == 2026:
+        reason = tls.group(1) if tls else text
+        return f"source: TLS to {where} failed: {reason} (check source.ssl: ca, verify, check_hostname)"
+    return f"source: cannot connect to {where}: {text}"
+
+
+def _tls(cfg: BinlakeConfig, cur) -> list[str]:
+    """A user whose grants require TLS needs source.ssl: without it, binlake's bulk reads would
+    connect in the clear and be refused (and nothing would check the server's certificate)."""
+    if cfg.source.ssl is not None:
+        return []
+    cur.execute("SHOW GRANTS")
+    required = re.search(r"\bREQUIRE (SSL|X509|ISSUER|SUBJECT|CIPHER)\b", " ".join(r[0] for r in cur.fetchall()))
+    if not required:
+        return []
+    return [f"source: user {cfg.source.user!r} is created REQUIRE {required.group(1)}: set source.ssl "
+            "(ca: the CA of the server's certificate; cert and key for X509) so every connection uses verified TLS"]
 
 
 def _settings(cur) -> list[str]:

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pymysql
 
+from cdc_core.bulk_read import chunk_fetch
 from cdc_core.chunk_reader import ChunkReader, output_schema
 from cdc_core.chunking import INTEGER_TYPES, Chunk, chunk_key, plan_chunks
 from cdc_core.config import BinlakeConfig
@@ -82,12 +83,8 @@ def _worker_connection(c: ConnectionSettings) -> pymysql.connections.Connection:
 def run_group(task: GroupTask) -> dict:
     """Executor side: read the group's consecutive chunks as one range between one pair of
     watermarks, write one Parquet file, and describe it and each chunk for the driver."""
-    import connectorx as cx  # imported on the executor
-
     c = task.conn
-    url = c.connectorx_url(task.schema.database)
-    reader = ChunkReader(c, _worker_connection(c), lambda sql: cx.read_sql(url, sql, return_type="arrow"),
-                         task.server_id)
+    reader = ChunkReader(c, _worker_connection(c), chunk_fetch(c, task.schema), task.server_id)
     result = reader.read(task.schema, Chunk.span(list(task.chunks)))
     table = result.table
     counts = _rows_per_chunk(task.schema, task.chunks, table)
