@@ -19,8 +19,10 @@ from cdc_core.table_schema import describe_table
 from cdc_core.types import UnsupportedType, arrow_type
 
 REQUIRED_SETTINGS = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL", "binlog_row_metadata": "FULL"}
-REQUIRED_PRIVILEGES = ("SELECT", "REPLICATION SLAVE", "REPLICATION CLIENT")
-# MariaDB 10.5+ renamed REPLICATION CLIENT to BINLOG MONITOR and split out REPLICATION SLAVE ADMIN.
+# What the source user needs (README "Least privilege"): SELECT on the captured tables (chunk
+# reads, information_schema), REPLICATION SLAVE (the binlog stream) and REPLICATION CLIENT,
+# named BINLOG MONITOR since MariaDB 10.5 (SHOW MASTER STATUS for watermarks, SHOW BINARY LOGS).
+_GLOBAL_PRIVILEGES = ("REPLICATION SLAVE", "REPLICATION CLIENT")
 _PRIVILEGE_ALIASES = {"REPLICATION CLIENT": ("REPLICATION CLIENT", "BINLOG MONITOR")}
 
 
@@ -54,7 +56,7 @@ def _source(cfg: BinlakeConfig) -> list[str]:
     with conn, conn.cursor() as cur:
         problems += _tls(cfg, cur)
         problems += _settings(cur)
-        problems += _privileges(cur)
+        problems += _privileges(cfg, cur)
         problems += _tables(cfg, cur)
     return problems
 
@@ -99,17 +101,58 @@ def _settings(cur) -> list[str]:
     return out
 
 
-def _privileges(cur) -> list[str]:
+def _privileges(cfg: BinlakeConfig, cur) -> list[str]:
+    """Missing privileges, each line with the exact GRANT statement that adds them."""
     cur.execute("SHOW GRANTS")
     grants = " ".join(r[0].upper() for r in cur.fetchall())
     if re.search(r"GRANT ALL PRIVILEGES ON \*\.\*", grants):
         return []
-    out = []
-    for p in REQUIRED_PRIVILEGES:
+
+    def has(privilege: str) -> bool:
         # Whole names only: REPLICATION SLAVE ADMIN is not REPLICATION SLAVE.
-        if not any(re.search(rf"\b{alias}\b(?! ADMIN)", grants) for alias in _PRIVILEGE_ALIASES.get(p, (p,))):
-            out.append(f"source user lacks the {p} privilege (GRANT {p} ON *.* TO the binlake user)")
+        return any(re.search(rf"\b{alias}\b(?! ADMIN)", grants) for alias in _PRIVILEGE_ALIASES.get(privilege,
+                                                                                                    (privilege,)))
+
+    cur.execute("SELECT CURRENT_USER(), VERSION()")
+    account, version = cur.fetchone()
+    user, _, host = account.rpartition("@")
+    grantee = f"{_sql_string(user)}@{_sql_string(host)}"
+    out = []
+    missing = [_privilege_name(p, version) for p in _GLOBAL_PRIVILEGES if not has(p)]
+    if missing:
+        out.append(f"source user {grantee} lacks {' and '.join(missing)}; run: "
+                   f"GRANT {', '.join(missing)} ON *.* TO {grantee};")
+    if not has("SELECT"):
+        targets = _select_targets(cfg.source.tables)
+        out.append(f"source user {grantee} lacks SELECT on the captured tables; run: "
+                   + " ".join(f"GRANT SELECT ON {t} TO {grantee};" for t in targets))
     return out
+
+
+def _privilege_name(privilege: str, version: str) -> str:
+    """The server's own name of a privilege: REPLICATION CLIENT is BINLOG MONITOR on MariaDB 10.5+."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    if privilege == "REPLICATION CLIENT" and "MariaDB" in version and m and (int(m[1]), int(m[2])) >= (10, 5):
+        return "BINLOG MONITOR"
+    return privilege
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _select_targets(patterns: list[str]) -> list[str]:
+    """``db.*`` for each capture regex whose database part is a literal name, else ``*.*``."""
+    targets = []
+    for p in patterns:
+        m = re.fullmatch(r"((?:[^\\.^$*+?()\[\]{}|]|\\.)+)\\\.(.*)", p)
+        if m is None:
+            return ["*.*"]
+        db = re.sub(r"\\(.)", r"\1", m.group(1))
+        target = "`" + db.replace("`", "``") + "`.*"
+        if target not in targets:
+            targets.append(target)
+    return targets
 
 
 def _tables(cfg: BinlakeConfig, cur) -> list[str]:

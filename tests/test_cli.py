@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cdc_core.config import load_config
 from pipelines.local_mariadb import LocalMariaDB
+from tests.helpers import assert_equal
 
 BINLAKE = str(Path(sys.executable).with_name("binlake")) if Path(sys.executable).with_name("binlake").exists() \
     else shutil.which("binlake")
@@ -133,17 +135,50 @@ def test_validate_table_without_primary_key(mariadb, items, tmp_path):
     assert r.returncode == 0, r.stderr
 
 
-def test_validate_user_without_replication_privileges(mariadb, items, make_user, tmp_path):
+def _printed_grants(line: str) -> list[str]:
+    """The GRANT statements a validate line tells the user to run."""
+    return [g.strip() + ";" for g in line.split("run: ", 1)[1].split(";") if g.strip()]
+
+
+def test_validate_prints_the_grant_to_run_and_it_works(mariadb, items, make_user, tmp_path):
     name, _ = items
     user, password = make_user("SELECT")
-    r = run_cli("validate", "-c", write_config(tmp_path, mariadb, name, user=user), password=password)
+    config = write_config(tmp_path, mariadb, name, user=user)
+    r = run_cli("validate", "-c", config, password=password)
     assert r.returncode == 2
-    lines = _lines(r.stderr)
-    assert any("REPLICATION SLAVE" in line for line in lines)
-    assert any("REPLICATION CLIENT" in line for line in lines)
-    assert not any("SELECT" in line for line in lines)
-    assert len(lines) == 2
+    (line,) = _lines(r.stderr)  # one line, one statement for both missing privileges
+    assert f"GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '{user}'@'%';" in line
     assert_clean(r, password)
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        for grant in _printed_grants(line):
+            cur.execute(grant)  # exactly as printed
+    r = run_cli("validate", "-c", config, password=password)
+    assert r.returncode == 0, r.stderr
+
+
+def test_least_privilege_user_snapshots_and_streams(mariadb, items, make_user, tmp_path, monkeypatch):
+    """SELECT on the captured database only, REPLICATION SLAVE and BINLOG MONITOR: validate
+    prints the missing SELECT grant for that database; with it, snapshot and stream work."""
+    name, conn = items
+    user, password = make_user("REPLICATION SLAVE", "BINLOG MONITOR")
+    config = write_config(tmp_path, mariadb, name, user=user)
+    r = run_cli("validate", "-c", config, password=password)
+    assert r.returncode == 2
+    line = next(x for x in _lines(r.stderr) if "lacks SELECT" in x)
+    assert _printed_grants(line) == [f"GRANT SELECT ON `{name}`.* TO '{user}'@'%';"]
+    with mariadb.connect() as c, c.cursor() as cur:
+        cur.execute(_printed_grants(line)[0])
+    r = run_cli("snapshot", "-c", config, password=password)
+    assert r.returncode == 0, r.stderr[-2000:]
+    with conn.cursor() as cur:
+        cur.execute("UPDATE items SET label = 'least' WHERE id <= 10")
+        cur.execute("DELETE FROM items WHERE id > 290")
+    r = run_cli("stream", "-c", config, "--until", "now", password=password)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "20 changes" in r.stdout
+    assert_clean(r, password)
+    monkeypatch.setenv(PASSWORD_VAR, password)
+    assert_equal(load_config(config), [f"{name}.items"])
 
 
 def test_validate_binlog_off(tmp_path):
