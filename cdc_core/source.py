@@ -53,22 +53,31 @@ class ConnectionSettings:
     user: str
     password: str
     tls: TlsSettings | None = None  # None: no TLS required (pymysql still prefers it when offered)
+    read_timeout: float | None = None  # seconds a socket read (or write) may block; None: no limit
 
     def __repr__(self) -> str:
         return (f"ConnectionSettings(host={self.host!r}, port={self.port}, user={self.user!r}, password='***', "
-                f"tls={self.tls!r})")
+                f"tls={self.tls!r}, read_timeout={self.read_timeout!r})")
 
     def pymysql_kwargs(self) -> dict:
         """Keyword arguments of ``pymysql.connect`` (also the binlog reader's ``connection_settings``)."""
         kwargs = {"host": self.host, "port": self.port, "user": self.user, "password": self.password}
         if self.tls is not None:
             kwargs["ssl"] = self.tls.context()  # required: pymysql refuses a server without TLS
+        if self.read_timeout is not None:
+            kwargs["read_timeout"] = kwargs["write_timeout"] = self.read_timeout
         return kwargs
 
     def connectorx_url(self, database: str) -> str:
         """The bulk reader's URL (user and password URL-encoded). connectorx 0.4 has no TLS for
-        MySQL, so cdc_core/bulk_read.py never uses it when ``tls`` is set."""
-        return f"mysql://{quote(self.user, safe='')}:{quote(self.password, safe='')}@{self.host}:{self.port}/{database}"
+        MySQL, so cdc_core/bulk_read.py never uses it when ``tls`` is set.
+
+        ``prefer_socket=false``: by default the rust client, given a loopback host, asks the server
+        for ``@@socket`` and reconnects through that Unix socket path on the local machine, which
+        may be another server's (a source reached through an SSH tunnel or a port mapping on
+        127.0.0.1, with a local MySQL listening at the usual socket path)."""
+        return (f"mysql://{quote(self.user, safe='')}:{quote(self.password, safe='')}@{self.host}:{self.port}/"
+                f"{quote(database, safe='')}?prefer_socket=false")
 
 
 def connection_settings(cfg: BinlakeConfig) -> ConnectionSettings:

@@ -89,6 +89,7 @@ def cmd_validate(args) -> int:
 
 
 def _run_snapshot(cfg: BinlakeConfig) -> int:
+    from cdc_core.transient import RetryBudgetExceeded
     from pipelines.snapshot_job import SnapshotJob
     from pipelines.spark_session import get_spark
 
@@ -107,6 +108,9 @@ def _run_snapshot(cfg: BinlakeConfig) -> int:
         except ChunkKeyError as e:
             _line("[red]✗[/red]", str(e))
             return EXIT_BAD_INPUT
+        except RetryBudgetExceeded as e:
+            _line("[red]error[/red]:", f"{e}; committed chunks are kept: run the snapshot again to resume")
+            return EXIT_RUNTIME
     _snapshot_table(cfg, summary)
     return EXIT_OK
 

@@ -17,12 +17,14 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import math
 import resource
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 
@@ -37,6 +39,7 @@ from cdc_core.config import BinlakeConfig
 from cdc_core.routes import Router, sink_schema
 from cdc_core.source import ConnectionSettings, captured_tables, connect, connection_settings
 from cdc_core.table_schema import TableSchema, describe_table, quote_ident
+from cdc_core.transient import RetryBudgetExceeded, RetryPolicy, transient_cause
 from pipelines.control_store import ControlStore, chunk_record
 from pipelines.delta_sink import SNAPSHOT_CHUNKS_KEY, commit_files, count_rows, ensure_table, table_uri, write_parquet
 from pipelines.schema_applier import conform_routed, delta_schema, widen_to
@@ -82,10 +85,21 @@ def _worker_connection(c: ConnectionSettings) -> pymysql.connections.Connection:
 
 def run_group(task: GroupTask) -> dict:
     """Executor side: read the group's consecutive chunks as one range between one pair of
-    watermarks, write one Parquet file, and describe it and each chunk for the driver."""
+    watermarks, write one Parquet file, and describe it and each chunk for the driver.
+    A transient source fault is returned as ``{"retry": cause}`` for the driver to retry."""
     c = task.conn
-    reader = ChunkReader(c, _worker_connection(c), chunk_fetch(c, task.schema), task.server_id)
-    result = reader.read(task.schema, Chunk.span(list(task.chunks)))
+    try:
+        reader = ChunkReader(c, _worker_connection(c), chunk_fetch(c, task.schema), task.server_id)
+        result = reader.read(task.schema, Chunk.span(list(task.chunks)))
+    except Exception as e:  # noqa: BLE001 - classified: transient faults are retried, the rest raised
+        cause = transient_cause(e)
+        if cause is None:
+            raise
+        stale = _worker_connections.pop(c, None)  # may be half-broken (cut mid-packet): never reused
+        if stale is not None:
+            with contextlib.suppress(pymysql.err.Error):  # "Already closed" when pymysql closed it itself
+                stale.close()
+        return {"retry": cause}
     table = result.table
     counts = _rows_per_chunk(task.schema, task.chunks, table)
     if task.target is not None:
@@ -139,6 +153,7 @@ class SnapshotSummary:
     rows_read: int = 0
     task_peak_rss_mb: float = 0.0
     driver_peak_rss_mb: float = 0.0
+    retries: int = 0  # chunk-group attempts repeated after a transient source fault
 
 
 def _groups(chunks: list[Chunk], size: int) -> list[list[Chunk]]:
@@ -148,11 +163,13 @@ def _groups(chunks: list[Chunk], size: int) -> list[list[Chunk]]:
 class SnapshotJob:
     """Driver of one snapshot run."""
 
-    def __init__(self, cfg: BinlakeConfig, spark, progress=None, only: set[str] | None = None):
+    def __init__(self, cfg: BinlakeConfig, spark, progress=None, only: set[str] | None = None,
+                 retry: RetryPolicy | None = None):
         self.cfg = cfg
         self.only = only  # restrict to these "db.table" names (Dagster asset subsets)
         self.spark = spark
         self.progress = progress  # callable(chunks_done, chunks_total, rows) or None
+        self.retry = retry or RetryPolicy()  # transient source faults: backoff, budget, stall timeout
         self.conn = connection_settings(cfg)
         self.sink = cfg.sink.path
         self.router = Router(cfg.routes)
@@ -163,6 +180,8 @@ class SnapshotJob:
         self._slots: list[int] = list(range(self.slots))
         self._slot_lock = threading.Lock()
         self._unmirrored: list[dict] = []
+        self._retries = 0
+        self._abort = threading.Event()  # the driver gave up: no group starts another attempt
 
     def run(self) -> SnapshotSummary:
         """Snapshot every captured table; resumes where an earlier run stopped."""
@@ -196,11 +215,14 @@ class SnapshotJob:
                 work.append((schema, uri, pending, targets[sink]))
             total_pending = sum(len(w[2]) for w in work)
             per_group = self._group_size(total_pending)
-            tasks = [GroupTask(self.conn, 0, schema, tuple(g), uri, self.cfg.pipeline.name, target)
+            task_conn = replace(self.conn, read_timeout=self.retry.read_timeout)  # a stalled read fails, then retries
+            tasks = [GroupTask(task_conn, 0, schema, tuple(g), uri, self.cfg.pipeline.name, target)
                      for schema, uri, pending, target in work for g in _groups(pending, per_group)]
             log.info("snapshot: %d tables, %d chunks to read in %d tasks", len(names), total_pending, len(tasks))
             by_table = {s.table: s for s in summary.tables}
             self._execute(tasks, tables, by_table, summary, total_pending)
+        # A new connection for the counts: the planning one may have been dropped during the reads.
+        with connect(self.conn) as control, control.cursor() as cur:
             for s in summary.tables:
                 db, t = s.table.split(".", 1)
                 cur.execute(f"SELECT COUNT(*) FROM {quote_ident(db)}.{quote_ident(t)}")
@@ -251,24 +273,65 @@ class SnapshotJob:
                 if self.progress:
                     self.progress(done_chunks, total, summary.rows_read)
         except BaseException:
-            # Interrupted or failed: queued groups must not run (their rows would never be committed).
+            # Interrupted or failed: queued groups must not run, and running ones must not start
+            # another attempt (their rows would never be committed).
+            self._abort.set()
             pool.shutdown(wait=False, cancel_futures=True)
             self.spark.sparkContext.cancelAllJobs()
             raise
         finally:
             self._flush_mirror()
+            summary.retries = self._retries
         pool.shutdown()
 
     def _run_on_spark(self, task: GroupTask) -> dict:
+        """Run one group as a Spark job, again with backoff after a transient source fault (a group
+        is idempotent until the driver commits it) until the retry budget is spent."""
+        what = f"{task.schema.qualified_name} chunks {task.chunks[0].index}-{task.chunks[-1].index}"
+        failing_since, attempt = None, 0
+        while True:
+            if self._abort.is_set():
+                return {"retry": "the snapshot was stopped"}  # never committed: the driver has left
+            result = self._attempt(task, what)
+            cause = result.get("retry")
+            if cause is None:
+                return result
+            now = time.monotonic()
+            failing_since = failing_since or now
+            attempt += 1
+            if now - failing_since >= self.retry.budget_seconds:
+                raise RetryBudgetExceeded(f"snapshot of {what}: the source kept failing for over "
+                                          f"{self.retry.budget_seconds:.0f} s ({attempt} attempts): {cause}")
+            delay = self.retry.delay(attempt)
+            log.warning("snapshot of %s: %s; retrying in %.1f s", what, cause, delay)
+            with self._slot_lock:
+                self._retries += 1
+            self._abort.wait(delay)
+
+    def _attempt(self, task: GroupTask, what: str) -> dict:
+        """One Spark job for the group; cancelled as stalled after ``retry.stall_seconds``."""
         with self._slot_lock:
             slot = self._slots.pop()
+        sc = self.spark.sparkContext
+        group = f"binlake-{uuid.uuid4().hex}"
+        stalled = threading.Event()
+
+        def cancel() -> None:
+            stalled.set()
+            sc.cancelJobGroup(group)
+
+        timer = threading.Timer(self.retry.stall_seconds, cancel)
         try:
             sid = self.cfg.source.server_id + 1 + slot
-            sc = self.spark.sparkContext
-            sc.setJobDescription(f"binlake snapshot {task.schema.qualified_name} chunks "
-                                 f"{task.chunks[0].index}-{task.chunks[-1].index}")
+            sc.setJobGroup(group, f"binlake snapshot {what}", interruptOnCancel=True)
+            timer.start()
             return sc.parallelize([replace(task, server_id=sid)], 1).map(run_group).collect()[0]
+        except Exception:
+            if stalled.is_set():
+                return {"retry": f"no answer from the source for {self.retry.stall_seconds:.0f} s (stalled read)"}
+            raise
         finally:
+            timer.cancel()
             with self._slot_lock:
                 self._slots.append(slot)
 
