@@ -250,8 +250,24 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_RUNTIME
     except Exception as e:  # noqa: BLE001 - the CLI's last line of defence: one clear line, exit 1
         logging.getLogger("binlake").debug("failure", exc_info=True)
-        _line("[red]error[/red]:", f"{type(e).__name__}: {e}")
+        _line("[red]error[/red]:", _explain(e))
         return EXIT_RUNTIME
+
+
+def _explain(e: BaseException) -> str:
+    """One line for an unexpected error: its type and first line (for a wrapped Python traceback,
+    its last line), with what to do when the lake's disk is full."""
+    text = str(e).strip()
+    lines = text.splitlines() or [""]
+    if "Traceback (most recent call last)" in text:  # an error from a Spark worker
+        last = [x for x in lines if x and not x[0].isspace() and ":" in x]
+        line = last[-1] if last else lines[0]
+    else:
+        line = f"{type(e).__name__}: {lines[0]}"
+    if "No space left on device" in text or "os error 28" in text:
+        line += ("; the lake's disk is full: nothing is half-committed (every commit is atomic); free space and "
+                 "run the same command again to resume")
+    return line
 
 
 def run() -> None:

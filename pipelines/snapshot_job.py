@@ -24,6 +24,7 @@ import math
 import resource
 import threading
 import time
+import traceback
 import uuid
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
@@ -86,25 +87,27 @@ def _worker_connection(c: ConnectionSettings) -> pymysql.connections.Connection:
 def run_group(task: GroupTask) -> dict:
     """Executor side: read the group's consecutive chunks as one range between one pair of
     watermarks, write one Parquet file, and describe it and each chunk for the driver.
-    A transient source fault is returned as ``{"retry": cause}`` for the driver to retry."""
+    Failures come back as values, so a Spark task never fails (no stack traces in the user's
+    terminal): ``{"retry": cause}`` for a transient source fault (the driver retries), else
+    ``{"failed": "Type: message", "traceback": ...}``."""
     c = task.conn
     try:
         reader = ChunkReader(c, _worker_connection(c), chunk_fetch(c, task.schema), task.server_id)
         result = reader.read(task.schema, Chunk.span(list(task.chunks)))
-    except Exception as e:  # noqa: BLE001 - classified: transient faults are retried, the rest raised
+        table = result.table
+        counts = _rows_per_chunk(task.schema, task.chunks, table)
+        if task.target is not None:
+            table = conform_routed(table, task.schema.qualified_name, task.target)
+        written = write_parquet(task.uri, table) if table.num_rows else None
+    except Exception as e:  # noqa: BLE001 - classified: transient faults are retried, the rest reported
         cause = transient_cause(e)
         if cause is None:
-            raise
+            return {"failed": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
         stale = _worker_connections.pop(c, None)  # may be half-broken (cut mid-packet): never reused
         if stale is not None:
             with contextlib.suppress(pymysql.err.Error):  # "Already closed" when pymysql closed it itself
                 stale.close()
         return {"retry": cause}
-    table = result.table
-    counts = _rows_per_chunk(task.schema, task.chunks, table)
-    if task.target is not None:
-        table = conform_routed(table, task.schema.qualified_name, task.target)
-    written = write_parquet(task.uri, table) if table.num_rows else None
     return {
         "file": written,
         "rows": table.num_rows,
@@ -129,6 +132,10 @@ def _rows_per_chunk(schema: TableSchema, chunks: tuple[Chunk, ...], table: pa.Ta
             mask = pc.and_(mask, pc.less(keys, ch.hi))
         out.append(pc.sum(pc.cast(mask, pa.int64())).as_py() or 0)
     return out
+
+
+class GroupFailed(RuntimeError):
+    """A chunk group failed on an executor for a reason retrying cannot fix (the message says which)."""
 
 
 @dataclass
@@ -157,7 +164,16 @@ class SnapshotSummary:
 
 
 def _groups(chunks: list[Chunk], size: int) -> list[list[Chunk]]:
-    return [chunks[i : i + size] for i in range(0, len(chunks), size)]
+    """Runs of at most ``size`` chunks with consecutive indexes: a group is read as one range
+    (``Chunk.span``), so it must never bridge a chunk already committed by an earlier run
+    (that chunk's rows would be written twice; tests/test_snapshot_faults.py)."""
+    groups: list[list[Chunk]] = []
+    for c in chunks:
+        if groups and len(groups[-1]) < size and groups[-1][-1].index + 1 == c.index:
+            groups[-1].append(c)
+        else:
+            groups.append([c])
+    return groups
 
 
 class SnapshotJob:
@@ -293,6 +309,9 @@ class SnapshotJob:
             if self._abort.is_set():
                 return {"retry": "the snapshot was stopped"}  # never committed: the driver has left
             result = self._attempt(task, what)
+            if "failed" in result:
+                log.debug("snapshot of %s failed on the executor:\n%s", what, result["traceback"])
+                raise GroupFailed(f"snapshot of {what}: {result['failed']}")
             cause = result.get("retry")
             if cause is None:
                 return result

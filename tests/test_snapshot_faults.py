@@ -139,3 +139,15 @@ def test_outage_beyond_the_budget_fails_then_a_rerun_resumes(db, spark, make_con
     chunks, read_now = (int(v) for v in row.split("│")[2:4])
     assert 0 < read_now < chunks  # resumed: the groups committed before the outage were not read again
     assert_equal(cfg, [f"{name}.t"])
+
+
+def test_groups_never_bridge_committed_chunks():
+    """A failed run leaves holes (groups run in parallel and commit in any order); a resumed run
+    groups the chunks still pending, and a group read as one range must not span a hole."""
+    from cdc_core.chunking import Chunk
+    from pipelines.snapshot_job import _groups
+
+    pending = [Chunk("d.t", i, "id", i * 10, i * 10 + 10) for i in (0, 1, 2, 5, 6, 7, 8, 9, 12)]
+    groups = _groups(pending, 4)
+    assert [[c.index for c in g] for g in groups] == [[0, 1, 2], [5, 6, 7, 8], [9], [12]]
+    assert all(g[-1].index - g[0].index == len(g) - 1 for g in groups)
