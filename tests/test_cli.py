@@ -226,3 +226,63 @@ def test_runtime_failure_is_exit_1_one_line_without_secret(mariadb, tmp_path, mo
     (line,) = _lines(captured.err)
     assert "RuntimeError" in line and "mysql://root:***@host" in line
     assert secret not in captured.out + captured.err
+
+
+BAD_CONFIGS = {
+    # name: (file text, what the one line must name)
+    "malformed YAML": ("pipeline: {name: p\nsource: [", "not valid YAML at line"),
+    "wrong type": ("pipeline: {name: p}\nsource: {user: u, port: abc, tables: ['a\\..*']}\n", "source.port"),
+    "unset variable": ("pipeline: {name: p}\nsource: {user: u, password: '${BINLAKE_NOT_SET_42}', tables: ['a']}\n",
+                       "BINLAKE_NOT_SET_42"),
+    "not a mapping": ("- a\n- b\n", "must be a mapping"),
+    "wrong ssl key": ("pipeline: {name: p}\nsource: {user: u, tables: ['a'], ssl: {ca_file: x}}\n",
+                      "source.ssl.ca_file: unknown key"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_CONFIGS)
+def test_bad_config_is_one_line_exit_2_for_every_command(tmp_path, case):
+    text, named = BAD_CONFIGS[case]
+    path = tmp_path / "binlake.yaml"
+    path.write_text(text)
+    for command in ("validate", "snapshot", "stream", "run", "status"):
+        r = run_cli(command, "-c", str(path), password="x")
+        assert r.returncode == 2, (command, r.stderr)
+        (line,) = _lines(r.stderr)
+        assert named in line and line.startswith("config error"), (command, line)
+        assert_clean(r)
+
+
+@pytest.mark.parametrize("host,port", [("127.0.0.1", 1), ("no-such-host.invalid", 3306)], ids=["port", "name"])
+def test_unreachable_source_is_one_line_exit_2(mariadb, items, tmp_path, host, port):
+    name, _ = items
+    path = write_config(tmp_path, mariadb, name, host=host, port=port)
+    for command in ("validate", "snapshot", "stream"):
+        r = run_cli(command, "-c", path, password=mariadb.password)
+        assert r.returncode == 2, (command, r.stderr)
+        (line,) = _lines(r.stderr)
+        assert f"cannot connect to {host}:{port}" in line, line
+        assert_clean(r, mariadb.password)
+    r = run_cli("status", "-c", path, password=mariadb.password)  # status still shows the lake's side
+    assert r.returncode == 0 and "source not reachable" in r.stderr
+    assert_clean(r, mariadb.password)
+
+
+def test_row_image_and_row_metadata_not_full_are_named(mariadb, items, tmp_path):
+    name, _ = items
+    path = write_config(tmp_path, mariadb, name)
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute("SET GLOBAL binlog_row_image = 'MINIMAL'")
+        cur.execute("SET GLOBAL binlog_row_metadata = 'MINIMAL'")
+        try:
+            results = [run_cli(c, "-c", path, password=mariadb.password) for c in ("validate", "stream")]
+        finally:
+            cur.execute("SET GLOBAL binlog_row_image = 'FULL'")
+            cur.execute("SET GLOBAL binlog_row_metadata = 'FULL'")
+    for r in results:
+        assert r.returncode == 2, r.stderr
+        lines = _lines(r.stderr)
+        assert len(lines) == 2
+        assert "binlog_row_image is MINIMAL" in lines[0] and "SET GLOBAL binlog_row_image = 'FULL'" in lines[0]
+        assert "binlog_row_metadata is MINIMAL" in lines[1]
+        assert_clean(r, mariadb.password)
