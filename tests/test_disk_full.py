@@ -84,3 +84,37 @@ def test_snapshot_disk_full_then_resume(mariadb, db, make_config, small_lake, tm
     assert r.returncode == 0, r.stderr[-3000:]
     assert_equal(cfg, [f"{name}.big"])
 
+
+
+def test_stream_disk_full_then_resume(mariadb, db, make_config, small_lake, tmp_path):
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, payload LONGTEXT)")
+        cur.executemany("INSERT INTO t VALUES (%s, 'small')", [(i,) for i in range(1, 101)])
+    lake = small_lake(8 * MB)
+    cfg = make_config(name, sink={"path": str(lake / "lake")}, spark={"master": "local[2]"},
+                      stream={"max_batch_rows": 100_000, "max_batch_seconds": 30})
+    path = write_config_file(cfg, tmp_path / "binlake.yaml")
+    assert _cli("snapshot", "-c", path, password=mariadb.password).returncode == 0
+    with conn.cursor() as cur:
+        cur.execute("UPDATE t SET payload = 'phase 1' WHERE id <= 20")
+    assert _cli("stream", "-c", path, "--until", "now", password=mariadb.password).returncode == 0
+    assert_equal(cfg, [f"{name}.t"])
+    with conn.cursor() as cur:
+        cur.execute("SELECT id, payload FROM t")
+        before = dict(cur.fetchall())
+        conn.begin()  # one transaction of about 18 MB: more than the lake has left
+        for i in range(1, 61):
+            cur.execute("UPDATE t SET payload = %s WHERE id = %s", (_blob(), i))
+        conn.commit()
+
+    r = _cli("stream", "-c", path, "--until", "now", password=mariadb.password)
+    _assert_clear_disk_full(r)
+    # Nothing half-committed: the table reads and is as of its last commit, before the big transaction.
+    rows = DeltaTable(str(lake / "lake" / name / "t")).to_pyarrow_table(columns=["id", "payload"]).to_pylist()
+    assert {r["id"]: r["payload"] for r in rows} == before
+
+    small_lake.grow(200 * MB)
+    r = _cli("stream", "-c", path, "--until", "now", password=mariadb.password)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert_equal(cfg, [f"{name}.t"])
