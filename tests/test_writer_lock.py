@@ -150,10 +150,10 @@ def test_background_renewal_keeps_the_lease_and_detects_a_takeover(tmp_path):
 
 
 _RACER = """
-import os, sys, time
+import json, os, sys, time
 from pipelines.writer_lock import LeaseLock, WriterLockHeld
-path, go = sys.argv[1], sys.argv[2]
-lock = LeaseLock(path, "shop", f"racer {os.getpid()}", ttl=60, renew_in_background=False)
+sink, go, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+lock = LeaseLock(sink, "shop", f"racer {os.getpid()}", ttl=60, storage_options=options, renew_in_background=False)
 while not os.path.exists(go):  # start together
     time.sleep(0.001)
 try:
@@ -164,18 +164,26 @@ except WriterLockHeld:
 """
 
 
-@pytest.mark.parametrize("existing", [False, True], ids=["new table", "expired lease"])
-def test_only_one_of_racing_processes_gets_the_lease(tmp_path, existing):
-    if existing:  # a lease table whose lease has run out (versions > 0: the overwrite path)
+def race_for_lease(sink: str, go: Path, storage_options: dict | None = None, racers: int = 4,
+                   expired_first: bool = False) -> list[str]:
+    """Start ``racers`` processes that take the lease of ``sink`` at the same instant (optionally
+    over a lease that has run out); returns their outcomes, sorted."""
+    if expired_first:  # a lease table whose lease has run out (versions > 0: the overwrite path)
         clock = FakeClock()
         clock.now = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
-        LeaseLock(str(tmp_path), "shop", "old", ttl=1, clock=clock, renew_in_background=False).acquire()
-    go = tmp_path / "go"
-    racers = [subprocess.Popen([sys.executable, "-c", _RACER, str(tmp_path), str(go)], stdout=subprocess.PIPE,
-                               text=True, cwd=Path(__file__).parent.parent) for _ in range(4)]
+        LeaseLock(sink, "shop", "old", ttl=1, clock=clock, storage_options=storage_options,
+                  renew_in_background=False).acquire()
+    procs = [subprocess.Popen([sys.executable, "-c", _RACER, sink, str(go), json.dumps(storage_options or {})],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              cwd=Path(__file__).parent.parent) for _ in range(racers)]
     time.sleep(3)  # let them import and wait at the line
     go.touch()
-    outcomes = sorted(p.communicate(timeout=60)[0].strip() for p in racers)
+    return sorted(p.communicate(timeout=120)[0].strip() for p in procs)
+
+
+@pytest.mark.parametrize("expired_first", [False, True], ids=["new table", "expired lease"])
+def test_only_one_of_racing_processes_gets_the_lease(tmp_path, expired_first):
+    outcomes = race_for_lease(str(tmp_path / "lake"), tmp_path / "go", expired_first=expired_first)
     assert outcomes == ["refused", "refused", "refused", "won"]
 
 

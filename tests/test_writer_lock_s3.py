@@ -5,17 +5,13 @@ writer of an ``s3://`` lake."""
 
 from __future__ import annotations
 
-import datetime as dt
-import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from pipelines.writer_lock import LeaseLock, LeaseLost, WriterLockHeld
-from tests.test_writer_lock import FakeClock
+from tests.test_writer_lock import FakeClock, race_for_lease
 
 moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
 
@@ -55,35 +51,10 @@ def test_lease_on_s3_expires_unless_renewed(s3):
     assert a.holder() is None
 
 
-_RACER = """
-import json, os, sys, time
-from pipelines.writer_lock import LeaseLock, WriterLockHeld
-sink, go, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-lock = LeaseLock(sink, "shop", f"racer {os.getpid()}", ttl=60, storage_options=options, renew_in_background=False)
-while not os.path.exists(go):
-    time.sleep(0.001)
-try:
-    lock.acquire()
-    print("won")
-except WriterLockHeld:
-    print("refused")
-"""
-
-
-@pytest.mark.parametrize("existing", [False, True], ids=["new table", "expired lease"])
-def test_only_one_racer_gets_the_s3_lease(s3, tmp_path, existing):
-    sink = f"s3://lake/race-{time.time_ns()}"
-    if existing:
-        clock = FakeClock()
-        clock.now = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
-        LeaseLock(sink, "shop", "old", ttl=1, clock=clock, storage_options=s3, renew_in_background=False).acquire()
-    go = tmp_path / "go"
-    racers = [subprocess.Popen([sys.executable, "-c", _RACER, sink, str(go), json.dumps(s3)], stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True, cwd=Path(__file__).parent.parent)
-              for _ in range(4)]
-    time.sleep(3)
-    go.touch()
-    assert sorted(p.communicate(timeout=120)[0].strip() for p in racers) == ["refused", "refused", "refused", "won"]
+@pytest.mark.parametrize("expired_first", [False, True], ids=["new table", "expired lease"])
+def test_only_one_racer_gets_the_s3_lease(s3, tmp_path, expired_first):
+    outcomes = race_for_lease(f"s3://lake/race-{time.time_ns()}", tmp_path / "go", s3, expired_first=expired_first)
+    assert outcomes == ["refused", "refused", "refused", "won"]
 
 
 @pytest.mark.skip(reason="needs s3:// sinks in snapshot and stream (object-store lakes are not wired up yet)")
