@@ -13,6 +13,11 @@ Invariants:
   sink table, shaped as the sink (``_cdc_source`` filled; the sink is first widened to
   hold every source); chunk plans and records stay per source table. Only the driver
   commits, one group at a time, so several sources never race on one Delta table.
+- Faults (tests/test_snapshot_faults.py): a group is idempotent until committed, so one hit
+  by a transient source fault (cdc_core/transient.py) is read again, with backoff, until
+  ``RetryPolicy.budget_seconds`` of failing; then the run stops (exit 1) and a re-run
+  resumes. Once the driver gives up, no group starts another attempt. A resumed run groups
+  only consecutive pending chunks, so no group spans a chunk committed earlier.
 """
 
 from __future__ import annotations
