@@ -64,7 +64,10 @@ def test_snapshot_disk_full_then_resume(mariadb, db, make_config, small_lake, tm
         for i in range(1, 61):
             cur.execute("INSERT INTO big VALUES (%s, %s)", (i, _blob()))  # about 18 MB
     lake = small_lake(6 * MB)
-    cfg = make_config(name, chunk_size=3, sink={"path": str(lake / "lake")}, spark={"master": "local[2]"})
+    # One chunk (about 0.9 MB of Parquet) per group, one group at a time: groups commit one by one
+    # until the disk is full, whatever the machine's speed.
+    cfg = make_config(name, chunk_size=3, parallelism=1, sink={"path": str(lake / "lake")},
+                      source={"snapshot": {"chunk_size": 3, "max_rows_per_task": 3}}, spark={"master": "local[2]"})
     path = write_config_file(cfg, tmp_path / "binlake.yaml")
     r = _cli("snapshot", "-c", path, password=mariadb.password)
     _assert_clear_disk_full(r)

@@ -271,14 +271,14 @@ def test_restart_after_sigkill_of_the_holder_alone(mariadb, stream_config):
 
 
 def test_lease_mode_cli_refuses_then_frees_after_expiry(mariadb, stream_config, monkeypatch):
-    env = {LOCK_ENV: "lease", "BINLAKE_LEASE_SECONDS": "3"}
+    env = {LOCK_ENV: "lease", "BINLAKE_LEASE_SECONDS": "8"}  # short, and still ample on a loaded machine
     for k, v in env.items():
         monkeypatch.setenv(k, v)  # run_cli passes os.environ on
     holder = _start_holder(stream_config, mariadb.password, env)
     lease = _lock_of(stream_config, "lease")
     try:
         _wait_for_holder(lease, holder.pid)
-        time.sleep(3.5)  # past the first ttl: only background renewal keeps it
+        time.sleep(8.5)  # past the first ttl: only background renewal keeps it
         r = run_cli("snapshot", "-c", stream_config, password=mariadb.password, timeout=120)
         assert r.returncode == 2, r.stderr
         assert f"pid {holder.pid}" in r.stderr and "lease valid until" in r.stderr
@@ -290,6 +290,7 @@ def test_lease_mode_cli_refuses_then_frees_after_expiry(mariadb, stream_config, 
     while lease.holder() is not None and time.monotonic() < deadline:
         time.sleep(0.2)
     assert lease.holder() is None
+    monkeypatch.delenv("BINLAKE_LEASE_SECONDS")  # the default lease (60 s) for the restart
     r = run_cli("stream", "-c", stream_config, "--until", "now", password=mariadb.password, timeout=120)
     assert r.returncode == 0, r.stderr
 
