@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from cdc_core.errors import BadInput
 
@@ -61,6 +61,31 @@ class SnapshotConfig(_Strict):
     chunk_key_columns: dict[str, str] = {}
 
 
+class SslConfig(_Strict):
+    """TLS to the source (``source.ssl``; present = required). Verification is on unless
+    ``verify: false`` says otherwise: the server certificate must chain to ``ca`` (the system's
+    trusted CAs when ``ca`` is not given) and name the host (``check_hostname``)."""
+
+    ca: str | None = None  # PEM file of the CA that signed the server certificate
+    cert: str | None = None  # client certificate (PEM), for users created REQUIRE X509 / SUBJECT
+    key: str | None = None  # the client certificate's private key (PEM)
+    verify: bool = True  # false: encrypt but accept any server certificate (only when said explicitly)
+    check_hostname: bool = True  # with verify: the certificate must name source.host
+
+    @field_validator("ca", "cert", "key")
+    @classmethod
+    def _readable_file(cls, path: str | None) -> str | None:
+        if path is not None and not os.access(path, os.R_OK):
+            raise ValueError(f"cannot read file {path}")
+        return path
+
+    @model_validator(mode="after")
+    def _key_needs_cert(self) -> SslConfig:
+        if self.key is not None and self.cert is None:
+            raise ValueError("key is set without cert (the client certificate)")
+        return self
+
+
 class SourceConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(3306, ge=1, le=65535)
@@ -75,6 +100,7 @@ class SourceConfig(_Strict):
     exclude_columns: list[str] = []
     startup: StartupConfig = StartupConfig()
     snapshot: SnapshotConfig = SnapshotConfig()
+    ssl: SslConfig | None = None  # TLS to the server; absent: plain connections
 
     @field_validator("tables", "exclude_tables", "exclude_columns")
     @classmethod

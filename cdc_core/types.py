@@ -42,7 +42,7 @@ _INT_TYPES = {
 _STRING_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"}
 _BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
 # MySQL 8 names GEOMETRYCOLLECTION's data type "geomcollection".
-_SPATIAL_TYPES = {"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
+SPATIAL_TYPES = {"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
                   "geometrycollection", "geomcollection"}
 # MariaDB's fixed-size binary types shown as text: their size in the binlog row image, where
 # trailing zero bytes are cut (as for BINARY(n)).
@@ -99,7 +99,7 @@ def arrow_type(col: Column) -> pa.DataType:
         return pa.string()
     if t in _BINARY_TYPES:
         return pa.binary()
-    if t in _SPATIAL_TYPES:
+    if t in SPATIAL_TYPES:
         return GEOMETRY
     if t in _TEXT_FORM_SIZES:
         return pa.string()
@@ -139,7 +139,7 @@ def select_expr(col: Column) -> str:
     t = col.data_type
     if t == "decimal":
         expr = f"CAST({q} AS CHAR)"
-    elif t in _SPATIAL_TYPES:
+    elif t in SPATIAL_TYPES:
         expr = f"CAST({q} AS BINARY)"  # the stored SRID and WKB, as the binlog carries them
     elif _is_year2(col):
         expr = f"YEAR({q})"
@@ -186,7 +186,7 @@ def snapshot_array(col: Column, arr: pa.Array | pa.ChunkedArray) -> pa.ChunkedAr
         return pc.cast(pc.cast(arr, pa.int64()), target)
     if t == "datetime":
         return pc.cast(arr, target)
-    if t in _SPATIAL_TYPES:
+    if t in SPATIAL_TYPES:
         return pa.array([_geometry(v) for v in arr.to_pylist()], type=target)
     if t == "year":
         arr = pc.if_else(pc.equal(arr, 1900), 0, arr)  # YEAR(2)'s zero year, read with YEAR()
@@ -223,7 +223,11 @@ def _plain_decimal(v) -> str:
 
 def _geometry(v: bytes | None) -> dict | None:
     """A stored spatial value (4-byte little-endian SRID, then WKB) as {wkb, srid}."""
-    return None if v is None else {"wkb": v[4:], "srid": struct.unpack_from("<I", v)[0]}
+    if v is None:
+        return None
+    if not v:  # the empty value MariaDB gives a NOT NULL spatial column added to existing rows
+        return {"wkb": b"", "srid": 0}
+    return {"wkb": v[4:], "srid": struct.unpack_from("<I", v)[0]}
 
 
 def _inet6_text(b: bytes) -> str:
@@ -291,7 +295,7 @@ def binlog_value(col: Column, v):
         return _bit_value(col, v)
     if t == "set" and not isinstance(v, str):  # member names without order: definition order
         return ",".join(m for m in col.members if m in v)
-    if t in _SPATIAL_TYPES:
+    if t in SPATIAL_TYPES:
         return _geometry(v)
     if t in _TEXT_FORM_SIZES:  # text from a text client; bytes, or '' when all were cut, from the binlog
         return v if isinstance(v, str) and v else _text_form(t, v or b"")

@@ -1,9 +1,15 @@
-"""The ``binlake`` command line (DESIGN.md contract). Exit codes: 0 success, 2 bad
-input (config, prerequisites), 1 runtime failure."""
+"""The ``binlake`` command line. Exit codes: 0 success, 2 bad input (config,
+prerequisites, another process writing the pipeline), 1 runtime failure.
+
+The writing commands (``snapshot``, ``stream``, ``run``) hold the pipeline's writer lock
+(pipelines/writer_lock.py) for their whole life, taken before anything else is done; the
+read-only ones (``validate``, ``status``) never take it (tests/test_writer_lock.py).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -54,6 +60,25 @@ def _problems(cfg: BinlakeConfig) -> list[str]:
     return problems
 
 
+@contextlib.contextmanager
+def _sole_writer(cfg: BinlakeConfig, args):
+    """Hold the pipeline's writer lock while the block runs; refuse at once (exit 2, one line naming
+    the holder) when another process holds it."""
+    from pipelines.writer_lock import WriterLockError, writer_lock
+
+    lock = writer_lock(cfg.sink.path, cfg.pipeline.name, f"binlake {args.command} -c {args.config}",
+                       cfg.sink.storage_options)
+    try:
+        lock.acquire()
+    except WriterLockError as e:
+        _line("[red]✗[/red]", str(e))
+        raise SystemExit(EXIT_BAD_INPUT) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def cmd_validate(args) -> int:
     cfg = _load(args.config)
     if _problems(cfg):
@@ -63,6 +88,7 @@ def cmd_validate(args) -> int:
 
 
 def _run_snapshot(cfg: BinlakeConfig) -> int:
+    from cdc_core.transient import RetryBudgetExceeded
     from pipelines.snapshot_job import SnapshotJob
     from pipelines.spark_session import get_spark
 
@@ -76,16 +102,21 @@ def _run_snapshot(cfg: BinlakeConfig) -> int:
             elapsed = max(time.monotonic() - started, 1e-6)
             progress.update(bar, completed=done, total=total, rate=f"{rows:,} rows, {rows / elapsed:,.0f} rows/s")
 
-        summary = SnapshotJob(cfg, spark, update).run()
+        try:
+            summary = SnapshotJob(cfg, spark, update).run()
+        except RetryBudgetExceeded as e:
+            _line("[red]error[/red]:", f"{e}; committed chunks are kept: run the snapshot again to resume")
+            return EXIT_RUNTIME
     _snapshot_table(cfg, summary)
     return EXIT_OK
 
 
 def cmd_snapshot(args) -> int:
     cfg = _load(args.config)
-    if _problems(cfg):
-        return EXIT_BAD_INPUT
-    return _run_snapshot(cfg)
+    with _sole_writer(cfg, args):
+        if _problems(cfg):
+            return EXIT_BAD_INPUT
+        return _run_snapshot(cfg)
 
 
 def _snapshot_table(cfg: BinlakeConfig, summary) -> None:
@@ -123,34 +154,43 @@ def _stream(cfg: BinlakeConfig, *, until_now: bool = False, max_seconds: float |
 
 def cmd_stream(args) -> int:
     cfg = _load(args.config)
-    if _problems(cfg):
-        return EXIT_BAD_INPUT
-    return _stream(cfg, until_now=args.until == "now", max_seconds=args.max_seconds)
+    with _sole_writer(cfg, args):
+        if _problems(cfg):
+            return EXIT_BAD_INPUT
+        return _stream(cfg, until_now=args.until == "now", max_seconds=args.max_seconds)
 
 
 def cmd_run(args) -> int:
     cfg = _load(args.config)
-    if _problems(cfg):
-        return EXIT_BAD_INPUT
-    if cfg.source.startup.mode in ("initial", "snapshot"):
-        code = _run_snapshot(cfg)
-        if code != EXIT_OK:
-            return code
-    return _stream(cfg)
+    with _sole_writer(cfg, args):
+        if _problems(cfg):
+            return EXIT_BAD_INPUT
+        if cfg.source.startup.mode in ("initial", "snapshot"):
+            code = _run_snapshot(cfg)
+            if code != EXIT_OK:
+                return code
+        return _stream(cfg)
 
 
 def cmd_status(args) -> int:
     import json
 
     from pipelines.status import pipeline_status
+    from pipelines.writer_lock import writer_lock
 
     cfg = _load(args.config)
     st = pipeline_status(cfg)
+    # Looked at, never taken: status works while a writer runs.
+    holder = writer_lock(cfg.sink.path, cfg.pipeline.name, "binlake status", cfg.sink.storage_options).holder()
+    st["writer"] = None if holder is None else {"host": holder.host, "pid": holder.pid, "command": holder.command,
+                                               "since": holder.since.isoformat(),
+                                               "expires": holder.expires.isoformat() if holder.expires else None}
     if args.json:
         out.print_json(json.dumps(st, default=str))
         return EXIT_OK
     out.print(f"pipeline {cfg.pipeline.name}: stream {st['stream']['state']}, committed at "
-              f"{st['stream']['committed_position'] or '-'}, lag {_lag(st['stream'])}")
+              f"{st['stream']['committed_position'] or '-'}, lag {_lag(st['stream'])}", soft_wrap=True)
+    out.print(f"writer: {escape(holder.describe()) if holder else 'none'}", soft_wrap=True, highlight=False)
     if st["source_error"]:
         _line("[yellow]![/yellow]", f"source not reachable: {st['source_error']}")
     t = Table()
@@ -205,8 +245,24 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     except Exception as e:  # noqa: BLE001 - the CLI's last line of defence: one clear line, exit 1
         logging.getLogger("binlake").debug("failure", exc_info=True)
-        _line("[red]error[/red]:", f"{type(e).__name__}: {e}")
+        _line("[red]error[/red]:", _explain(e))
         return EXIT_RUNTIME
+
+
+def _explain(e: BaseException) -> str:
+    """One line for an unexpected error: its type and first line (for a wrapped Python traceback,
+    its last line), with what to do when the lake's disk is full."""
+    text = str(e).strip()
+    lines = text.splitlines() or [""]
+    if "Traceback (most recent call last)" in text:  # an error from a Spark worker
+        last = [x for x in lines if x and not x[0].isspace() and ":" in x]
+        line = last[-1] if last else lines[0]
+    else:
+        line = f"{type(e).__name__}: {lines[0]}"
+    if "No space left on device" in text or "os error 28" in text:
+        line += ("; the lake's disk is full: nothing is half-committed (every commit is atomic); free space and "
+                 "run the same command again to resume")
+    return line
 
 
 def run() -> None:

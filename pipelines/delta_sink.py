@@ -155,8 +155,9 @@ def apply_changes(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upsert
     else:
         source = pa.concat_tables([append, upsert, delete])
         on = " AND ".join(f"t.{_sql_ident(k)} = s.{_sql_ident(k)}" for k in key)
-        # Every column named and quoted: update_all/insert_all fail on a name with a backtick (`a``b`).
-        columns = {_sql_ident(c): f"s.{_sql_ident(c)}" for c in source.column_names}
+        # Every column named and quoted: delta-rs's update_all/insert_all do not quote column
+        # names, so a name like "c`; x" or "a b" breaks them (tests/test_identifiers.py).
+        columns = {_sql_ident(c): f"s.{_sql_ident(c)}" for c in source.schema.names}
         (dt.merge(source, on, source_alias="s", target_alias="t", commit_properties=props)
          .when_matched_delete("s._cdc_op = 'd'")
          .when_matched_update(columns, "s._cdc_op <> 'd'")

@@ -13,10 +13,16 @@ Invariants:
   sink table, shaped as the sink (``_cdc_source`` filled; the sink is first widened to
   hold every source); chunk plans and records stay per source table. Only the driver
   commits, one group at a time, so several sources never race on one Delta table.
+- Faults (tests/test_snapshot_faults.py): a group is idempotent until committed, so one hit
+  by a transient source fault (cdc_core/transient.py) is read again, with backoff, until
+  ``RetryPolicy.budget_seconds`` of failing; then the run stops (exit 1) and a re-run
+  resumes. Once the driver gives up, no group starts another attempt. A resumed run groups
+  only consecutive pending chunks, so no group spans a chunk committed earlier.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -24,6 +30,8 @@ import math
 import resource
 import threading
 import time
+import traceback
+import uuid
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 
@@ -33,17 +41,19 @@ import pymysql
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from cdc_core.binlog import read_statements
+from cdc_core.bulk_read import chunk_fetch
 from cdc_core.chunk_reader import ChunkReader, output_schema
 from cdc_core.chunking import INTEGER_TYPES, Chunk, chunk_key, plan_chunks
 from cdc_core.column_filter import captured_schema
 from cdc_core.config import BinlakeConfig
-from cdc_core.errors import TerminalError
+from cdc_core.errors import TerminalError, transient_cause
 from cdc_core.positions import BinlogPosition, master_position
 from cdc_core.routes import Router, sink_schema
 from cdc_core.schema_change import UnparsedDDL, parse_ddl
 from cdc_core.schema_history import HistoryEntry, Status
 from cdc_core.source import ConnectionSettings, captured_tables, connect, connection_settings, describe_tables
 from cdc_core.table_schema import TableSchema, describe_table, quote_ident
+from cdc_core.transient import RetryBudgetExceeded, RetryPolicy
 from pipelines.control_store import ControlStore, chunk_record
 from pipelines.delta_sink import (
     SNAPSHOT_CHUNKS_KEY,
@@ -103,19 +113,28 @@ def _worker_connection(c: ConnectionSettings) -> pymysql.connections.Connection:
 
 def run_group(task: GroupTask) -> dict:
     """Executor side: read the group's consecutive chunks as one range between one pair of
-    watermarks, write one Parquet file, and describe it and each chunk for the driver."""
-    import connectorx as cx  # imported on the executor
-
+    watermarks, write one Parquet file, and describe it and each chunk for the driver.
+    Failures come back as values, so a Spark task never fails (no stack traces in the user's
+    terminal): ``{"retry": cause}`` for a transient source fault (the driver retries), else
+    ``{"failed": "Type: message", "traceback": ...}``."""
     c = task.conn
-    url = c.connectorx_url(task.schema.database)
-    reader = ChunkReader(c, _worker_connection(c), lambda sql: cx.read_sql(url, sql, return_type="arrow"),
-                         task.server_id)
-    result = reader.read(task.schema, Chunk.span(list(task.chunks)))
-    table = result.table
-    counts = _rows_per_chunk(task.schema, task.chunks, table)
-    if task.target is not None:
-        table = conform_routed(table, task.schema.qualified_name, task.target)
-    written = write_parquet(task.uri, table) if table.num_rows else None
+    try:
+        reader = ChunkReader(c, _worker_connection(c), chunk_fetch(c, task.schema), task.server_id)
+        result = reader.read(task.schema, Chunk.span(list(task.chunks)))
+        table = result.table
+        counts = _rows_per_chunk(task.schema, task.chunks, table)
+        if task.target is not None:
+            table = conform_routed(table, task.schema.qualified_name, task.target)
+        written = write_parquet(task.uri, table) if table.num_rows else None
+    except Exception as e:  # noqa: BLE001 - classified: transient faults are retried, the rest reported
+        cause = transient_cause(e)
+        if cause is None:
+            return {"failed": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+        stale = _worker_connections.pop(c, None)  # may be half-broken (cut mid-packet): never reused
+        if stale is not None:
+            with contextlib.suppress(pymysql.err.Error):  # "Already closed" when pymysql closed it itself
+                stale.close()
+        return {"retry": cause}
     return {
         "file": written,
         "rows": table.num_rows,
@@ -142,6 +161,10 @@ def _rows_per_chunk(schema: TableSchema, chunks: tuple[Chunk, ...], table: pa.Ta
     return out
 
 
+class GroupFailed(RuntimeError):
+    """A chunk group failed on an executor for a reason retrying cannot fix (the message says which)."""
+
+
 @dataclass
 class TableSummary:
     table: str
@@ -164,20 +187,32 @@ class SnapshotSummary:
     rows_read: int = 0
     task_peak_rss_mb: float = 0.0
     driver_peak_rss_mb: float = 0.0
+    retries: int = 0  # chunk-group attempts repeated after a transient source fault
 
 
 def _groups(chunks: list[Chunk], size: int) -> list[list[Chunk]]:
-    return [chunks[i : i + size] for i in range(0, len(chunks), size)]
+    """Runs of at most ``size`` chunks with consecutive indexes: a group is read as one range
+    (``Chunk.span``), so it must never bridge a chunk already committed by an earlier run
+    (that chunk's rows would be written twice; tests/test_snapshot_faults.py)."""
+    groups: list[list[Chunk]] = []
+    for c in chunks:
+        if groups and len(groups[-1]) < size and groups[-1][-1].index + 1 == c.index:
+            groups[-1].append(c)
+        else:
+            groups.append([c])
+    return groups
 
 
 class SnapshotJob:
     """Driver of one snapshot run."""
 
-    def __init__(self, cfg: BinlakeConfig, spark, progress=None, only: set[str] | None = None):
+    def __init__(self, cfg: BinlakeConfig, spark, progress=None, only: set[str] | None = None,
+                 retry: RetryPolicy | None = None):
         self.cfg = cfg
         self.only = only  # restrict to these "db.table" names (Dagster asset subsets)
         self.spark = spark
         self.progress = progress  # callable(chunks_done, chunks_total, rows) or None
+        self.retry = retry or RetryPolicy()  # transient source faults: backoff, budget, stall timeout
         self.conn = connection_settings(cfg)
         self.sink = cfg.sink.path
         self.router = Router(cfg.routes)
@@ -188,6 +223,8 @@ class SnapshotJob:
         self._slots: list[int] = list(range(self.slots))
         self._slot_lock = threading.Lock()
         self._unmirrored: list[dict] = []
+        self._retries = 0
+        self._abort = threading.Event()  # the driver gave up: no group starts another attempt
 
     def run(self) -> SnapshotSummary:
         """Snapshot every captured table; resumes where an earlier run stopped."""
@@ -195,27 +232,34 @@ class SnapshotJob:
         summary = SnapshotSummary()
         with connect(self.conn) as control, control.cursor() as cur:
             captured = captured_tables(self.cfg, cur)
-            names = [n for n in captured if self.only is None or n in self.only]
-            summary.tables = [TableSummary(n, 0) for n in names]
-            by_table = {s.table: s for s in summary.tables}
-            for _ in range(MAX_PASSES):
-                tables: dict[str, DeltaTable] = {}
+        names = [n for n in captured if self.only is None or n in self.only]
+        summary.tables = [TableSummary(n, 0) for n in names]
+        by_table = {s.table: s for s in summary.tables}
+        for _ in range(MAX_PASSES):
+            tables: dict[str, DeltaTable] = {}
+            # A connection per pass and per reset: a fault during the reads may have dropped the last one.
+            with connect(self.conn) as control, control.cursor() as cur:
                 try:
                     self._pass(cur, captured, names, tables, by_table, summary)
                     failure = None
+                except RetryBudgetExceeded:
+                    raise  # the source is unreachable: whether a DDL ran cannot be read either
                 except Exception as e:  # noqa: BLE001 - a chunk read may fail because a DDL changed its table
                     failure = e
-                dirty = self._changed_during_snapshot(names, tables)
-                if failure is not None and not dirty:
-                    raise failure
-                if not dirty:
-                    self._verified(names, tables)
-                    break
+            dirty = self._changed_during_snapshot(names, tables)
+            if failure is not None and not dirty:
+                raise failure
+            if not dirty:
+                self._verified(names, tables)
+                break
+            with connect(self.conn) as control, control.cursor() as cur:
                 for name in dirty:
                     self._reset(cur, name, tables, by_table[name])
-            else:
-                raise TerminalError(f"DDL kept changing {', '.join(sorted(dirty))} while it was being snapshotted "
-                                    f"({MAX_PASSES} attempts): run the snapshot again when no DDL runs on it")
+        else:
+            raise TerminalError(f"DDL kept changing {', '.join(sorted(dirty))} while it was being snapshotted "
+                                f"({MAX_PASSES} attempts): run the snapshot again when no DDL runs on it")
+        # A new connection for the counts: the planning one may have been dropped during the reads.
+        with connect(self.conn) as control, control.cursor() as cur:
             existing = set(captured_tables(self.cfg, cur))
             for s in summary.tables:
                 db, t = s.table.split(".", 1)
@@ -263,7 +307,8 @@ class SnapshotJob:
             work.append((schema, uri, pending, targets[sink]))
         total_pending = sum(len(w[2]) for w in work)
         per_group = self._group_size(total_pending)
-        tasks = [GroupTask(self.conn, 0, schema, tuple(g), uri, self.cfg.pipeline.name, target)
+        task_conn = replace(self.conn, read_timeout=self.retry.read_timeout)  # a stalled read fails, then retries
+        tasks = [GroupTask(task_conn, 0, schema, tuple(g), uri, self.cfg.pipeline.name, target)
                  for schema, uri, pending, target in work for g in _groups(pending, per_group)]
         log.info("snapshot: %d tables, %d chunks to read in %d tasks", len(names), total_pending, len(tasks))
         self._execute(tasks, tables, by_table, summary, total_pending)
@@ -377,25 +422,69 @@ class SnapshotJob:
                 if self.progress:
                     self.progress(done_chunks, total, summary.rows_read)
         except BaseException:
-            # Interrupted or failed: queued groups must not run (their rows would never be committed).
+            # Interrupted or failed: queued groups must not run, and running ones must not start
+            # another attempt (their rows would never be committed).
+            self._abort.set()
             pool.shutdown(wait=False, cancel_futures=True)
             self.spark.sparkContext.cancelAllJobs()
             pool.shutdown(wait=True)  # running groups end with their cancelled jobs: their slots are free again
             raise
         finally:
             self._flush_mirror()
+            summary.retries = self._retries
         pool.shutdown()
 
     def _run_on_spark(self, task: GroupTask) -> dict:
+        """Run one group as a Spark job, again with backoff after a transient source fault (a group
+        is idempotent until the driver commits it) until the retry budget is spent."""
+        what = f"{task.schema.qualified_name} chunks {task.chunks[0].index}-{task.chunks[-1].index}"
+        failing_since, attempt = None, 0
+        while True:
+            if self._abort.is_set():
+                return {"retry": "the snapshot was stopped"}  # never committed: the driver has left
+            result = self._attempt(task, what)
+            if "failed" in result:
+                log.debug("snapshot of %s failed on the executor:\n%s", what, result["traceback"])
+                raise GroupFailed(f"snapshot of {what}: {result['failed']}")
+            cause = result.get("retry")
+            if cause is None:
+                return result
+            now = time.monotonic()
+            failing_since = failing_since or now
+            attempt += 1
+            if now - failing_since >= self.retry.budget_seconds:
+                raise RetryBudgetExceeded(f"snapshot of {what}: the source kept failing for over "
+                                          f"{self.retry.budget_seconds:.0f} s ({attempt} attempts): {cause}")
+            delay = self.retry.delay(attempt)
+            log.warning("snapshot of %s: %s; retrying in %.1f s", what, cause, delay)
+            with self._slot_lock:
+                self._retries += 1
+            self._abort.wait(delay)
+
+    def _attempt(self, task: GroupTask, what: str) -> dict:
+        """One Spark job for the group; cancelled as stalled after ``retry.stall_seconds``."""
         with self._slot_lock:
             slot = self._slots.pop()
+        sc = self.spark.sparkContext
+        group = f"binlake-{uuid.uuid4().hex}"
+        stalled = threading.Event()
+
+        def cancel() -> None:
+            stalled.set()
+            sc.cancelJobGroup(group)
+
+        timer = threading.Timer(self.retry.stall_seconds, cancel)
         try:
             sid = self.cfg.source.server_id + 1 + slot
-            sc = self.spark.sparkContext
-            sc.setJobDescription(f"binlake snapshot {task.schema.qualified_name} chunks "
-                                 f"{task.chunks[0].index}-{task.chunks[-1].index}")
+            sc.setJobGroup(group, f"binlake snapshot {what}", interruptOnCancel=True)
+            timer.start()
             return sc.parallelize([replace(task, server_id=sid)], 1).map(run_group).collect()[0]
+        except Exception:
+            if stalled.is_set():
+                return {"retry": f"no answer from the source for {self.retry.stall_seconds:.0f} s (stalled read)"}
+            raise
         finally:
+            timer.cancel()
             with self._slot_lock:
                 self._slots.append(slot)
 

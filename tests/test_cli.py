@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cdc_core.config import load_config
 from pipelines.local_mariadb import LocalMariaDB
+from tests.helpers import assert_equal
 
 BINLAKE = str(Path(sys.executable).with_name("binlake")) if Path(sys.executable).with_name("binlake").exists() \
     else shutil.which("binlake")
@@ -133,17 +135,50 @@ def test_validate_table_without_primary_key(mariadb, items, tmp_path):
     assert r.returncode == 0, r.stderr
 
 
-def test_validate_user_without_replication_privileges(mariadb, items, make_user, tmp_path):
+def _printed_grants(line: str) -> list[str]:
+    """The GRANT statements a validate line tells the user to run."""
+    return [g.strip() + ";" for g in line.split("run: ", 1)[1].split(";") if g.strip()]
+
+
+def test_validate_prints_the_grant_to_run_and_it_works(mariadb, items, make_user, tmp_path):
     name, _ = items
     user, password = make_user("SELECT")
-    r = run_cli("validate", "-c", write_config(tmp_path, mariadb, name, user=user), password=password)
+    config = write_config(tmp_path, mariadb, name, user=user)
+    r = run_cli("validate", "-c", config, password=password)
     assert r.returncode == 2
-    lines = _lines(r.stderr)
-    assert any("REPLICATION SLAVE" in line for line in lines)
-    assert any("REPLICATION CLIENT" in line for line in lines)
-    assert not any("SELECT" in line for line in lines)
-    assert len(lines) == 2
+    (line,) = _lines(r.stderr)  # one line, one statement for both missing privileges
+    assert f"GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '{user}'@'%';" in line
     assert_clean(r, password)
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        for grant in _printed_grants(line):
+            cur.execute(grant)  # exactly as printed
+    r = run_cli("validate", "-c", config, password=password)
+    assert r.returncode == 0, r.stderr
+
+
+def test_least_privilege_user_snapshots_and_streams(mariadb, items, make_user, tmp_path, monkeypatch):
+    """SELECT on the captured database only, REPLICATION SLAVE and BINLOG MONITOR: validate
+    prints the missing SELECT grant for that database; with it, snapshot and stream work."""
+    name, conn = items
+    user, password = make_user("REPLICATION SLAVE", "BINLOG MONITOR")
+    config = write_config(tmp_path, mariadb, name, user=user)
+    r = run_cli("validate", "-c", config, password=password)
+    assert r.returncode == 2
+    line = next(x for x in _lines(r.stderr) if "lacks SELECT" in x)
+    assert _printed_grants(line) == [f"GRANT SELECT ON `{name}`.* TO '{user}'@'%';"]
+    with mariadb.connect() as c, c.cursor() as cur:
+        cur.execute(_printed_grants(line)[0])
+    r = run_cli("snapshot", "-c", config, password=password)
+    assert r.returncode == 0, r.stderr[-2000:]
+    with conn.cursor() as cur:
+        cur.execute("UPDATE items SET label = 'least' WHERE id <= 10")
+        cur.execute("DELETE FROM items WHERE id > 290")
+    r = run_cli("stream", "-c", config, "--until", "now", password=password)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "20 changes" in r.stdout
+    assert_clean(r, password)
+    monkeypatch.setenv(PASSWORD_VAR, password)
+    assert_equal(load_config(config), [f"{name}.items"])
 
 
 def test_validate_binlog_off(tmp_path):
@@ -191,3 +226,63 @@ def test_runtime_failure_is_exit_1_one_line_without_secret(mariadb, tmp_path, mo
     (line,) = _lines(captured.err)
     assert "RuntimeError" in line and "mysql://root:***@host" in line
     assert secret not in captured.out + captured.err
+
+
+BAD_CONFIGS = {
+    # name: (file text, what the one line must name)
+    "malformed YAML": ("pipeline: {name: p\nsource: [", "not valid YAML at line"),
+    "wrong type": ("pipeline: {name: p}\nsource: {user: u, port: abc, tables: ['a\\..*']}\n", "source.port"),
+    "unset variable": ("pipeline: {name: p}\nsource: {user: u, password: '${BINLAKE_NOT_SET_42}', tables: ['a']}\n",
+                       "BINLAKE_NOT_SET_42"),
+    "not a mapping": ("- a\n- b\n", "must be a mapping"),
+    "wrong ssl key": ("pipeline: {name: p}\nsource: {user: u, tables: ['a'], ssl: {ca_file: x}}\n",
+                      "source.ssl.ca_file: unknown key"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_CONFIGS)
+def test_bad_config_is_one_line_exit_2_for_every_command(tmp_path, case):
+    text, named = BAD_CONFIGS[case]
+    path = tmp_path / "binlake.yaml"
+    path.write_text(text)
+    for command in ("validate", "snapshot", "stream", "run", "status"):
+        r = run_cli(command, "-c", str(path), password="x")
+        assert r.returncode == 2, (command, r.stderr)
+        (line,) = _lines(r.stderr)
+        assert named in line and line.startswith("config error"), (command, line)
+        assert_clean(r)
+
+
+@pytest.mark.parametrize("host,port", [("127.0.0.1", 1), ("no-such-host.invalid", 3306)], ids=["port", "name"])
+def test_unreachable_source_is_one_line_exit_2(mariadb, items, tmp_path, host, port):
+    name, _ = items
+    path = write_config(tmp_path, mariadb, name, host=host, port=port)
+    for command in ("validate", "snapshot", "stream"):
+        r = run_cli(command, "-c", path, password=mariadb.password)
+        assert r.returncode == 2, (command, r.stderr)
+        (line,) = _lines(r.stderr)
+        assert f"cannot connect to {host}:{port}" in line, line
+        assert_clean(r, mariadb.password)
+    r = run_cli("status", "-c", path, password=mariadb.password)  # status still shows the lake's side
+    assert r.returncode == 0 and "source not reachable" in r.stderr
+    assert_clean(r, mariadb.password)
+
+
+def test_row_image_and_row_metadata_not_full_are_named(mariadb, items, tmp_path):
+    name, _ = items
+    path = write_config(tmp_path, mariadb, name)
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute("SET GLOBAL binlog_row_image = 'MINIMAL'")
+        cur.execute("SET GLOBAL binlog_row_metadata = 'MINIMAL'")
+        try:
+            results = [run_cli(c, "-c", path, password=mariadb.password) for c in ("validate", "stream")]
+        finally:
+            cur.execute("SET GLOBAL binlog_row_image = 'FULL'")
+            cur.execute("SET GLOBAL binlog_row_metadata = 'FULL'")
+    for r in results:
+        assert r.returncode == 2, r.stderr
+        lines = _lines(r.stderr)
+        assert len(lines) == 2
+        assert "binlog_row_image is MINIMAL" in lines[0] and "SET GLOBAL binlog_row_image = 'FULL'" in lines[0]
+        assert "binlog_row_metadata is MINIMAL" in lines[1]
+        assert_clean(r, mariadb.password)

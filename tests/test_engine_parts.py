@@ -15,8 +15,8 @@ from cdc_core.positions import BinlogPosition
 from cdc_core.startup import Mark, PositionPurged, find_start
 from cdc_core.table_batch import TableBatch
 from cdc_core.table_schema import Column, TableSchema
+from cdc_core.transient import Retry, RetryPolicy
 from pipelines.schema_applier import SchemaChangeRejected
-from pipelines.stream.reader import Retry
 
 
 def P(pos: int) -> BinlogPosition:
@@ -28,7 +28,7 @@ def test_error_taxonomy_decides_exit_codes_and_retries():
     assert ConfigError("x").exit_code == EXIT_BAD_INPUT and SchemaChangeRejected("x").exit_code == EXIT_RUNTIME
     assert is_transient(pymysql.err.OperationalError(2013, "Lost connection"))
     assert not is_transient(pymysql.err.OperationalError(1045, "Access denied"))
-    assert is_transient(OSError(errno.ENOSPC, "No space left on device"))
+    assert not is_transient(OSError(errno.ENOSPC, "No space left on device"))  # stops at once, says so
     assert not is_transient(OSError(errno.EACCES, "Permission denied"))
     assert is_transient(TransientError("x")) and not is_transient(ConfigError("x"))
     assert not is_transient(ValueError("a bug"))
@@ -62,7 +62,7 @@ def test_micro_batch_accepts_one_set_of_columns_per_table_and_absorbs_holds():
 
 
 def test_retry_follows_its_schedule_within_its_budget():
-    r = Retry(delays=(1, 2, 4), budget=10)
+    r = Retry(RetryPolicy(delays=(1, 2, 4), budget_seconds=10))
     assert [r.next_delay(now=t) for t in (0, 1, 3, 7)] == [1, 2, 4, 4]
     assert r.next_delay(now=10.5) is None  # failing for longer than the budget
     r.succeeded()

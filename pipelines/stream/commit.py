@@ -29,9 +29,9 @@ from cdc_core.offsets import StreamOffset
 from cdc_core.routes import Router, sink_key
 from cdc_core.table_batch import TablePlan, plan_to_arrow
 from cdc_core.table_schema import TableSchema
+from cdc_core.transient import Retry
 from pipelines.delta_sink import apply_changes, stream_commit_properties
 from pipelines.schema_applier import conform, conform_routed, delta_name
-from pipelines.stream.reader import Retry
 from pipelines.stream.sinks import Sinks
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ class Committer:
         return [f.result() for f in futures]  # a failed table stops the engine before the checkpoint moves
 
     def _commit(self, sink: str, parts: list[_Part], offset: StreamOffset) -> TableCommit:
-        retry = Retry(self.retry.delays, self.retry.budget)
+        retry = Retry(self.retry.policy)
         while True:
             try:
                 self._apply(sink, parts, offset)
@@ -95,8 +95,8 @@ class Committer:
                     raise
                 delay = retry.next_delay()
                 if delay is None:
-                    raise TerminalError(f"writing {sink} to Delta kept failing for over {retry.budget:.0f} s: "
-                                        f"{type(e).__name__}: {e}") from e
+                    raise TerminalError(f"writing {sink} to Delta kept failing for over "
+                                        f"{retry.policy.budget_seconds:.0f} s: {type(e).__name__}: {e}") from e
                 log.warning("writing %s to Delta failed (%s: %s); retrying in %.1f s", sink, type(e).__name__, e,
                             delay)
                 time.sleep(delay)

@@ -58,9 +58,10 @@ from cdc_core.startup import PositionPurged, ServerIdInUse, StartupError, check_
 from cdc_core.stream_reader import ReaderSpec
 from cdc_core.table_batch import TableBatch
 from cdc_core.table_schema import TableSchema, describe_table
+from cdc_core.transient import Retry
 from pipelines.control_store import ControlStore
 from pipelines.stream.commit import Committer, TableCommit
-from pipelines.stream.reader import ReaderProcess, ReaderStopped, Retry
+from pipelines.stream.reader import ReaderProcess, ReaderStopped
 from pipelines.stream.schema_changes import APPEARED, SchemaChanges, StopRequested
 from pipelines.stream.sinks import Sinks
 from pipelines.stream.start import resolve_start
@@ -317,7 +318,8 @@ class StreamEngine:
         self.reader.stop()
         delay = self.retry.next_delay()
         if delay is None:
-            raise StreamFailed(f"the source has been unreachable for over {self.retry.budget:.0f} s: {reason}")
+            budget = self.retry.policy.budget_seconds
+            raise StreamFailed(f"the source has been unreachable for over {budget:.0f} s: {reason}")
         log.warning("binlog connection lost (%s); reconnecting from %s in %.1f s", reason, s.offset.resume, delay)
         s.summary.reconnects += 1
         self.life.to(State.STARTING)

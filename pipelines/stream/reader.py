@@ -1,5 +1,5 @@
 """The reader process as the engine sees it: start it at a position, take its records,
-stop it; and the retry policy for faults that pass.
+stop it.
 
 Invariants (tests/test_stream_crash.py):
 - At most one reader process runs per engine; ``start`` stops the previous one first,
@@ -7,8 +7,6 @@ Invariants (tests/test_stream_crash.py):
 - A reader that exits without an end or an error record (killed, crashed) is reported
   as a transient ``ReaderError``, except when it was terminated by SIGTERM/SIGINT,
   which is a stop (a supervisor signalling the whole process group): never a reconnect.
-- ``Retry`` waits the next delay of its schedule and gives up once faults have lasted
-  longer than its budget without a success in between.
 """
 
 from __future__ import annotations
@@ -18,8 +16,6 @@ import multiprocessing
 import os
 import queue as queue_mod
 import signal
-import time
-from dataclasses import dataclass
 
 from cdc_core.events import ReaderError, ReaderRecord, ReadFailure
 from cdc_core.positions import BinlogPosition
@@ -81,28 +77,3 @@ class ReaderProcess:
         self._queue.close()
         self._queue.cancel_join_thread()
         self.process = None
-
-
-@dataclass
-class Retry:
-    """Backoff for faults that pass (connection lost, server restart, the lake unwritable
-    for a moment): ``delays`` in turn (the last repeated), for at most ``budget`` seconds of
-    continuous failure."""
-
-    delays: tuple[float, ...] = (0.5, 1, 2, 4, 8, 15, 30)
-    budget: float = 300.0
-    failing_since: float | None = None
-    attempt: int = 0
-
-    def next_delay(self, now: float | None = None) -> float | None:
-        """The delay before the next attempt, or None when the budget is spent."""
-        now = time.monotonic() if now is None else now
-        self.failing_since = self.failing_since if self.failing_since is not None else now
-        if now - self.failing_since > self.budget:
-            return None
-        delay = self.delays[min(self.attempt, len(self.delays) - 1)]
-        self.attempt += 1
-        return delay
-
-    def succeeded(self) -> None:
-        self.failing_since, self.attempt = None, 0
