@@ -1,10 +1,10 @@
 """Delta tables of the lake: locations, creation, and committing Parquet files that
-Spark tasks wrote (add actions) atomically with their chunk records."""
+Spark tasks wrote (add actions) atomically with their chunk records. Every table is
+opened with the sink's storage options (pipelines/lake_storage.py)."""
 
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -19,6 +19,7 @@ from deltalake.transaction import AddAction
 
 from cdc_core.offsets import OFFSET_KEY, StreamOffset, app_id, position_key_of_version
 from cdc_core.routes import CDC_SOURCE
+from pipelines.lake_storage import filesystem
 
 SNAPSHOT_CHUNKS_KEY = "binlake.snapshot.chunks"
 
@@ -58,15 +59,18 @@ class WrittenFile:
         return AddAction(self.path, self.size, {}, int(time.time() * 1000), True, self.stats)
 
 
-def write_parquet(uri: str, table: pa.Table) -> WrittenFile:
-    """Write ``table`` as one Parquet file under the (local) table folder ``uri``."""
+def write_parquet(uri: str, table: pa.Table, storage_options: dict[str, str] | None = None) -> WrittenFile:
+    """Write ``table`` as one Parquet file into the table folder ``uri`` (a local folder or an
+    object-store URI reached with ``storage_options``); the file is not committed."""
     name = f"part-snapshot-{uuid.uuid4().hex}.parquet"
-    full = os.path.join(uri, name)
+    fs, prefix = filesystem(uri, storage_options)
     # Dictionary encoding only for the op column: on high-cardinality columns it costs
     # about twice the write time for larger files (measured in bench/snapshot.py --profile).
     dictionary = [n for n in table.column_names if n == "_cdc_op"]
-    pq.write_table(table, full, compression="snappy", write_statistics=True, use_dictionary=dictionary)
-    return WrittenFile(name, os.path.getsize(full), table.num_rows, file_stats(table))
+    with fs.open_output_stream(prefix + name) as out:
+        pq.write_table(table, out, compression="snappy", write_statistics=True, use_dictionary=dictionary)
+        size = out.tell()
+    return WrittenFile(name, size, table.num_rows, file_stats(table))
 
 
 def file_stats(table: pa.Table) -> str:

@@ -38,6 +38,7 @@ from cdc_core.source import ConnectionSettings, captured_tables, connect, connec
 from cdc_core.table_schema import TableSchema, describe_table, quote_ident
 from pipelines.control_store import ControlStore, chunk_record
 from pipelines.delta_sink import SNAPSHOT_CHUNKS_KEY, commit_files, count_rows, ensure_table, table_uri, write_parquet
+from pipelines.lake_storage import require_safe_commits
 from pipelines.schema_applier import conform_routed, delta_schema, widen_to
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ class GroupTask:
     uri: str
     pipeline: str
     target: pa.Schema | None = None  # routed: the sink table's schema (rows get _cdc_source)
+    storage_options: tuple[tuple[str, str], ...] = ()  # sink.storage_options: the executor writes there
 
 
 _worker_connections: dict[ConnectionSettings, pymysql.connections.Connection] = {}
@@ -93,7 +95,7 @@ def run_group(task: GroupTask) -> dict:
     counts = _rows_per_chunk(task.schema, task.chunks, table)
     if task.target is not None:
         table = conform_routed(table, task.schema.qualified_name, task.target)
-    written = write_parquet(task.uri, table) if table.num_rows else None
+    written = write_parquet(task.uri, table, dict(task.storage_options)) if table.num_rows else None
     return {
         "file": written,
         "rows": table.num_rows,
@@ -159,7 +161,7 @@ class SnapshotJob:
         self.conn = connection_settings(cfg)
         self.sink = cfg.sink.path
         self.router = Router(cfg.routes)
-        self.store = ControlStore(self.sink, cfg.pipeline.name, cfg.sink.storage_options)
+        self.store = ControlStore.of(cfg)
         # Concurrent groups: the configured parallelism, but no more than Spark has task slots
         # (extra concurrent jobs would only queue inside Spark).
         self.slots = max(1, min(cfg.pipeline.parallelism, spark.sparkContext.defaultParallelism))
@@ -171,6 +173,7 @@ class SnapshotJob:
         """Snapshot every captured table; resumes where an earlier run stopped."""
         start = time.monotonic()
         summary = SnapshotSummary()
+        require_safe_commits(self.cfg.sink.path, self.cfg.sink.storage_options)
         with connect(self.conn) as control, control.cursor() as cur:
             captured = captured_tables(self.cfg, cur)
             names = [n for n in captured if self.only is None or n in self.only]
@@ -199,7 +202,8 @@ class SnapshotJob:
                 work.append((schema, uri, pending, targets[sink]))
             total_pending = sum(len(w[2]) for w in work)
             per_group = self._group_size(total_pending)
-            tasks = [GroupTask(self.conn, 0, schema, tuple(g), uri, self.cfg.pipeline.name, target)
+            options = tuple(sorted(self.cfg.sink.storage_options.items()))
+            tasks = [GroupTask(self.conn, 0, schema, tuple(g), uri, self.cfg.pipeline.name, target, options)
                      for schema, uri, pending, target in work for g in _groups(pending, per_group)]
             log.info("snapshot: %d tables, %d chunks to read in %d tasks", len(names), total_pending, len(tasks))
             by_table = {s.table: s for s in summary.tables}
