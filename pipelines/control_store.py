@@ -19,7 +19,7 @@ from deltalake import write_deltalake
 from cdc_core.chunking import Chunk, decode_value
 from cdc_core.offsets import StreamOffset
 from cdc_core.positions import BinlogPosition
-from pipelines.delta_sink import committed_chunk_records, open_table
+from pipelines.delta_sink import committed_chunk_records, open_table, stream_post_commit
 
 PLAN_SCHEMA = pa.schema([
     ("pipeline", pa.string()), ("table", pa.string()), ("chunk_index", pa.int32()), ("chunk_key", pa.string()),
@@ -140,11 +140,14 @@ class ControlStore:
             self._append("stream_checkpoint", [row], CHECKPOINT_SCHEMA)
             return
         t.update_incremental()
+        hooks = stream_post_commit(t)  # a commit per batch: the log cleanup's full listing only at checkpoints
         if len(t.file_uris()) >= CHECKPOINT_COMPACT_ROWS:
             others = [r for r in t.to_pyarrow_table().to_pylist() if r["pipeline"] != self.pipeline]
-            write_deltalake(t, pa.Table.from_pylist(others + [row], schema=CHECKPOINT_SCHEMA), mode="overwrite")
+            write_deltalake(t, pa.Table.from_pylist(others + [row], schema=CHECKPOINT_SCHEMA), mode="overwrite",
+                            post_commithook_properties=hooks)
         else:
-            write_deltalake(t, pa.Table.from_pylist([row], schema=CHECKPOINT_SCHEMA), mode="append")
+            write_deltalake(t, pa.Table.from_pylist([row], schema=CHECKPOINT_SCHEMA), mode="append",
+                            post_commithook_properties=hooks)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ delta-rs with the same storage options.
   writes off or ask for the DynamoDB lock are config errors; a missing bucket is one line.
 - Credentials: the access key and secret never appear in the CLI's output (at DEBUG) nor
   in any object of the lake (commit metadata, control tables).
+- Stream commits list the whole ``_delta_log`` (delta-rs's expired-log cleanup) only when
+  they write a checkpoint.
 """
 
 from __future__ import annotations
@@ -25,14 +27,16 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 import yaml
+from deltalake import CommitProperties, DeltaTable
 from pyarrow.fs import FileSelector, FileType
 
 from cdc_core.config import BinlakeConfig
 from cdc_core.offsets import OFFSET_KEY, StreamOffset, app_id
 from pipelines.control_store import ControlStore
-from pipelines.delta_sink import open_table, table_uri
+from pipelines.delta_sink import apply_changes, open_table, stream_post_commit, table_uri
 from pipelines.lake_storage import PROBE_DIR, filesystem
 from tests.helpers import assert_equal, snapshot, write_config_file
 from tests.s3_endpoint import S3Server
@@ -241,3 +245,22 @@ def test_credentials_never_shown(mariadb, db, make_config, s3_server, s3_sink, t
             data = f.read()
         for secret in (s3_server.secret_key, s3_server.access_key):
             assert secret.encode() not in data, f"a credential is stored in {path}"
+
+
+def test_stream_commits_clean_up_the_log_only_at_checkpoints(tmp_path):
+    """The expired-log cleanup lists the whole _delta_log: stream commits run it only when they
+    write a checkpoint (every delta.checkpointInterval commits), and it still removes what expired."""
+    schema = pa.schema([("id", pa.int64()), ("_cdc_op", pa.string())])
+    dt = DeltaTable.create(str(tmp_path / "t"), schema=schema, configuration={
+        "delta.checkpointInterval": "5", "delta.logRetentionDuration": "interval 0 seconds"})
+    log = tmp_path / "t" / "_delta_log"
+    empty = schema.empty_table()
+    kept = []
+    for i in range(12):
+        assert stream_post_commit(dt).cleanup_expired_logs == (dt.version() + 1 in (4, 9))
+        apply_changes(dt, ("id",), pa.table({"id": pa.array([i], pa.int64()), "_cdc_op": ["c"]}), empty, empty,
+                      CommitProperties())
+        kept.append(sorted(int(f.name.split(".")[0]) for f in log.glob("*.json")))
+    assert kept[3] == [4] and kept[8] == [9]  # cleaned up at the checkpoints of versions 4 and 9
+    assert kept[7] == [4, 5, 6, 7, 8] and kept[11] == [9, 10, 11, 12]  # and not in between
+    assert dt.to_pyarrow_table().num_rows == 12
