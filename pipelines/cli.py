@@ -68,6 +68,7 @@ def cmd_validate(args) -> int:
 
 
 def _run_snapshot(cfg: BinlakeConfig) -> int:
+    from pipelines.lake_storage import UnsafeSink
     from pipelines.snapshot_job import SnapshotJob
     from pipelines.spark_session import get_spark
 
@@ -83,7 +84,7 @@ def _run_snapshot(cfg: BinlakeConfig) -> int:
 
         try:
             summary = SnapshotJob(cfg, spark, update).run()
-        except ChunkKeyError as e:
+        except (ChunkKeyError, UnsafeSink) as e:
             _line("[red]✗[/red]", str(e))
             return EXIT_BAD_INPUT
     _snapshot_table(cfg, summary)

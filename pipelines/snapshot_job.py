@@ -9,6 +9,12 @@ Invariants:
   its record; files of an interrupted group are never committed (no duplicates),
   and a re-run reads only chunks without a record. After success a re-run is a no-op.
 - Concurrent binlog readers use distinct server ids: ``source.server_id + 1 + slot``.
+- Spark tasks write their Parquet file into the table's folder through
+  pipelines/lake_storage.py (a local folder or an object store, ``sink.storage_options``);
+  only the driver commits. Before any work the sink must pass
+  ``lake_storage.commit_problem``; a local sink whose files the driver cannot see (executors
+  on other hosts) stops the run before a commit points at them
+  (tests/test_object_store.py runs the snapshot on two workers writing to S3).
 - Routed tables (cdc_core/routes.py): each source's chunks are written into its route's
   sink table, shaped as the sink (``_cdc_source`` filled; the sink is first widened to
   hold every source); chunk plans and records stay per source table. Only the driver
@@ -20,11 +26,13 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
+import os
 import resource
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,7 +46,7 @@ from cdc_core.source import ConnectionSettings, captured_tables, connect, connec
 from cdc_core.table_schema import TableSchema, describe_table, quote_ident
 from pipelines.control_store import ControlStore, chunk_record
 from pipelines.delta_sink import SNAPSHOT_CHUNKS_KEY, commit_files, count_rows, ensure_table, table_uri, write_parquet
-from pipelines.lake_storage import require_safe_commits
+from pipelines.lake_storage import UnsafeSink, is_local, require_safe_commits
 from pipelines.schema_applier import conform_routed, delta_schema, widen_to
 
 log = logging.getLogger(__name__)
@@ -159,7 +167,8 @@ class SnapshotJob:
         self.spark = spark
         self.progress = progress  # callable(chunks_done, chunks_total, rows) or None
         self.conn = connection_settings(cfg)
-        self.sink = cfg.sink.path
+        # Executors do not share the driver's working directory: a local sink goes to them absolute.
+        self.sink = cfg.sink.path if urlparse(cfg.sink.path).scheme else os.path.abspath(cfg.sink.path)
         self.router = Router(cfg.routes)
         self.store = ControlStore.of(cfg)
         # Concurrent groups: the configured parallelism, but no more than Spark has task slots
@@ -284,6 +293,12 @@ class SnapshotJob:
         # those of several routed sources into one sink table).
         records = result["records"]
         files = [result["file"]] if result["file"] else []
+        folder = unquote(urlparse(table.table_uri).path)
+        if files and is_local(self.sink) and not os.path.exists(os.path.join(folder, files[0].path)):
+            # Written on another host: a commit would point the table at a file it cannot read.
+            raise UnsafeSink(f"sink.path {self.cfg.sink.path} is a local folder the Spark executors do not share "
+                             f"with the driver ({files[0].path} written by an executor is missing here); use an "
+                             "object-store URI, or a folder mounted at the same path on every host")
         version = commit_files(table, files, schema, {SNAPSHOT_CHUNKS_KEY: records})
         for r in records:
             r["delta_version"] = version
