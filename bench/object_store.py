@@ -13,7 +13,8 @@ medians; ratio = S3 rows/s ÷ local rows/s (goals: snapshot ≥ 0.7, stream ≥ 
 
 1. Snapshot: the 7-column table of bench/snapshot.py (N rows, loaded with sql_log_bin=0,
    so no chunk window sees a change), ``SnapshotJob(cfg, spark).run()`` on local[*] in
-   this process; Delta row count checked against N.
+   this process (after an uncounted warm-up round of both); Delta row count checked
+   against N.
 2. Stream: the backlog of bench/stream.py (N row changes, 80/15/5 insert/update/delete
    transactions of 100-1000 rows on three tables), ``StreamEngine(cfg, until_now=True)``
    from the backlog's start on a fresh sink; Delta row counts checked against MySQL.
@@ -127,7 +128,8 @@ def measure_snapshot(server: LocalMariaDB, runs: Runs, args) -> dict:
     spark = get_spark("local[*]")
     results: dict[str, list[dict]] = {"local": [], "s3": []}
     try:
-        for i in range(args.repeat):
+        # Round 0 warms up (Spark's Python workers start, connectorx loads) and is not counted.
+        for i in range(args.repeat + 1):
             for where in ("local", "s3") if i % 2 == 0 else ("s3", "local"):
                 cfg = with_sink(binlake_config(server, "unused", f"bench_{where}_{i}", args.parallelism,
                                                args.chunk_size), runs.sink(where))
@@ -141,8 +143,9 @@ def measure_snapshot(server: LocalMariaDB, runs: Runs, args) -> dict:
                                              cfg.sink.storage_options))
                 if rows != args.rows:
                     raise AssertionError(f"snapshot into {where}: Delta has {rows} rows, MySQL {args.rows}")
-                results[where].append(r)
-                print(f"  [{i + 1}/{args.repeat}] {where:<5} {r['seconds']:7.2f} s  "
+                if i:
+                    results[where].append(r)
+                print(f"  [{i}/{args.repeat}{' warm-up' if not i else ''}] {where:<5} {r['seconds']:7.2f} s  "
                       f"{sum(r['requests'].values()):>6} requests", flush=True)
     finally:
         spark.stop()
