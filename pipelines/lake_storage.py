@@ -25,6 +25,7 @@ Invariants (tests/test_object_store.py):
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
 import uuid
@@ -89,6 +90,9 @@ def _s3_client(options: dict[str, str]):
     import boto3
     from botocore.config import Config
 
+    # botocore's DEBUG lines print signed request headers (the access key id): never in binlake's -v output.
+    for name in ("boto3", "botocore", "s3transfer"):
+        logging.getLogger(name).setLevel(logging.INFO)
     virtual = (_option(options, "aws_virtual_hosted_style_request", "virtual_hosted_style_request") or "").lower()
     return boto3.session.Session().client(
         "s3", endpoint_url=_endpoint(options),
