@@ -42,9 +42,13 @@ from tests.helpers import assert_equal, snapshot, write_config_file
 from tests.s3_endpoint import S3Server
 from tests.spark_cluster import standalone_cluster
 from tests.test_cli import run_cli
-from tests.test_stream_crash import STREAM, Stream, Writer, create_tables, run_stream, wait_for
+from tests.test_stream_crash import Stream, Writer, create_tables, run_stream, wait_for
 
 SEED = 20241105
+# Batches larger than the local crash tests' (each table commit is several requests in a row), and a
+# writer at a fifth of their pace: on two loaded cores the catch-up after the kills stays a few minutes.
+S3_STREAM = {"max_batch_rows": 2000, "max_batch_seconds": 1.0}
+WRITER_PACE = 0.05
 
 
 def _version(cfg: BinlakeConfig, name: str) -> int:
@@ -90,7 +94,7 @@ def test_snapshot_stream_kills_and_schema_changes_on_s3(mariadb, db, spark, make
     name, conn = db
     create_tables(conn)
     names = [f"{name}.acct", f"{name}.orders", f"{name}.tags"]
-    cfg = make_config(name, chunk_size=200, parallelism=1, stream=STREAM, sink=s3_sink,
+    cfg = make_config(name, chunk_size=200, parallelism=1, stream=S3_STREAM, sink=s3_sink,
                       source={"snapshot": {"chunk_size": 200, "max_rows_per_task": 400}})
     config = write_config_file(cfg, tmp_path / "binlake.yaml")
     logs = tmp_path / "logs"
@@ -110,7 +114,7 @@ def test_snapshot_stream_kills_and_schema_changes_on_s3(mariadb, db, spark, make
 
     # 2. The stream under a random workload, SIGKILLed at random moments and restarted.
     rng = random.Random(SEED)
-    writer = Writer(mariadb, name, SEED + 1)
+    writer = Writer(mariadb, name, SEED + 1, pace=WRITER_PACE)
     writer.start()
     try:
         for i in range(4):
@@ -130,7 +134,7 @@ def test_snapshot_stream_kills_and_schema_changes_on_s3(mariadb, db, spark, make
     finally:
         writer.stop_event.set()
         writer.running.set()
-    final = run_stream(config, logs, "--until", "now", password=mariadb.password)
+    final = run_stream(config, logs, "--until", "now", password=mariadb.password, timeout=900)
     assert final.proc.returncode == 0, final.describe()
     assert_equal(cfg, names)
     commits = {n: assert_stream_offsets_increase(cfg, n) for n in names}
