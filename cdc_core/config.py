@@ -121,9 +121,33 @@ class SourceConfig(_Strict):
         return excludes_column(self.exclude_columns, qualified_column)
 
 
+# Option keys naming a credential: their values are masked in messages and never shown in repr.
+_SECRET_OPTION = re.compile(r"key|secret|token|password|sas|credential", re.IGNORECASE)
+
+
 class SinkConfig(_Strict):
-    path: str = "./lake"
-    storage_options: dict[str, str] = {}
+    path: str = "./lake"  # a local folder or an object-store URI (s3://, gs://, abfss://, ...)
+    storage_options: dict[str, str] = Field({}, repr=False)  # delta-rs's own option keys
+
+    @field_validator("storage_options")
+    @classmethod
+    def _commits_stay_safe(cls, options: dict[str, str]) -> dict[str, str]:
+        # delta-rs 1.x commits to S3 with conditional writes (create-if-absent) and no lock: an option
+        # that turns them off, or asks for the DynamoDB lock it no longer has, would make commits fail
+        # or mislead writers that rely on that lock.
+        for key, value in options.items():
+            k = key.lower()
+            if k in ("conditional_put", "aws_conditional_put") and value.lower() == "disabled":
+                raise ValueError(f"{key}: disabled turns off the conditional writes Delta commits need on an object "
+                                 "store; remove it")
+            if k == "aws_s3_locking_provider":
+                raise ValueError(f"{key}: delta-rs 1.x has no DynamoDB lock (it ignores this key) and commits with "
+                                 "S3 conditional writes instead; remove it, and stop writers that rely on the lock")
+        return options
+
+    def secret_values(self) -> list[str]:
+        """Values of storage options whose key names a credential (to mask in any message)."""
+        return [v for k, v in self.storage_options.items() if _SECRET_OPTION.search(k) and len(v) >= 4]
 
 
 class StreamConfig(_Strict):

@@ -47,14 +47,18 @@ def _load(path: str) -> BinlakeConfig:
         raise SystemExit(EXIT_BAD_INPUT) from None
     if len(cfg.source.password.get_secret_value()) >= 4:  # masking a 1-3 character string would garble messages
         _secrets.add(cfg.source.password.get_secret_value())
+    _secrets.update(cfg.sink.secret_values())
     return cfg
 
 
 def _problems(cfg: BinlakeConfig) -> list[str]:
     """Run the prerequisite checks and print each problem on its own line."""
     from cdc_core.validate import check
+    from pipelines.lake_storage import commit_problem
 
     problems = check(cfg)
+    sink = commit_problem(cfg.sink.path, cfg.sink.storage_options)  # object stores: conditional writes honoured
+    problems += [sink] if sink else []
     for p in problems:
         _line("[red]✗[/red]", p)
     return problems
@@ -64,8 +68,10 @@ def _problems(cfg: BinlakeConfig) -> list[str]:
 def _sole_writer(cfg: BinlakeConfig, args):
     """Hold the pipeline's writer lock while the block runs; refuse at once (exit 2, one line naming
     the holder) when another process holds it."""
+    from pipelines.lake_storage import require_safe_commits
     from pipelines.writer_lock import WriterLockError, writer_lock
 
+    require_safe_commits(cfg.sink.path, cfg.sink.storage_options)  # a missing bucket: one line, before the lock
     lock = writer_lock(cfg.sink.path, cfg.pipeline.name, f"binlake {args.command} -c {args.config}",
                        cfg.sink.storage_options)
     try:

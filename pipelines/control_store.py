@@ -26,7 +26,7 @@ from cdc_core.offsets import StreamOffset
 from cdc_core.positions import BinlogPosition
 from cdc_core.schema_history import HistoryEntry, Status
 from cdc_core.table_schema import TableSchema
-from pipelines.delta_sink import open_table, snapshot_commits
+from pipelines.delta_sink import open_table, snapshot_commits, stream_post_commit
 
 PLAN_SCHEMA = pa.schema([
     ("pipeline", pa.string()), ("table", pa.string()), ("chunk_index", pa.int32()), ("chunk_key", pa.string()),
@@ -161,13 +161,14 @@ class ControlStore:
             self._append("stream_checkpoint", [row], CHECKPOINT_SCHEMA)
             return
         t.update_incremental()
+        hooks = stream_post_commit(t)  # a commit per batch: the log cleanup's full listing only at checkpoints
         if len(t.file_uris()) >= CHECKPOINT_COMPACT_ROWS:
             others = [r for r in t.to_pyarrow_table().to_pylist() if r["pipeline"] != self.pipeline]
             write_deltalake(t, pa.Table.from_pylist(others + [row], schema=CHECKPOINT_SCHEMA), mode="overwrite",
-                            schema_mode="overwrite")
+                            schema_mode="overwrite", post_commithook_properties=hooks)
         else:
             write_deltalake(t, pa.Table.from_pylist([row], schema=CHECKPOINT_SCHEMA), mode="append",
-                            schema_mode="merge")
+                            schema_mode="merge", post_commithook_properties=hooks)
 
 
 @dataclass(frozen=True)

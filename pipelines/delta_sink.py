@@ -1,10 +1,10 @@
 """Delta tables of the lake: locations, creation, and committing Parquet files that
-Spark tasks wrote (add actions) atomically with their chunk records."""
+Spark tasks wrote (add actions) atomically with their chunk records. Every table is
+opened with the sink's storage options (pipelines/lake_storage.py)."""
 
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -13,12 +13,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import AddAction
 
 from cdc_core.offsets import OFFSET_KEY, StreamOffset, app_id, position_key_of_version
 from cdc_core.routes import CDC_SOURCE
+from pipelines.lake_storage import filesystem
 
 SNAPSHOT_CHUNKS_KEY = "binlake.snapshot.chunks"
 # A snapshot commit that removed a source table's rows to read it again (a DDL ran during its
@@ -27,6 +28,7 @@ SNAPSHOT_RESET_KEY = "binlake.snapshot.reset"
 # A commit without files: no DDL changed these source tables between their baseline and their
 # last chunk (their snapshot is consistent), checked once.
 SNAPSHOT_VERIFIED_KEY = "binlake.snapshot.verified"
+DEFAULT_CHECKPOINT_INTERVAL = 100  # delta.checkpointInterval when the table does not set it
 
 
 def table_uri(sink_path: str, qualified_name: str) -> str:
@@ -64,15 +66,18 @@ class WrittenFile:
         return AddAction(self.path, self.size, {}, int(time.time() * 1000), True, self.stats)
 
 
-def write_parquet(uri: str, table: pa.Table) -> WrittenFile:
-    """Write ``table`` as one Parquet file under the (local) table folder ``uri``."""
+def write_parquet(uri: str, table: pa.Table, storage_options: dict[str, str] | None = None) -> WrittenFile:
+    """Write ``table`` as one Parquet file into the table folder ``uri`` (a local folder or an
+    object-store URI reached with ``storage_options``); the file is not committed."""
     name = f"part-snapshot-{uuid.uuid4().hex}.parquet"
-    full = os.path.join(uri, name)
+    fs, prefix = filesystem(uri, storage_options)
     # Dictionary encoding only for the op column: on high-cardinality columns it costs
     # about twice the write time for larger files (measured in bench/snapshot.py --profile).
     dictionary = [n for n in table.column_names if n == "_cdc_op"]
-    pq.write_table(table, full, compression="snappy", write_statistics=True, use_dictionary=dictionary)
-    return WrittenFile(name, os.path.getsize(full), table.num_rows, file_stats(table))
+    with fs.open_output_stream(prefix + name) as out:
+        pq.write_table(table, out, compression="snappy", write_statistics=True, use_dictionary=dictionary)
+        size = out.tell()
+    return WrittenFile(name, size, table.num_rows, file_stats(table))
 
 
 def file_stats(table: pa.Table) -> str:
@@ -90,7 +95,8 @@ def file_stats(table: pa.Table) -> str:
 
 
 def commit_files(dt: DeltaTable, files: list[WrittenFile], schema: pa.Schema, metadata: dict) -> int:
-    """Append ``files`` to ``dt`` in one Delta commit carrying ``metadata``; returns the new version."""
+    """Append ``files`` to ``dt`` in one Delta commit carrying ``metadata``; returns the new version
+    (a write transaction, unlike write and merge, does not move ``dt`` to the version it committed)."""
     dt.create_write_transaction(
         [f.add_action() for f in files], mode="append", schema=schema,
         commit_properties=CommitProperties(custom_metadata={k: json.dumps(v) for k, v in metadata.items()}),
@@ -146,31 +152,45 @@ def stream_commit_properties(pipeline: str, offset: StreamOffset) -> CommitPrope
                             app_transactions=[Transaction(app_id(pipeline), offset.applied.seq())])
 
 
+def stream_post_commit(dt: DeltaTable) -> PostCommitHookProperties:
+    """Post-commit work of the next commit to ``dt``: a checkpoint every ``delta.checkpointInterval``
+    commits, as delta-rs does, but expired log entries cleaned up only at those commits. The
+    cleanup lists the whole ``_delta_log``; a table committed every micro-batch keeps 30 days of
+    commits there (the default log retention), so listing it at every commit would cost one more
+    request per 1,000 entries each time (bench/object_store.py)."""
+    interval = int(dt.metadata().configuration.get("delta.checkpointInterval", DEFAULT_CHECKPOINT_INTERVAL))
+    return PostCommitHookProperties(create_checkpoint=True,
+                                    cleanup_expired_logs=(dt.version() + 2) % interval == 0)
+
+
 def apply_changes(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upsert: pa.Table, delete: pa.Table,
                   props: CommitProperties) -> None:
     """One Delta commit with a table's batch: rows new to the table are appended; when
     any row may already exist, one MERGE on the primary key deletes, updates and inserts."""
+    hooks = stream_post_commit(dt)
     if not upsert.num_rows and not delete.num_rows:
-        write_deltalake(dt, append, mode="append", commit_properties=props)
+        write_deltalake(dt, append, mode="append", commit_properties=props, post_commithook_properties=hooks)
     else:
         source = pa.concat_tables([append, upsert, delete])
         on = " AND ".join(f"t.{_sql_ident(k)} = s.{_sql_ident(k)}" for k in key)
         # Every column named and quoted: delta-rs's update_all/insert_all do not quote column
         # names, so a name like "c`; x" or "a b" breaks them (tests/test_identifiers.py).
         columns = {_sql_ident(c): f"s.{_sql_ident(c)}" for c in source.schema.names}
-        (dt.merge(source, on, source_alias="s", target_alias="t", commit_properties=props)
+        (dt.merge(source, on, source_alias="s", target_alias="t", commit_properties=props,
+                  post_commithook_properties=hooks)
          .when_matched_delete("s._cdc_op = 'd'")
          .when_matched_update(columns, "s._cdc_op <> 'd'")
          .when_not_matched_insert(columns, "s._cdc_op <> 'd'")
          .execute())
-    dt.update_incremental()
+    # No update_incremental(): write and merge leave ``dt`` at the version they committed (on an
+    # object store that saves a LIST per commit, bench/object_store.py).
 
 
 def truncate(dt: DeltaTable, props: CommitProperties, predicate: str | None = None) -> None:
     """Remove every row (TRUNCATE TABLE), or only those matching ``predicate`` (a routed
     source's, :func:`source_predicate`), in one commit carrying the stream offset."""
-    dt.delete(predicate, commit_properties=props)
-    dt.update_incremental()
+    # delete leaves dt at the version it committed
+    dt.delete(predicate, commit_properties=props, post_commithook_properties=stream_post_commit(dt))
 
 
 def source_predicate(source: str) -> str:

@@ -57,21 +57,23 @@ def mysql_rows(cursor, schema: TableSchema) -> list[tuple]:
     return [tuple(canonical_value(c, v) for c, v in zip(schema.columns, row)) for row in cursor.fetchall()]
 
 
-def delta_rows(uri: str, schema: TableSchema, source: str | None = None) -> list[tuple]:
-    """All rows of the Delta table, source columns only; with ``source``, only the rows of
-    that routed source table."""
-    dataset = DeltaTable(uri).to_pyarrow_dataset()
+def delta_rows(uri: str, schema: TableSchema, source: str | None = None,
+               storage_options: dict[str, str] | None = None) -> list[tuple]:
+    """All rows of the Delta table at ``uri`` (opened with the sink's ``storage_options``), source
+    columns only; with ``source``, only the rows of that routed source table."""
+    dataset = DeltaTable(uri, storage_options=storage_options or None).to_pyarrow_dataset()
     columns = [delta_name(dataset.schema.names, c.name) or c.name for c in schema.columns]  # names are case-insensitive
     t = dataset.to_table(columns=columns, filter=None if source is None else source_filter(source))
     return [tuple(r[c] for c in columns) for r in t.to_pylist()]
 
 
-def compare(cursor, schema: TableSchema, uri: str, source: str | None = None) -> TableDiff:
+def compare(cursor, schema: TableSchema, uri: str, source: str | None = None,
+            storage_options: dict[str, str] | None = None) -> TableDiff:
     """Compare MySQL and Delta row by row, keyed by primary key (whole row without one).
     ``source``: the table is routed into ``uri``; only the rows of ``source`` are compared."""
     names = [c.name for c in schema.columns]
     key_idx = [names.index(k) for k in schema.primary_key] or list(range(len(names)))
-    src, dst = mysql_rows(cursor, schema), delta_rows(uri, schema, source)
+    src, dst = mysql_rows(cursor, schema), delta_rows(uri, schema, source, storage_options)
     diff = TableDiff(schema.qualified_name, len(src), len(dst))
 
     def keyed(rows):
@@ -98,5 +100,6 @@ def compare(cursor, schema: TableSchema, uri: str, source: str | None = None) ->
 def compare_table(cursor, cfg: BinlakeConfig, name: str) -> TableDiff:
     """Compare captured table ``name`` ("db.table") with its Delta table, following routes."""
     router = Router(cfg.routes)
-    schema = without_excluded(describe_table(cursor, *name.split(".", 1)), cfg.source)  # types: captured columns
-    return compare(cursor, schema, table_uri(cfg.sink.path, router.sink(name)), name if router.routed(name) else None)
+    schema = without_excluded(describe_table(cursor, *name.split(".", 1)), cfg.source)  # captured columns only
+    return compare(cursor, schema, table_uri(cfg.sink.path, router.sink(name)), name if router.routed(name) else None,
+                   cfg.sink.storage_options)

@@ -9,6 +9,12 @@ Invariants:
   its record; files of an interrupted group are never committed (no duplicates),
   and a re-run reads only chunks without a record. After success a re-run is a no-op.
 - Concurrent binlog readers use distinct server ids: ``source.server_id + 1 + slot``.
+- Spark tasks write their Parquet file into the table's folder through
+  pipelines/lake_storage.py (a local folder or an object store, ``sink.storage_options``);
+  only the driver commits. Before any work the sink must pass
+  ``lake_storage.commit_problem``; a local sink whose files the driver cannot see (executors
+  on other hosts) stops the run before a commit points at them
+  (tests/test_object_store.py runs the snapshot on two workers writing to S3).
 - Routed tables (cdc_core/routes.py): each source's chunks are written into its route's
   sink table, shaped as the sink (``_cdc_source`` filled; the sink is first widened to
   hold every source); chunk plans and records stay per source table. Only the driver
@@ -27,6 +33,7 @@ import datetime as dt
 import json
 import logging
 import math
+import os
 import resource
 import threading
 import time
@@ -34,6 +41,7 @@ import traceback
 import uuid
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -69,6 +77,7 @@ from pipelines.delta_sink import (
     truncate,
     write_parquet,
 )
+from pipelines.lake_storage import UnsafeSink, is_local, require_safe_commits
 from pipelines.schema_applier import conform_routed, delta_schema, widen_to
 
 log = logging.getLogger(__name__)
@@ -93,6 +102,7 @@ class GroupTask:
     uri: str
     pipeline: str
     target: pa.Schema | None = None  # routed: the sink table's schema (rows get _cdc_source)
+    storage_options: tuple[tuple[str, str], ...] = ()  # sink.storage_options: the executor writes there
 
 
 _worker_connections: dict[ConnectionSettings, pymysql.connections.Connection] = {}
@@ -125,7 +135,7 @@ def run_group(task: GroupTask) -> dict:
         counts = _rows_per_chunk(task.schema, task.chunks, table)
         if task.target is not None:
             table = conform_routed(table, task.schema.qualified_name, task.target)
-        written = write_parquet(task.uri, table) if table.num_rows else None
+        written = write_parquet(task.uri, table, dict(task.storage_options)) if table.num_rows else None
     except Exception as e:  # noqa: BLE001 - classified: transient faults are retried, the rest reported
         cause = transient_cause(e)
         if cause is None:
@@ -214,9 +224,10 @@ class SnapshotJob:
         self.progress = progress  # callable(chunks_done, chunks_total, rows) or None
         self.retry = retry or RetryPolicy()  # transient source faults: backoff, budget, stall timeout
         self.conn = connection_settings(cfg)
-        self.sink = cfg.sink.path
+        # Executors do not share the driver's working directory: a local sink goes to them absolute.
+        self.sink = cfg.sink.path if urlparse(cfg.sink.path).scheme else os.path.abspath(cfg.sink.path)
         self.router = Router(cfg.routes)
-        self.store = ControlStore(self.sink, cfg.pipeline.name, cfg.sink.storage_options)
+        self.store = ControlStore.of(cfg)
         # Concurrent groups: the configured parallelism, but no more than Spark has task slots
         # (extra concurrent jobs would only queue inside Spark).
         self.slots = max(1, min(cfg.pipeline.parallelism, spark.sparkContext.defaultParallelism))
@@ -230,6 +241,7 @@ class SnapshotJob:
         """Snapshot every captured table; resumes where an earlier run stopped."""
         start = time.monotonic()
         summary = SnapshotSummary()
+        require_safe_commits(self.cfg.sink.path, self.cfg.sink.storage_options)
         with connect(self.conn) as control, control.cursor() as cur:
             captured = captured_tables(self.cfg, cur)
         names = [n for n in captured if self.only is None or n in self.only]
@@ -308,7 +320,8 @@ class SnapshotJob:
         total_pending = sum(len(w[2]) for w in work)
         per_group = self._group_size(total_pending)
         task_conn = replace(self.conn, read_timeout=self.retry.read_timeout)  # a stalled read fails, then retries
-        tasks = [GroupTask(task_conn, 0, schema, tuple(g), uri, self.cfg.pipeline.name, target)
+        options = tuple(sorted(self.cfg.sink.storage_options.items()))
+        tasks = [GroupTask(task_conn, 0, schema, tuple(g), uri, self.cfg.pipeline.name, target, options)
                  for schema, uri, pending, target in work for g in _groups(pending, per_group)]
         log.info("snapshot: %d tables, %d chunks to read in %d tasks", len(names), total_pending, len(tasks))
         self._execute(tasks, tables, by_table, summary, total_pending)
@@ -493,6 +506,12 @@ class SnapshotJob:
         # those of several routed sources into one sink table).
         records = result["records"]
         files = [result["file"]] if result["file"] else []
+        folder = unquote(urlparse(table.table_uri).path)
+        if files and is_local(self.sink) and not os.path.exists(os.path.join(folder, files[0].path)):
+            # Written on another host: a commit would point the table at a file it cannot read.
+            raise UnsafeSink(f"sink.path {self.cfg.sink.path} is a local folder the Spark executors do not share "
+                             f"with the driver ({files[0].path} written by an executor is missing here); use an "
+                             "object-store URI, or a folder mounted at the same path on every host")
         version = commit_files(table, files, schema, {SNAPSHOT_CHUNKS_KEY: records})
         for r in records:
             r["delta_version"] = version

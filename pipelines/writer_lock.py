@@ -17,7 +17,8 @@ and ``holder`` to look without taking anything):
   ``ttl / 3``; a holder that cannot renew before its lease runs out, or finds the lease taken
   over, ends its process at once (:meth:`LeaseLock.on_lost`), which binlake survives like any
   crash (nothing half-committed, resumed on restart). A lease left by a killed holder blocks a
-  restart until it expires (``ttl``, 60 s by default). Expiry compares wall clocks of
+  restart until it expires (``ttl``, 60 s by default), unless it was a process of the same
+  host that is gone (checked by pid), which frees it at once. Expiry compares wall clocks of
   different hosts: keep them in sync (NTP) to well under the ttl.
 
 Invariants (tests/test_writer_lock.py):
@@ -224,15 +225,7 @@ class FileLock(WriterLock):
 
     def holder(self) -> Holder | None:
         record = self._read_record(wait=False)
-        if record is None or record.host != socket.gethostname():
-            return record  # another host's record cannot be checked from here
-        try:
-            os.kill(record.pid, 0)
-        except ProcessLookupError:
-            return None  # its process is gone (killed): the lock is free
-        except PermissionError:
-            pass  # alive, another user's
-        return record
+        return None if record is not None and _gone(record) else record
 
     def _read_record(self, wait: bool) -> Holder | None:
         # A holder writes its record right after taking the lock: a refused process may read the
@@ -280,6 +273,20 @@ LEASE_SCHEMA = pa.schema([
 _ONE_ATTEMPT = CommitProperties(max_commit_retries=0)
 
 
+def _gone(holder: Holder) -> bool:
+    """Whether ``holder`` was a process of this host that no longer runs (killed): its lock is
+    free. Another host's process cannot be checked from here."""
+    if holder.host != socket.gethostname():
+        return False
+    try:
+        os.kill(holder.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # alive, another user's
+    return False
+
+
 class LeaseLost(RuntimeError):
     """This process's lease expired or was taken over: it must stop writing at once."""
 
@@ -308,6 +315,12 @@ class LeaseLock(WriterLock):
         except TableNotFoundError:
             return None
 
+    def _live(self, holder: Holder | None) -> Holder | None:
+        """``holder`` while its lease binds: not expired, and not left by a dead process of this host."""
+        if holder is None or holder.expires <= self.clock() or _gone(holder):
+            return None
+        return holder
+
     @staticmethod
     def _current(table: DeltaTable | None) -> Holder | None:
         """The lease row of ``table`` as a holder, None when it was released (or never taken)."""
@@ -320,10 +333,7 @@ class LeaseLock(WriterLock):
         return Holder(r["host"], r["pid"], r["command"], r["since"], r["token"], r["expires"])
 
     def holder(self) -> Holder | None:
-        current = self._current(self._table())
-        if current is None or current.expires <= self.clock():
-            return None
-        return current
+        return self._live(self._current(self._table()))
 
     # writing ----------------------------------------------------------------------------------
 
@@ -344,9 +354,9 @@ class LeaseLock(WriterLock):
 
     def acquire(self) -> Holder:
         table = self._table()
-        current = self._current(table)
+        current = self._live(self._current(table))
         now = self.clock()
-        if current is not None and current.expires > now:
+        if current is not None:
             raise WriterLockHeld(self.pipeline, current)
         mine = replace(Holder.mine(self.command, now), expires=now + self.ttl)
         try:

@@ -1,5 +1,5 @@
-"""Shared fixtures: one MariaDB server and one Spark session per test session, a fresh
-database per test."""
+"""Shared fixtures: one MariaDB server, one Spark session and one S3 endpoint (moto, on
+loopback) per test session, a fresh database (and, where asked, a fresh bucket) per test."""
 
 from __future__ import annotations
 
@@ -30,6 +30,24 @@ def spark():
     session = get_spark("local[2]")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's S3 API on a free loopback port, in its own process (tests/s3_endpoint.py), with
+    random credentials."""
+    from tests.s3_endpoint import S3Server
+
+    server = S3Server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_sink(s3_server, request) -> dict:
+    """A fresh bucket; the ``sink`` config section of a lake at ``s3://<bucket>/lake`` in it."""
+    bucket = s3_server.create_bucket(f"t{next(_counter)}-{uuid.uuid4().hex[:12]}")
+    return {"path": f"s3://{bucket}/lake", "storage_options": s3_server.storage_options()}
 
 
 @pytest.fixture

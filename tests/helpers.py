@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import yaml
@@ -17,9 +18,16 @@ PASSWORD_VAR = "BINLAKE_TEST_PASSWORD"  # conftest's make_config sets it to the 
 
 
 def write_config_file(cfg: BinlakeConfig, path: Path, **extra) -> str:
-    """``cfg`` as a YAML file for the CLI or Dagster, the password as ``${BINLAKE_TEST_PASSWORD}``."""
+    """``cfg`` as a YAML file for the CLI or Dagster, the password as ``${BINLAKE_TEST_PASSWORD}``
+    and each secret storage option as ``${BINLAKE_TEST_<KEY>}`` (set in this process's environment,
+    which the CLI's subprocesses inherit)."""
     raw = cfg.model_dump(mode="json")
     raw["source"]["password"] = "${" + PASSWORD_VAR + "}"
+    options = raw["sink"]["storage_options"]
+    for key, value in options.items():
+        if value in cfg.sink.secret_values():
+            os.environ[f"BINLAKE_TEST_{key.upper()}"] = value
+            options[key] = "${BINLAKE_TEST_" + key.upper() + "}"
     raw.update(extra)
     path.write_text(yaml.safe_dump(raw))
     return str(path)
@@ -47,17 +55,16 @@ def replay_handoff(cfg: BinlakeConfig, names: list[str]) -> dict[str, dict]:
     server's current end through the hand-off filter, its keys in the server's order as the
     stream has them: the table as the stream will see it.
     Returns {table: {primary key: canonical row tuple}}."""
-    from deltalake import DeltaTable
-
     from cdc_core.binlog import read_changes
     from cdc_core.handoff import HandoffFilter
     from cdc_core.key_order import KeyOrders, ServerSql
     from cdc_core.positions import BinlogPosition, master_position
     from cdc_core.types import binlog_value
     from pipelines.control_store import ControlStore
+    from pipelines.delta_sink import open_table
     from pipelines.reconcile import delta_rows
 
-    store = ControlStore(cfg.sink.path, cfg.pipeline.name)
+    store = ControlStore.of(cfg)
     plans = store.load_plans()
     settings = connection_settings(cfg)
     with connect(settings) as conn, conn.cursor() as cur:
@@ -67,13 +74,13 @@ def replay_handoff(cfg: BinlakeConfig, names: list[str]) -> dict[str, dict]:
         states, filters, lows = {}, {}, []
         for n, schema in schemas.items():
             uri = table_uri(cfg.sink.path, n)
-            done = store.completed_chunks(n, DeltaTable(uri))
+            done = store.completed_chunks(n, open_table(uri, cfg.sink.storage_options))
             lows += [BinlogPosition(r["lw_file"], r["lw_pos"]) for r in done.values()]
             filters[n] = HandoffFilter.for_table(schema, plans[n], {
                 i: BinlogPosition(r["hw_file"], r["hw_pos"]) for i, r in done.items()}, orders)
             idx = [c.name for c in schema.columns]
             pk = [idx.index(k) for k in schema.primary_key]
-            rows = delta_rows(uri, schema)
+            rows = delta_rows(uri, schema, storage_options=cfg.sink.storage_options)
             states[n] = {tuple(r[i] for i in pk): r for r in rows}
             assert len(states[n]) == len(rows), f"{n}: duplicate keys in Delta"
 

@@ -1,18 +1,16 @@
 """Kill the snapshot (SIGKILL) mid-way and run it again: only unfinished chunks are
-read again, no row is duplicated, and Delta equals MySQL. Also runs the snapshot on a
-Spark standalone master with a worker on loopback."""
+read again, no row is duplicated, and Delta equals MySQL. (The snapshot on a Spark
+standalone cluster runs in tests/test_object_store.py, writing to S3.)"""
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import pyspark
 from deltalake import DeltaTable
 
 from pipelines.control_store import ControlStore
@@ -52,38 +50,3 @@ def test_kill_and_resume(db, spark, make_config, tmp_path):
     assert t.chunks == len(plan) and 0 < t.chunks_read < t.chunks  # only unfinished chunks re-read
     assert t.delta_rows == 60000
     assert_equal(cfg, [f"{name}.big"])
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_snapshot_on_standalone_master(db, make_config, tmp_path):
-    name, conn = db
-    with conn.cursor() as cur:
-        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v DOUBLE)")
-        cur.execute("INSERT INTO t SELECT seq, seq / 7 FROM seq_1_to_3000")
-    spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
-    port = _free_port()
-    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_MASTER_HOST="127.0.0.1", PYSPARK_PYTHON=sys.executable)
-    master = subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                               "--port", str(port), "--webui-port", str(_free_port())], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    worker = subprocess.Popen([spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}",
-                               "--host", "127.0.0.1", "--cores", "2", "--memory", "1g",
-                               "--webui-port", str(_free_port()), "--work-dir", str(tmp_path / "work")], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        cfg = make_config(name, chunk_size=500)
-        path = write_config_file(cfg, tmp_path / "binlake.yaml", spark={"master": f"spark://127.0.0.1:{port}"})
-        out = subprocess.run(_binlake("snapshot", "-c", str(path)), env=env, capture_output=True, text=True,
-                             timeout=300)
-        assert out.returncode == 0, out.stderr[-2000:]
-        assert "match" in out.stdout
-        assert_equal(cfg, [f"{name}.t"])
-    finally:
-        for p in (worker, master):
-            os.killpg(p.pid, signal.SIGTERM)
-            p.wait(30)

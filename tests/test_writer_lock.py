@@ -158,9 +158,12 @@ while not os.path.exists(go):  # start together
     time.sleep(0.001)
 try:
     lock.acquire()
-    print("won")
+    print("won", flush=True)
 except WriterLockHeld:
-    print("refused")
+    print("refused", flush=True)
+deadline = time.monotonic() + 120
+while not os.path.exists(go + ".done") and time.monotonic() < deadline:
+    time.sleep(0.01)  # a winner stays alive: a dead process's lease is free (same host)
 """
 
 
@@ -178,7 +181,11 @@ def race_for_lease(sink: str, go: Path, storage_options: dict | None = None, rac
                               cwd=Path(__file__).parent.parent) for _ in range(racers)]
     time.sleep(3)  # let them import and wait at the line
     go.touch()
-    return sorted(p.communicate(timeout=120)[0].strip() for p in procs)
+    outcomes = sorted(p.stdout.readline().strip() for p in procs)
+    Path(f"{go}.done").touch()
+    for p in procs:
+        p.communicate(timeout=120)
+    return outcomes
 
 
 @pytest.mark.parametrize("expired_first", [False, True], ids=["new table", "expired lease"])

@@ -1,0 +1,173 @@
+"""Where the lake lives: a local folder or an object store (``s3://``, ``gs://``,
+``abfss://``, … whatever delta-rs supports), reached with ``sink.storage_options`` —
+delta-rs's own option keys — for Delta tables, control tables and the Parquet files
+Spark tasks write.
+
+Invariants (tests/test_object_store.py):
+- Files are written through delta-rs's object store (``DeltaStorageHandler``), built
+  from the same options as the Delta tables, so a Spark executor needs no Hadoop jars
+  and no second option vocabulary; the file's size comes from the stream it was
+  written to, with no extra request.
+- Commit safety. delta-rs 1.x commits version N of a table by creating
+  ``_delta_log/N.json`` only if it does not exist (S3: ``PutObject`` with
+  ``If-None-Match: *``); it takes no lock (its DynamoDB lock is gone, and
+  ``AWS_S3_ALLOW_UNSAFE_RENAME`` no longer changes how it commits). It lists the log
+  before each attempt, so the condition decides only between writers racing for one
+  version — and only if the store honours it. :func:`commit_problem` checks that on an
+  S3-compatible store (an S3 endpoint is configured) before binlake writes there: an
+  object created with ``If-None-Match: *`` must not be overwritten by a second such put.
+  Options that turn conditional writes off or ask for the lock are config errors
+  (``cdc_core.config.SinkConfig``).
+- Secret option values are masked in the CLI's messages
+  (``cdc_core.config.SinkConfig.secret_values``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+import uuid
+from urllib.parse import urlparse
+
+import pyarrow.fs as pafs
+from deltalake.fs import DeltaStorageHandler
+
+from cdc_core.errors import BadInput
+
+PROBE_DIR = "_binlake/commit_probe"
+_S3_ERROR = re.compile(r"<Code>(?P<code>[^<]*)</Code>\s*<Message>(?P<message>[^<]*)</Message>")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_proven: set[tuple] = set()  # (path, options) that passed commit_problem in this process
+
+
+class UnsafeSink(BadInput, ValueError):
+    """binlake cannot commit safely under ``sink.path`` (bad input: exit 2)."""
+
+
+def is_local(path: str) -> bool:
+    """Whether ``path`` is a local folder (no URI scheme, or ``file://``)."""
+    return urlparse(path).scheme in ("", "file")
+
+
+@functools.lru_cache(maxsize=64)
+def _store(root: str, options: tuple[tuple[str, str], ...]) -> pafs.FileSystem:
+    return pafs.PyFileSystem(DeltaStorageHandler(root, dict(options)))
+
+
+def filesystem(root: str, options: dict[str, str] | None) -> tuple[pafs.FileSystem, str]:
+    """A pyarrow filesystem for the folder ``root`` of the lake and the prefix of paths in it:
+    the local filesystem, or delta-rs's object store (one per root and options in this process)."""
+    if is_local(root):
+        path = urlparse(root).path if root.startswith("file:") else root
+        return pafs.LocalFileSystem(), path.rstrip("/") + "/"
+    return _store(root.rstrip("/"), tuple(sorted((options or {}).items()))), ""
+
+
+def one_line(error: BaseException) -> str:
+    """An object-store error in one line: the store's own code and message when it sent one."""
+    text = _ANSI.sub("", str(error))
+    m = _S3_ERROR.search(text)
+    if m:
+        return f"{m['code']}: {m['message']}"
+    lines = [line.strip(" ↳") for line in text.splitlines() if line.strip(" ↳")]
+    return " / ".join(lines[:1] + lines[-1:]) if len(lines) > 1 else (lines[0] if lines else type(error).__name__)
+
+
+def _option(options: dict[str, str], *names: str) -> str | None:
+    """An option by any of its delta-rs / object_store spellings (case-insensitive), else None."""
+    lowered = {k.lower(): v for k, v in options.items()}
+    return next((lowered[n] for n in names if n in lowered), None)
+
+
+def _endpoint(options: dict[str, str]) -> str | None:
+    return (_option(options, "aws_endpoint_url", "aws_endpoint", "endpoint_url", "endpoint")
+            or os.environ.get("AWS_ENDPOINT_URL"))
+
+
+def _s3_client(options: dict[str, str]):
+    """A boto3 S3 client for the endpoint and credentials of delta-rs's options (boto3's own
+    chain — environment, profile — where the options name none)."""
+    import boto3
+    from botocore.config import Config
+
+    # botocore's DEBUG lines print signed request headers (the access key id): never in binlake's -v output.
+    for name in ("boto3", "botocore", "s3transfer"):
+        logging.getLogger(name).setLevel(logging.INFO)
+    virtual = (_option(options, "aws_virtual_hosted_style_request", "virtual_hosted_style_request") or "").lower()
+    return boto3.session.Session().client(
+        "s3", endpoint_url=_endpoint(options),
+        aws_access_key_id=_option(options, "aws_access_key_id", "access_key_id"),
+        aws_secret_access_key=_option(options, "aws_secret_access_key", "secret_access_key"),
+        aws_session_token=_option(options, "aws_session_token", "aws_token", "session_token", "token"),
+        region_name=_option(options, "aws_region", "region", "aws_default_region", "default_region"),
+        config=Config(s3={"addressing_style": "virtual" if virtual in ("true", "1") else "path"},
+                      retries={"max_attempts": 3}))
+
+
+def _conditional_write_problem(path: str, options: dict[str, str]) -> str | None:
+    """Create one object under ``_binlake/commit_probe/`` twice with ``If-None-Match: *``: the
+    second put must be refused (412, or 409 for a concurrent one), else the store ignores it."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    url = urlparse(path)
+    key = f"{url.path.strip('/')}/{PROBE_DIR}/{uuid.uuid4().hex}".lstrip("/")
+    client = _s3_client(options)
+    try:
+        client.put_object(Bucket=url.netloc, Key=key, Body=b"", IfNoneMatch="*")
+        try:
+            client.put_object(Bucket=url.netloc, Key=key, Body=b"", IfNoneMatch="*")
+        except ClientError as e:
+            if e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") in (409, 412):
+                return None
+            raise
+        finally:
+            client.delete_object(Bucket=url.netloc, Key=key)
+    except ClientError as e:
+        err = e.response.get("Error", {})
+        return f"sink.path {path}: cannot write there ({err.get('Code')}: {err.get('Message')})"
+    except BotoCoreError as e:
+        return f"sink.path {path}: cannot write there ({e})"
+    return (f"sink.path {path}: the object store at {_endpoint(options)} does not honour conditional writes "
+            "(a PutObject with If-None-Match: * overwrote an existing object), so two writers' Delta commits could "
+            "overwrite each other; use a store that supports them (AWS S3, MinIO, R2, ...)")
+
+
+def _read_problem(path: str, options: dict[str, str]) -> str | None:
+    """List the lake's ``_binlake/`` folder through delta-rs's object store: reachability,
+    bucket and credentials."""
+    fs, prefix = filesystem(path, options)
+    try:
+        fs.get_file_info(pafs.FileSelector(f"{prefix}_binlake", allow_not_found=True))
+    except OSError as e:
+        return f"sink.path {path}: cannot read there ({one_line(e)})"
+    return None
+
+
+def commit_problem(path: str, options: dict[str, str] | None) -> str | None:
+    """Why binlake could not commit safely under ``path``, in one line, or None. Any object
+    store must be readable there (one LIST). S3 at a configured endpoint (an S3-compatible
+    store) must refuse to overwrite an object created with ``If-None-Match: *`` (three
+    requests, the object removed). AWS S3 itself, GCS and Azure honour conditional writes;
+    a local folder commits by atomic rename. Checked once per process, sink and options
+    while it passes."""
+    options = options or {}
+    if is_local(path):
+        return None
+    key = (path, tuple(sorted(options.items())))
+    if key in _proven:
+        return None
+    problem = _read_problem(path, options)
+    if problem is None and urlparse(path).scheme in ("s3", "s3a") and _endpoint(options):
+        problem = _conditional_write_problem(path, options)
+    if problem is None:
+        _proven.add(key)
+    return problem
+
+
+def require_safe_commits(path: str, options: dict[str, str] | None) -> None:
+    """Raise :class:`UnsafeSink` when :func:`commit_problem` finds a problem."""
+    problem = commit_problem(path, options)
+    if problem:
+        raise UnsafeSink(problem)

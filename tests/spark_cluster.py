@@ -1,0 +1,61 @@
+"""A Spark standalone cluster on loopback for the tests: one master and N workers, each
+a JVM started with pyspark's own ``spark-class``, stopped (SIGTERM to its process group)
+on exit."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyspark
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+LOOPBACK = {"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_MASTER_HOST": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+
+
+@dataclass(frozen=True)
+class Cluster:
+    master: str  # spark://127.0.0.1:<port>
+    work_dirs: tuple[Path, ...]  # one per worker: <work dir>/<app id>/<executor id>/ once it ran an executor
+
+    @staticmethod
+    def driver_env() -> dict[str, str]:
+        """This process's environment, bound to loopback with the same Python: for a driver process."""
+        return dict(os.environ, **LOOPBACK)
+
+
+@contextmanager
+def standalone_cluster(tmp_path: Path, workers: int = 2, cores: int = 1) -> Iterator[Cluster]:
+    """Start a master and ``workers`` workers of ``cores`` cores and 1 GiB each on 127.0.0.1."""
+    spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
+    port = free_port()
+    env = Cluster.driver_env()
+    procs = [subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                               "--port", str(port), "--webui-port", str(free_port())], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)]
+    work_dirs = tuple(tmp_path / f"spark-worker-{i}" for i in range(workers))
+    try:
+        for work in work_dirs:
+            procs.append(subprocess.Popen(
+                [spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host",
+                 "127.0.0.1", "--cores", str(cores), "--memory", "1g", "--webui-port", str(free_port()),
+                 "--work-dir", str(work)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True))
+        yield Cluster(f"spark://127.0.0.1:{port}", work_dirs)
+    finally:
+        for p in reversed(procs):
+            os.killpg(p.pid, signal.SIGTERM)
+            p.wait(30)
