@@ -19,6 +19,7 @@ from deltalake.transaction import AddAction
 
 from cdc_core.offsets import OFFSET_KEY, StreamOffset, app_id, position_key_of_version
 from cdc_core.routes import CDC_SOURCE
+from cdc_core.table_commit import RowsApplied
 
 SNAPSHOT_CHUNKS_KEY = "binlake.snapshot.chunks"
 
@@ -113,20 +114,25 @@ def stream_commit_properties(pipeline: str, offset: StreamOffset) -> CommitPrope
 
 
 def apply_changes(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upsert: pa.Table, delete: pa.Table,
-                  props: CommitProperties) -> None:
+                  props: CommitProperties) -> RowsApplied:
     """One Delta commit with a table's batch: rows new to the table are appended; when
-    any row may already exist, one MERGE on the primary key deletes, updates and inserts."""
+    any row may already exist, one MERGE on the primary key deletes, updates and inserts.
+    Returns what the commit did (the MERGE's own metrics)."""
     if not upsert.num_rows and not delete.num_rows:
         write_deltalake(dt, append, mode="append", commit_properties=props)
+        applied = RowsApplied(inserted=append.num_rows)
     else:
         source = pa.concat_tables([append, upsert, delete])
         on = " AND ".join(f"t.{_sql_ident(k)} = s.{_sql_ident(k)}" for k in key)
-        (dt.merge(source, on, source_alias="s", target_alias="t", commit_properties=props)
-         .when_matched_delete("s._cdc_op = 'd'")
-         .when_matched_update_all("s._cdc_op <> 'd'")
-         .when_not_matched_insert_all("s._cdc_op <> 'd'")
-         .execute())
+        metrics = (dt.merge(source, on, source_alias="s", target_alias="t", commit_properties=props)
+                   .when_matched_delete("s._cdc_op = 'd'")
+                   .when_matched_update_all("s._cdc_op <> 'd'")
+                   .when_not_matched_insert_all("s._cdc_op <> 'd'")
+                   .execute())
+        applied = RowsApplied(metrics.get("num_target_rows_inserted", 0), metrics.get("num_target_rows_updated", 0),
+                              metrics.get("num_target_rows_deleted", 0))
     dt.update_incremental()
+    return applied
 
 
 def truncate(dt: DeltaTable, props: CommitProperties, predicate: str | None = None) -> None:

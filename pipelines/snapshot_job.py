@@ -148,12 +148,36 @@ def _groups(chunks: list[Chunk], size: int) -> list[list[Chunk]]:
     return [chunks[i : i + size] for i in range(0, len(chunks), size)]
 
 
+def plan_table(cfg: BinlakeConfig, store: ControlStore, cur, schema: TableSchema) -> list[Chunk]:
+    """Plan a table's chunks and store the plan (before any chunk of it is read)."""
+    key = chunk_key(schema, cfg.source.snapshot.chunk_key_columns)
+    chunks = plan_chunks(cur, schema, key, cfg.source.snapshot.chunk_size)
+    store.save_plan(chunks)
+    return chunks
+
+
+def plan_snapshot(cfg: BinlakeConfig, names: list[str]) -> dict[str, list[Chunk]]:
+    """The chunk plans of the captured tables ``names``: stored ones as they are, the
+    others planned now against the source and stored."""
+    store = ControlStore.of(cfg)
+    plans = store.load_plans()
+    missing = [n for n in names if n not in plans]
+    if missing:
+        with connect(connection_settings(cfg)) as conn, conn.cursor() as cur:
+            for n in missing:
+                plans[n] = plan_table(cfg, store, cur, describe_table(cur, *n.split(".", 1)))
+    return {n: plans[n] for n in names}
+
+
 class SnapshotJob:
     """Driver of one snapshot run."""
 
-    def __init__(self, cfg: BinlakeConfig, spark, progress=None, only: set[str] | None = None):
+    def __init__(self, cfg: BinlakeConfig, spark, progress=None, only: set[str] | None = None,
+                 chunks: set[int] | None = None, on_commit=None):
         self.cfg = cfg
         self.only = only  # restrict to these "db.table" names (Dagster asset subsets)
+        self.chunks = chunks  # restrict to these chunk indexes of the planned tables (Dagster partitions)
+        self.on_commit = on_commit  # callable(table, chunk records) after each group's Delta commit, or None
         self.spark = spark
         self.progress = progress  # callable(chunks_done, chunks_total, rows) or None
         self.conn = connection_settings(cfg)
@@ -190,11 +214,10 @@ class SnapshotJob:
                 if sink not in tables:
                     tables[sink], targets[sink] = self._open_sink(uri, sink, schemas)
                 if name not in plans:
-                    key = chunk_key(schema, self.cfg.source.snapshot.chunk_key_columns)
-                    plans[name] = plan_chunks(cur, schema, key, self.cfg.source.snapshot.chunk_size)
-                    self.store.save_plan(plans[name])
+                    plans[name] = plan_table(self.cfg, self.store, cur, schema)
                 done = self.store.completed_chunks(name, tables[sink])
-                pending = [c for c in plans[name] if c.index not in done]
+                pending = [c for c in plans[name] if c.index not in done
+                           and (self.chunks is None or c.index in self.chunks)]
                 summary.tables.append(TableSummary(name, len(plans[name]), len(pending)))
                 work.append((schema, uri, pending, targets[sink]))
             total_pending = sum(len(w[2]) for w in work)
@@ -245,6 +268,8 @@ class SnapshotJob:
                 result = fut.result()
                 name = task.schema.qualified_name
                 self._commit(tables[self.router.sink(name)], task.target or output_schema(task.schema), result)
+                if self.on_commit:
+                    self.on_commit(name, result["records"])
                 s = by_table[name]
                 rows = result["rows"]
                 s.rows_written += rows

@@ -42,7 +42,7 @@ import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
@@ -68,6 +68,7 @@ from cdc_core.startup import (
 )
 from cdc_core.stream_reader import QUEUE_ITEMS, ReaderSpec, run_reader
 from cdc_core.table_batch import TableBatch, plan_to_arrow
+from cdc_core.table_commit import TableCommit  # [dagster hook]
 from cdc_core.table_schema import TableSchema, describe_table
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import (
@@ -134,11 +135,12 @@ class StreamEngine:
     """Streams the binlog into Delta from the committed offsets (see module invariants)."""
 
     def __init__(self, cfg: BinlakeConfig, *, until_now: bool = False, max_seconds: float | None = None,
-                 progress=None):
+                 progress=None, on_commit=None):
         self.cfg = cfg
         self.until_now = until_now
         self.max_seconds = max_seconds
         self.progress = progress  # callable(StreamSummary, StreamOffset) after each commit, or None
+        self.on_commit = on_commit  # [dagster hook] callable(list[TableCommit]) after each batch's checkpoint, or None
         self.conn = connection_settings(cfg)
         self.store = ControlStore.of(cfg)
         self.router = Router(cfg.routes)  # source table → Delta (sink) table
@@ -660,13 +662,14 @@ class StreamEngine:
             if not plan.empty:
                 work.setdefault(self.router.sink(name), []).append((name, tb.schema, plan))
         futures = [self._pool.submit(self._apply, sink, parts, props) for sink, parts in work.items()]
-        for f in futures:
-            f.result()  # a failed table stops the engine before the checkpoint moves
+        commits = [f.result() for f in futures]  # a failed table stops the engine before the checkpoint moves
         self.summary.commits += len(work)
         self.summary.batches += 1
         self._checkpoint(offset)
+        if self.on_commit and commits:  # [dagster hook] per-table commit records, once the checkpoint is written
+            self.on_commit([replace(c, offset=offset) for c in commits])
 
-    def _apply(self, sink: str, parts: list[tuple[str, TableSchema, object]], props) -> None:
+    def _apply(self, sink: str, parts: list[tuple[str, TableSchema, object]], props) -> TableCommit:
         """One commit to Delta table ``sink`` with the plans of its sources (one unless routed)."""
         target = self.sink_schemas[sink]
         routed = self.router.routed(parts[0][0])
@@ -679,7 +682,9 @@ class StreamEngine:
                                      for name, schema, plan in parts])
 
         key = sink_key(parts[0][1]) if routed else parts[0][1].primary_key
-        apply_changes(self.tables[sink], key, rows("append"), rows("upsert"), rows("delete"), props)
+        applied = apply_changes(self.tables[sink], key, rows("append"), rows("upsert"), rows("delete"), props)
+        # [dagster hook] the commit as a typed record (offset filled in by _commit: the one in props)
+        return TableCommit(sink, tuple(p[0] for p in parts), self.offset, self.tables[sink].version(), applied)
 
     def _checkpoint(self, offset: StreamOffset) -> None:
         if self.holds:  # a held table's rows after its DDL are only in memory: restart before the DDL
