@@ -39,6 +39,7 @@ def snapshot_asset(spec: AssetSpec) -> AssetsDefinition:
         s = binlake.snapshot_chunks(context, pyspark.spark_session, table, chunks)
         context.log.info(f"{table}: {len(chunks)} chunk(s) done ({s.chunks_read} read now, {s.rows_written:,} rows); "
                          f"Delta {s.delta_rows:,} rows, MySQL {s.mysql_rows:,} rows")
+        yield from ()  # each partition was materialised when its chunk committed: no output of its own
 
     return _snapshot
 

@@ -11,14 +11,14 @@ from pyspark.sql import SparkSession
 
 
 def spark_settings(master: str | None = None, conf: dict[str, str] | None = None) -> dict[str, str]:
-    """The Spark settings of binlake's session (also given to dagster-pyspark's resource)."""
-    python = os.environ.get("PYSPARK_PYTHON", sys.executable)
+    """The Spark settings of binlake's session (also given to dagster-pyspark's resource).
+    Points ``PYSPARK_PYTHON`` at this interpreter when unset: executors must run the same
+    interpreter (and so the same installed binlake)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     return {
         "spark.master": master or os.environ.get("BINLAKE_SPARK_MASTER", "local[*]"),
         "spark.app.name": "binlake",
-        # Executors must run the same interpreter (and so the same installed binlake).
-        "spark.pyspark.python": python,
-        "spark.pyspark.driver.python": os.environ.get("PYSPARK_DRIVER_PYTHON", python),
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.scheduler.mode": "FAIR",  # chunk groups run as concurrent jobs
