@@ -18,7 +18,7 @@ Tests: tests/test_dagster_defs.py.
 import logging
 from pathlib import Path
 
-from dagster import Definitions, OpExecutionContext, job, op
+from dagster import Definitions, OpExecutionContext, in_process_executor, job, op
 
 from cdc_core.config import load_config
 from orchestration.checks import all_checks, checks_job, checks_schedule
@@ -65,6 +65,9 @@ def build_binlake_definitions(config: str | Path, catalog_path: str | Path | Non
         jobs=[stream_job, apply_schema_changes, refresh_tables_job, checks_job],
         sensors=[snapshot_partitions_sensor, stream_handoff_sensor, schema_change_sensor],
         schedules=[checks_schedule],
+        # One process per run: a step subprocess would start Python, Dagster and binlake again per
+        # step, and a snapshot step already runs its chunks in parallel on Spark.
+        executor=in_process_executor,
         resources={"binlake": BinlakeResource(config_path=str(Path(config).resolve()),
                                               catalog_path=str(catalog_path)),
                    "pyspark": spark_resource(cfg)},

@@ -33,7 +33,7 @@ def snapshot_asset(spec: AssetSpec) -> AssetsDefinition:
     table = table_of(spec.key)
 
     @multi_asset(specs=[spec], name="snapshot__" + "__".join(spec.key.path),
-                 backfill_policy=BackfillPolicy.single_run(), pool="binlake_snapshot")
+                 backfill_policy=BackfillPolicy.single_run())
     def _snapshot(context: AssetExecutionContext, binlake: BinlakeResource, pyspark: LazyPySparkResource):
         chunks = sorted(chunk_index(k) for k in context.partition_keys)
         s = binlake.snapshot_chunks(context, pyspark.spark_session, table, chunks)

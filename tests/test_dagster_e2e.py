@@ -62,7 +62,7 @@ def test_dagster_dev_end_to_end(db, make_config, tmp_path):
         cur.execute("CREATE TABLE b (id INT PRIMARY KEY, s VARCHAR(20))")
         cur.execute("INSERT INTO a SELECT seq, seq FROM seq_1_to_300")
         cur.execute("INSERT INTO b SELECT seq, 'x' FROM seq_1_to_30")
-    cfg = make_config(name, stream={"max_batch_seconds": 0.5, "heartbeat_seconds": 2},
+    cfg = make_config(name, stream={"max_batch_seconds": 0.5, "heartbeat_seconds": 2, "schema_changes": "external"},
                       dagster={"stream": {"mode": "continuous"}, "idle_offset_seconds": 5})
     config = write_config_file(cfg, tmp_path / "binlake.yaml")
     state = component_state_path(cfg.pipeline.name)
@@ -75,25 +75,25 @@ def test_dagster_dev_end_to_end(db, make_config, tmp_path):
         wait_for_webserver(port, proc)
         instance = DagsterInstance.from_config(str(home))
         # The partitions sensor plans the chunks and adds them as partitions.
-        wait(lambda: instance.get_dynamic_partitions(f"binlake_chunks__{name}__a"), 120, "chunk partitions")
+        wait(lambda: instance.get_dynamic_partitions(f"binlake_chunks__{name}__a"), 300, "chunk partitions")
         launch_snapshot(port, tables)
-        stream = wait(lambda: runs(instance, STREAM_JOB, [DagsterRunStatus.STARTED]), 240,
+        stream = wait(lambda: runs(instance, STREAM_JOB, [DagsterRunStatus.STARTED]), 600,
                       "the hand-off sensor to start the stream")[0]
         assert stream.tags["dagster/sensor_name"] == "stream_handoff_sensor"
         key = AssetKey([name, "a"])
         assert instance.get_materialized_partitions(key) == set(
             instance.get_dynamic_partitions(f"binlake_chunks__{name}__a"))
-        first = wait(lambda: latest_stream_offset(instance, key), 60, "the stream's first offset on the asset")
+        first = wait(lambda: latest_stream_offset(instance, key), 300, "the stream's first offset on the asset")
 
         with conn.cursor() as cur:
             cur.execute("INSERT INTO a SELECT seq, seq FROM seq_1001_to_1100")
             cur.execute("UPDATE b SET s = 'y' WHERE id <= 10")
             cur.execute("ALTER TABLE a ADD COLUMN note VARCHAR(20)")
             cur.execute("INSERT INTO a VALUES (2000, 1, 'after the DDL')")
-        wait(lambda: runs(instance, "apply_schema_changes", [DagsterRunStatus.SUCCESS]), 180,
+        wait(lambda: runs(instance, "apply_schema_changes", [DagsterRunStatus.SUCCESS]), 300,
              "the schema-change run to succeed")
         uri = table_uri(cfg.sink.path, f"{name}.a")
-        wait(lambda: "note" in DeltaTable(uri).schema().to_arrow().names, 60, "the new column in Delta")
+        wait(lambda: "note" in DeltaTable(uri).schema().to_arrow().names, 300, "the new column in Delta")
 
         def column_on_asset() -> bool:
             for r in instance.fetch_materializations(key, limit=5).records:
@@ -102,12 +102,12 @@ def test_dagster_dev_end_to_end(db, make_config, tmp_path):
                     return "note" in [c.name for c in schema.value.columns]
             return False
 
-        wait(column_on_asset, 60, "the column on the asset's column schema")
-        wait(lambda: DeltaTable(uri).to_pyarrow_dataset().count_rows() == 401, 120, "the rows after the DDL")
+        wait(column_on_asset, 300, "the column on the asset's column schema")
+        wait(lambda: DeltaTable(uri).to_pyarrow_dataset().count_rows() == 401, 300, "the rows after the DDL")
         assert latest_stream_offset(instance, key) > first
 
         terminate_run(port, stream.run_id)
-        ended = wait(lambda: [r for r in [instance.get_run_by_id(stream.run_id)] if r.is_finished], 120,
+        ended = wait(lambda: [r for r in [instance.get_run_by_id(stream.run_id)] if r.is_finished], 300,
                      "the stream run to stop")[0]
         assert ended.status in (DagsterRunStatus.SUCCESS, DagsterRunStatus.CANCELED)
         assert ended.tags.get(STOPPED_TAG) == "terminate"
