@@ -20,6 +20,7 @@ import logging
 import os
 import queue
 import threading
+import time
 
 from dagster import (
     AssetMaterialization,
@@ -31,6 +32,7 @@ from dagster import (
 from dagster_pyspark import LazyPySparkResource
 
 from cdc_core.config import BinlakeConfig, load_config
+from cdc_core.lifecycle import State
 from cdc_core.offsets import StreamOffset
 from cdc_core.table_schema import TableSchema
 from orchestration.translator import asset_key, chunk_partition_key
@@ -160,9 +162,18 @@ class BinlakeResource(ConfigurableResource):
         context.log.info(f"stream started ({'continuous' if continuous else 'bounded'}; schema changes "
                          f"{cfg.stream.schema_changes}) for {len(tables)} tables")
         terminated = False
+        store, idle_checked = ControlStore.of(cfg), time.monotonic()
         while worker.is_alive() or not events.empty():
             try:
                 worker.join(0.5)
+                if (engine.life.state == State.STREAMING
+                        and time.monotonic() - idle_checked >= cfg.dagster.idle_offset_seconds):
+                    # A stream with nothing to read writes no checkpoint: its idle tables' offsets come from
+                    # the last one, at the same bounded rate.
+                    idle_checked = time.monotonic()
+                    checkpoint = store.checkpoint()
+                    if checkpoint is not None:
+                        events.put(checkpoint.offset)
                 self._record(events, recorder, context)
             except (DagsterExecutionInterruptedError, KeyboardInterrupt):
                 if not terminated:

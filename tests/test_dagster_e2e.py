@@ -117,6 +117,9 @@ def test_dagster_dev_end_to_end(db, make_config, tmp_path):
         time.sleep(12)  # a hand-off tick: a stream stopped from the UI is not relaunched
         assert not runs(instance, STREAM_JOB, [DagsterRunStatus.QUEUED, DagsterRunStatus.STARTED])
         assert_equal(cfg, tables)
+    except BaseException:
+        print((tmp_path / "dagster.log").read_text()[-30000:])  # what Dagster did, shown with the failure
+        raise
     finally:
         stop_dagster_dev(proc)
         state.unlink(missing_ok=True)

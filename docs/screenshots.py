@@ -1,0 +1,123 @@
+"""Screenshots of binlake in the Dagster UI for the README, taken with headless Chromium.
+
+Starts what ``make ui`` starts (MariaDB with the shop schema and live traffic, ``dagster dev``),
+launches the snapshot through GraphQL, lets the hand-off sensor start the stream, changes a
+table's schema, and photographs: the asset graph, a table's asset page (offset metadata and
+its plots), the partitions of a snapshot, the stream run, the schema-change run and the
+hand-off sensor's tick history. PNGs go to docs/screenshots/.
+
+Needs Debian's ``chromium`` (``apt-get install -y chromium``) and Python's ``playwright``
+(``pip install playwright``; the system Chromium is used, no browser download). Both are
+installed when missing. Run from the repository root: ``.venv/bin/python docs/screenshots.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+OUT = ROOT / "docs" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync"]
+TABLES = ["shop.customers", "shop.orders", "shop.order_items"]
+
+
+def install() -> None:
+    """Debian's chromium and Python's playwright, when missing."""
+    if not Path(CHROMIUM).exists():
+        sudo = [] if subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip() == "0" else ["sudo"]
+        subprocess.run([*sudo, "apt-get", "update", "-q"], check=True)
+        subprocess.run([*sudo, "apt-get", "install", "-y", "-q", "chromium"], check=True)
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "playwright"], check=True)
+
+
+def wait(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(2)
+    return value
+
+
+def prepare(env, instance) -> dict[str, str]:
+    """Drive the pipeline to an interesting state; returns run ids to photograph."""
+    from dagster import DagsterRunStatus, RunsFilter
+
+    from orchestration.ui import launch_snapshot
+
+    wait(lambda: all(instance.get_dynamic_partitions(f"binlake_chunks__shop__{t.split('.')[1]}") for t in TABLES),
+         300, "chunk partitions")
+    launch_snapshot(env.port, TABLES)
+    stream = wait(lambda: instance.get_runs(RunsFilter(job_name="binlake_stream",
+                                                        statuses=[DagsterRunStatus.STARTED])), 900, "the stream")[0]
+    print("stream running; letting offsets accumulate", flush=True)
+    time.sleep(60)
+    with env.server.connect(database="shop") as conn, conn.cursor() as cur:
+        cur.execute("ALTER TABLE customers ADD COLUMN tier TINYINT NOT NULL DEFAULT 1")
+    schema = wait(lambda: instance.get_runs(RunsFilter(job_name="apply_schema_changes",
+                                                        statuses=[DagsterRunStatus.SUCCESS])), 600, "schema run")[0]
+    time.sleep(60)
+    return {"stream": stream.run_id, "schema": schema.run_id}
+
+
+def shoot(port: int, runs: dict[str, str]) -> None:
+    from playwright.sync_api import sync_playwright
+
+    base = f"http://127.0.0.1:{port}"
+    pages = {
+        "asset-graph": "/asset-groups/shop",
+        "asset-orders": "/assets/shop/orders",
+        "asset-orders-plots": "/assets/shop/orders?view=plots",
+        "asset-orders-events": "/assets/shop/orders?view=events",
+        "asset-customers-columns": "/assets/shop/customers",
+        "partitions": "/assets/shop/orders?view=partitions",
+        "stream-run": f"/runs/{runs['stream']}",
+        "schema-change-run": f"/runs/{runs['schema']}",
+        "handoff-sensor": "/locations/binlake/sensors/stream_handoff_sensor",
+    }
+    OUT.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        for name, path in pages.items():
+            page.goto(base + path, wait_until="networkidle", timeout=120_000)
+            page.wait_for_timeout(4000)  # charts and lazy panels
+            page.screenshot(path=str(OUT / f"{name}.png"))
+            print(f"docs/screenshots/{name}.png", flush=True)
+        browser.close()
+
+
+def main() -> int:
+    from dagster import DagsterInstance
+
+    from orchestration.ui import UiEnvironment
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, default=3333)
+    args = parser.parse_args()
+    install()
+    env = UiEnvironment(args.port, base=ROOT / ".ui-screenshots")
+    try:
+        env.start(traffic_pause=0.1)
+        instance = DagsterInstance.from_config(str(env.base / "dagster_home"))
+        shoot(args.port, prepare(env, instance))
+    finally:
+        env.stop()
+        shutil.rmtree(env.base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
