@@ -64,6 +64,18 @@ def _schema(cur, cfg, router, table: str) -> AssetCheckResult:
                                       "binlake/only_in_delta": ", ".join(extra) or "none"})
 
 
+def _lag(key: AssetKey, status: dict, bound: float) -> AssetCheckResult:
+    """From ``binlake status``: lag in seconds under the bound (a warning while the table is not streamed)."""
+    seconds = status.get("lag_seconds")
+    metadata = {"binlake/lag_seconds": seconds, "binlake/lag_bytes": status.get("lag_bytes"),
+                "binlake/max_lag_seconds": bound, "binlake/phase": status.get("phase", "not captured")}
+    return AssetCheckResult(
+        asset_key=key, check_name=LAG, passed=seconds is not None and seconds <= bound,
+        severity=AssetCheckSeverity.ERROR if seconds is not None else AssetCheckSeverity.WARN,
+        description=None if seconds is not None else f"no lag known yet: {metadata['binlake/phase']}",
+        metadata={k: v for k, v in metadata.items() if v is not None})
+
+
 def table_checks(keys: list[AssetKey]):
     """Row-count parity, schema parity and lag for the tables ``keys``."""
     specs = [AssetCheckSpec(name, asset=k, description=d) for k in keys for name, d in (
@@ -89,15 +101,7 @@ def table_checks(keys: list[AssetKey]):
                 elif key.name == SCHEMA:
                     yield _schema(cur, cfg, router, table)
                 else:
-                    t = lag.get(table, {})
-                    seconds = t.get("lag_seconds")
-                    yield AssetCheckResult(
-                        asset_key=key.asset_key, check_name=LAG,
-                        passed=seconds is not None and seconds <= cfg.dagster.max_lag_seconds,
-                        description=None if seconds is not None else f"no lag known ({t.get('phase', 'not captured')})",
-                        metadata={"binlake/lag_seconds": seconds, "binlake/lag_bytes": t.get("lag_bytes"),
-                                  "binlake/max_lag_seconds": cfg.dagster.max_lag_seconds,
-                                  "binlake/phase": t.get("phase", "")})
+                    yield _lag(key.asset_key, lag.get(table, {}), cfg.dagster.max_lag_seconds)
 
     return _checks
 

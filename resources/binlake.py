@@ -150,12 +150,16 @@ class BinlakeResource(ConfigurableResource):
                               max_seconds=None if continuous else cfg.dagster.stream.max_run_seconds,
                               progress=lambda _summary, offset: events.put(offset), on_commit=events.put)
         outcome: dict = {}
+        # Not Thread.join: an interrupt inside join() can mark a running thread as stopped (bpo-45274's fix).
+        done = threading.Event()
 
         def run() -> None:
             try:
                 outcome["summary"] = engine.run()
             except BaseException as e:  # noqa: BLE001 - re-raised in the op's thread
                 outcome["error"] = e
+            finally:
+                done.set()
 
         worker = threading.Thread(target=run, name="binlake-stream", daemon=True)
         worker.start()
@@ -163,9 +167,9 @@ class BinlakeResource(ConfigurableResource):
                          f"{cfg.stream.schema_changes}) for {len(tables)} tables")
         terminated = False
         store, idle_checked = ControlStore.of(cfg), time.monotonic()
-        while worker.is_alive() or not events.empty():
+        while not done.is_set() or not events.empty():
             try:
-                worker.join(0.5)
+                done.wait(0.5)
                 if (engine.life.state == State.STREAMING
                         and time.monotonic() - idle_checked >= cfg.dagster.idle_offset_seconds):
                     # A stream with nothing to read writes no checkpoint: its idle tables' offsets come from
