@@ -24,6 +24,16 @@ def captures(tables: list[str] | tuple[str, ...], exclude: list[str] | tuple[str
         re.fullmatch(p, qualified_name) for p in exclude)
 
 
+def _compiled(patterns):
+    """``patterns`` (regexes, or a mapping keyed by them) once each compiles; a ValueError naming the bad one."""
+    for p in patterns:
+        try:
+            re.compile(p)
+        except re.error as e:
+            raise ValueError(f"invalid regex {p!r}: {e}") from None
+    return patterns
+
+
 class ConfigError(ValueError):
     """A configuration problem; the message names the key and never holds a secret."""
 
@@ -69,12 +79,7 @@ class SourceConfig(_Strict):
     @field_validator("tables", "exclude_tables")
     @classmethod
     def _regexes_compile(cls, patterns: list[str]) -> list[str]:
-        for p in patterns:
-            try:
-                re.compile(p)
-            except re.error as e:
-                raise ValueError(f"invalid regex {p!r}: {e}") from None
-        return patterns
+        return _compiled(patterns)
 
     def captures(self, qualified_name: str) -> bool:
         """Whether ``db.table`` is captured: matches ``tables`` and no ``exclude_tables``."""
@@ -154,12 +159,7 @@ class DagsterConfig(_Strict):
     @field_validator("table_freshness")
     @classmethod
     def _patterns_compile(cls, entries: dict[str, FreshnessConfig]) -> dict[str, FreshnessConfig]:
-        for p in entries:
-            try:
-                re.compile(p)
-            except re.error as e:
-                raise ValueError(f"invalid regex {p!r}: {e}") from None
-        return entries
+        return _compiled(entries)
 
     def freshness_for(self, qualified_name: str) -> FreshnessConfig:
         """The freshness settings of ``db.table``."""
