@@ -73,29 +73,52 @@ def prepare(env, instance) -> dict[str, str]:
 
 
 def shoot(port: int, runs: dict[str, str]) -> None:
+    """Each page once its content is there (the UI renders with JavaScript and polls, so
+    'network idle' never comes): a text to wait for, then a moment for charts."""
     from playwright.sync_api import sync_playwright
 
     base = f"http://127.0.0.1:{port}"
-    pages = {
-        "asset-graph": "/asset-groups/shop",
-        "asset-orders": "/assets/shop/orders",
-        "asset-orders-plots": "/assets/shop/orders?view=plots",
-        "asset-orders-events": "/assets/shop/orders?view=events",
-        "asset-customers-columns": "/assets/shop/customers",
-        "partitions": "/assets/shop/orders?view=partitions",
-        "stream-run": f"/runs/{runs['stream']}",
-        "schema-change-run": f"/runs/{runs['schema']}",
-        "handoff-sensor": "/locations/binlake/sensors/stream_handoff_sensor",
-    }
     OUT.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
-        for name, path in pages.items():
-            page.goto(base + path, wait_until="networkidle", timeout=120_000)
-            page.wait_for_timeout(4000)  # charts and lazy panels
+        page.set_default_timeout(180_000)
+
+        def visit(path: str, text: str) -> None:
+            page.goto(base + path, wait_until="domcontentloaded")
+            skip = page.get_by_role("button", name="Skip")  # the "Join the Dagster community" dialog, once
+            page.wait_for_timeout(2000)
+            if skip.count():
+                skip.first.click()
+            page.get_by_text(text).first.wait_for()
+            page.wait_for_timeout(3000)
+
+        def save(name: str) -> None:
             page.screenshot(path=str(OUT / f"{name}.png"))
             print(f"docs/screenshots/{name}.png", flush=True)
+
+        visit("/asset-groups/shop", "order_items")
+        save("asset-graph")
+        page.set_viewport_size({"width": 1600, "height": 1900})  # the asset page: columns and metadata
+        visit("/assets/shop/orders", "binlake/binlog_pos")
+        save("asset-orders")
+        page.get_by_role("button", name="Plots").first.click()
+        page.wait_for_timeout(4000)
+        page.get_by_text("Metadata").first.scroll_into_view_if_needed()
+        save("asset-orders-plots")
+        visit("/assets/shop/customers", "tier")
+        save("asset-customers-columns")
+        page.set_viewport_size({"width": 1600, "height": 1000})
+        visit("/assets/shop/orders?view=events", "stream batch committed")
+        save("asset-orders-events")
+        visit("/assets/shop/order_items?view=partitions", "chunk-0000")
+        save("partitions")
+        visit(f"/runs/{runs['stream']}", "stream batch committed")
+        save("stream-run")
+        visit(f"/runs/{runs['schema']}", "schema change")
+        save("schema-change-run")
+        visit("/locations/binlake/sensors/stream_handoff_sensor", "waiting for the snapshot")
+        save("handoff-sensor")
         browser.close()
 
 

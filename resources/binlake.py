@@ -63,11 +63,13 @@ def spark_resource(cfg: BinlakeConfig) -> LazyPySparkResource:
 
 
 def _chunk_metadata(record: dict) -> dict:
-    return {"dagster/row_count": record["rows"], "binlake/chunk_index": record["chunk_index"],
-            "binlake/low_watermark": f"{record['lw_file']}:{record['lw_pos']}",
-            "binlake/high_watermark": f"{record['hw_file']}:{record['hw_pos']}",
-            "binlake/window_changes": record["window_changes"],
-            "binlake/delta_version": record["delta_version"]}
+    """A chunk record as partition metadata (rows are unknown for a chunk read in a group on a non-integer key)."""
+    metadata = {"dagster/row_count": record["rows"], "binlake/chunk_index": record["chunk_index"],
+                "binlake/low_watermark": f"{record['lw_file']}:{record['lw_pos']}",
+                "binlake/high_watermark": f"{record['hw_file']}:{record['hw_pos']}",
+                "binlake/window_changes": record["window_changes"],
+                "binlake/delta_version": record["delta_version"]}
+    return {k: v for k, v in metadata.items() if v is not None}
 
 
 class BinlakeResource(ConfigurableResource):
