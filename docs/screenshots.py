@@ -86,12 +86,12 @@ def shoot(port: int, runs: dict[str, str]) -> None:
 
         def visit(path: str, text: str) -> None:
             page.goto(base + path, wait_until="domcontentloaded")
-            skip = page.get_by_role("button", name="Skip")  # the "Join the Dagster community" dialog, once
-            page.wait_for_timeout(2000)
-            if skip.count():
-                skip.first.click()
             page.get_by_text(text).first.wait_for()
             page.wait_for_timeout(3000)
+            skip = page.get_by_role("button", name="Skip")  # the "Join the Dagster community" dialog
+            if skip.count():
+                skip.first.click()
+                page.wait_for_timeout(1000)
 
         def save(name: str) -> None:
             page.screenshot(path=str(OUT / f"{name}.png"))
@@ -103,6 +103,7 @@ def shoot(port: int, runs: dict[str, str]) -> None:
         visit("/assets/shop/orders", "binlake/binlog_pos")
         save("asset-orders")
         page.get_by_role("button", name="Plots").first.click()
+        page.get_by_role("button", name="Events").first.click()  # plot the stream's materializations over time
         page.wait_for_timeout(4000)
         page.get_by_text("Metadata").first.scroll_into_view_if_needed()
         save("asset-orders-plots")
@@ -112,12 +113,14 @@ def shoot(port: int, runs: dict[str, str]) -> None:
         visit("/assets/shop/orders?view=events", "stream batch committed")
         save("asset-orders-events")
         visit("/assets/shop/order_items?view=partitions", "chunk-0000")
+        page.get_by_text("chunk-0003").first.click()  # a chunk's own materialization: rows, watermarks
+        page.wait_for_timeout(3000)
         save("partitions")
         visit(f"/runs/{runs['stream']}", "stream batch committed")
         save("stream-run")
         visit(f"/runs/{runs['schema']}", "schema change")
         save("schema-change-run")
-        visit("/locations/binlake/sensors/stream_handoff_sensor", "waiting for the snapshot")
+        visit("/locations/binlake/sensors/stream_handoff_sensor", "Tick history")
         save("handoff-sensor")
         browser.close()
 
