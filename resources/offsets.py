@@ -30,7 +30,7 @@ from cdc_core.table_commit import RowsApplied, TableCommit
 from cdc_core.table_schema import TableSchema
 from orchestration.translator import asset_key, column_schema
 from pipelines.delta_sink import count_rows, open_table, table_uri
-from pipelines.source_catalog import lake_columns
+from pipelines.source_catalog import lake_columns, lake_tables
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ class OffsetRecorder:
         self.recorded: dict[str, float] = {}  # table → monotonic time of its last materialization
         self._files: list[tuple[str, int]] | None = None
         self._files_at = -LAG_REFRESH_SECONDS
+        self._seen: dict[str, tuple[str, ...]] = {}  # Delta column names per table, as last recorded
 
     def _binlog_files(self) -> list[tuple[str, int]] | None:
         if self.monotonic() - self._files_at >= LAG_REFRESH_SECONDS:
@@ -89,11 +90,22 @@ class OffsetRecorder:
             "dagster/row_count": count_rows(dt, table if self.router.routed(table) else None) if dt else 0,
         }
         if table in self.tables:
-            metadata["dagster/column_schema"] = column_schema(lake_columns(self.cfg, self.tables[table]))
+            metadata["dagster/column_schema"] = column_schema(self._columns(table))
         self.recorded[table] = self.monotonic()
         return AssetMaterialization(asset_key=asset_key(table), description=description,
                                     metadata={k: v for k, v in metadata.items() if v is not None}
                                     | {"binlake/event": MetadataValue.text(description)})
+
+    def _columns(self, table: str) -> list:
+        """The table's Delta columns; when they changed (a schema change was applied), the source
+        schemas are read again from the schema history, so new columns carry their MySQL types."""
+        columns = lake_columns(self.cfg, self.tables[table])
+        names = tuple(c.name for c in columns)
+        if self._seen.setdefault(table, names) != names:
+            self._seen[table] = names
+            self.tables.update({n: t for n, t in lake_tables(self.cfg).items() if n in self.tables})
+            columns = lake_columns(self.cfg, self.tables[table])
+        return columns
 
     def on_commits(self, commits: list[TableCommit]) -> list[AssetMaterialization]:
         """One materialization per source table of each commit of a batch."""
