@@ -104,6 +104,7 @@ def shoot(port: int, runs: dict[str, str]) -> None:
         save("asset-orders")
         page.get_by_role("button", name="Plots").first.click()
         page.get_by_role("button", name="Events").first.click()  # plot the stream's materializations over time
+        page.get_by_text("binlake/binlog_pos").first.wait_for()
         page.wait_for_timeout(4000)
         page.get_by_text("Metadata").first.scroll_into_view_if_needed()
         save("asset-orders-plots")
@@ -120,7 +121,7 @@ def shoot(port: int, runs: dict[str, str]) -> None:
         save("stream-run")
         visit(f"/runs/{runs['schema']}", "schema change")
         save("schema-change-run")
-        visit("/locations/binlake/sensors/stream_handoff_sensor", "Tick history")
+        visit("/locations/binlake/sensors/stream_handoff_sensor", "stream_handoff_sensor")
         save("handoff-sensor")
         browser.close()
 
