@@ -1,11 +1,11 @@
-# The two commands of the README: `make demo` and `make test`. Both install what is missing.
+# The commands of the README: `make demo`, `make ui` and `make test`. Each installs what is missing.
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install system-deps demo test lint bench clean
+.PHONY: install system-deps demo ui screenshots test lint bench clean
 
 system-deps:
 	@if ! command -v mariadbd >/dev/null && [ ! -x /usr/sbin/mariadbd ] || [ ! -f /usr/share/java/mariadb-java-client.jar ]; then \
@@ -25,6 +25,14 @@ install: system-deps $(STAMP)
 demo: install
 	$(BIN)/python -m pipelines.demo
 
+# A throwaway MariaDB with the demo's shop schema and `dagster dev` on binlake's code location.
+ui: install
+	$(BIN)/python -m orchestration.ui
+
+# docs/screenshots/*.png: the Dagster UI photographed by headless Chromium (installs chromium and playwright).
+screenshots: install
+	$(BIN)/python docs/screenshots.py
+
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
@@ -36,4 +44,4 @@ bench: install
 	$(BIN)/python bench/snapshot.py
 
 clean:
-	rm -rf $(VENV) demo-lake .demo bench/out
+	rm -rf $(VENV) demo-lake .demo .ui .ui-screenshots bench/out

@@ -31,6 +31,16 @@ def excludes_column(exclude_columns: list[str] | tuple[str, ...], qualified_colu
     return any(re.fullmatch(p, qualified_column) for p in exclude_columns)
 
 
+def _compiled(patterns):
+    """``patterns`` (regexes, or a mapping keyed by them) once each compiles; a ValueError naming the bad one."""
+    for p in patterns:
+        try:
+            re.compile(p)
+        except re.error as e:
+            raise ValueError(f"invalid regex {p!r}: {e}") from None
+    return patterns
+
+
 class ConfigError(BadInput, ValueError):
     """A configuration problem; the message names the key and never holds a secret."""
 
@@ -105,12 +115,7 @@ class SourceConfig(_Strict):
     @field_validator("tables", "exclude_tables", "exclude_columns")
     @classmethod
     def _regexes_compile(cls, patterns: list[str]) -> list[str]:
-        for p in patterns:
-            try:
-                re.compile(p)
-            except re.error as e:
-                raise ValueError(f"invalid regex {p!r}: {e}") from None
-        return patterns
+        return _compiled(patterns)
 
     def captures(self, qualified_name: str) -> bool:
         """Whether ``db.table`` is captured: matches ``tables`` and no ``exclude_tables``."""
@@ -189,6 +194,45 @@ class SparkConfig(_Strict):
     conf: dict[str, str] = {}
 
 
+class FreshnessConfig(_Strict):
+    """When a table's asset counts as stale in Dagster (its FreshnessPolicy): no stream
+    materialization (batch or idle heartbeat) for ``warn_after_seconds`` warns, for ``fail_after_seconds`` fails."""
+
+    fail_after_seconds: float = Field(3600, gt=0)
+    warn_after_seconds: float | None = Field(None, gt=0)
+
+
+class DagsterStreamConfig(_Strict):
+    # bounded: each run drains the binlog up to its end as of the run's start (at most max_run_seconds),
+    # commits and exits, and the hand-off sensor launches the next; continuous: a run streams until terminated.
+    mode: Literal["bounded", "continuous"] = "bounded"
+    max_run_seconds: float = Field(300, gt=0)
+
+
+class DagsterConfig(_Strict):
+    """binlake extension: how the Dagster code location runs and watches the pipeline."""
+
+    stream: DagsterStreamConfig = DagsterStreamConfig()
+    # An idle table's offset (the stream's checkpoint, which covers it) is recorded at most this often.
+    idle_offset_seconds: float = Field(300, gt=0)
+    max_lag_seconds: float = Field(300, gt=0)  # the asset check `lag_under_bound` fails past this
+    freshness: FreshnessConfig = FreshnessConfig()
+    # Per table ("db.table", full-match regex): the first matching entry replaces `freshness`.
+    table_freshness: dict[str, FreshnessConfig] = {}
+
+    @field_validator("table_freshness")
+    @classmethod
+    def _patterns_compile(cls, entries: dict[str, FreshnessConfig]) -> dict[str, FreshnessConfig]:
+        return _compiled(entries)
+
+    def freshness_for(self, qualified_name: str) -> FreshnessConfig:
+        """The freshness settings of ``db.table``."""
+        for pattern, f in self.table_freshness.items():
+            if re.fullmatch(pattern, qualified_name):
+                return f
+        return self.freshness
+
+
 class BinlakeConfig(_Strict):
     pipeline: PipelineConfig
     source: SourceConfig
@@ -196,6 +240,7 @@ class BinlakeConfig(_Strict):
     stream: StreamConfig = StreamConfig()
     routes: list[RouteConfig] = []
     spark: SparkConfig = SparkConfig()
+    dagster: DagsterConfig = DagsterConfig()
 
 
 def _substitute(node: object, where: str = "") -> object:

@@ -19,6 +19,7 @@ from deltalake.transaction import AddAction
 
 from cdc_core.offsets import OFFSET_KEY, StreamOffset, app_id, position_key_of_version
 from cdc_core.routes import CDC_SOURCE
+from cdc_core.table_commit import RowsApplied
 from pipelines.lake_storage import filesystem
 
 SNAPSHOT_CHUNKS_KEY = "binlake.snapshot.chunks"
@@ -164,26 +165,29 @@ def stream_post_commit(dt: DeltaTable) -> PostCommitHookProperties:
 
 
 def apply_changes(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upsert: pa.Table, delete: pa.Table,
-                  props: CommitProperties) -> None:
+                  props: CommitProperties) -> RowsApplied:
     """One Delta commit with a table's batch: rows new to the table are appended; when
-    any row may already exist, one MERGE on the primary key deletes, updates and inserts."""
+    any row may already exist, one MERGE on the primary key deletes, updates and inserts.
+    Returns what the commit did (the MERGE's own metrics)."""
     hooks = stream_post_commit(dt)
     if not upsert.num_rows and not delete.num_rows:
         write_deltalake(dt, append, mode="append", commit_properties=props, post_commithook_properties=hooks)
-    else:
-        source = pa.concat_tables([append, upsert, delete])
-        on = " AND ".join(f"t.{_sql_ident(k)} = s.{_sql_ident(k)}" for k in key)
-        # Every column named and quoted: delta-rs's update_all/insert_all do not quote column
-        # names, so a name like "c`; x" or "a b" breaks them (tests/test_identifiers.py).
-        columns = {_sql_ident(c): f"s.{_sql_ident(c)}" for c in source.schema.names}
-        (dt.merge(source, on, source_alias="s", target_alias="t", commit_properties=props,
-                  post_commithook_properties=hooks)
-         .when_matched_delete("s._cdc_op = 'd'")
-         .when_matched_update(columns, "s._cdc_op <> 'd'")
-         .when_not_matched_insert(columns, "s._cdc_op <> 'd'")
-         .execute())
+        return RowsApplied(inserted=append.num_rows)
+    source = pa.concat_tables([append, upsert, delete])
+    on = " AND ".join(f"t.{_sql_ident(k)} = s.{_sql_ident(k)}" for k in key)
+    # Every column named and quoted: delta-rs's update_all/insert_all do not quote column
+    # names, so a name like "c`; x" or "a b" breaks them (tests/test_identifiers.py).
+    columns = {_sql_ident(c): f"s.{_sql_ident(c)}" for c in source.schema.names}
+    metrics = (dt.merge(source, on, source_alias="s", target_alias="t", commit_properties=props,
+                        post_commithook_properties=hooks)
+               .when_matched_delete("s._cdc_op = 'd'")
+               .when_matched_update(columns, "s._cdc_op <> 'd'")
+               .when_not_matched_insert(columns, "s._cdc_op <> 'd'")
+               .execute())
     # No update_incremental(): write and merge leave ``dt`` at the version they committed (on an
     # object store that saves a LIST per commit, bench/object_store.py).
+    return RowsApplied(metrics.get("num_target_rows_inserted", 0), metrics.get("num_target_rows_updated", 0),
+                       metrics.get("num_target_rows_deleted", 0))
 
 
 def truncate(dt: DeltaTable, props: CommitProperties, predicate: str | None = None) -> None:

@@ -116,6 +116,7 @@ class Traffic:
     rng: random.Random
     ops: Counter = field(default_factory=Counter)  # (table, op) -> rows
     stop_event: threading.Event = field(default_factory=threading.Event)
+    pause: float = 0.004  # seconds between operations
     error: BaseException | None = None
     _thread: threading.Thread | None = None
 
@@ -135,7 +136,7 @@ class Traffic:
                 next_order = N_ORDERS + 1
                 while not self.stop_event.is_set():
                     next_order = self._step(conn, next_order)
-                    time.sleep(0.004)
+                    time.sleep(self.pause)
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
             self.error = e
 

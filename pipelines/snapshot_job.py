@@ -213,13 +213,42 @@ def _groups(chunks: list[Chunk], size: int) -> list[list[Chunk]]:
     return groups
 
 
+def plan_table(cfg: BinlakeConfig, store: ControlStore, cur, schema: TableSchema, at: BinlogPosition
+               ) -> list[Chunk]:
+    """Record a table's baseline schema at ``at`` (a binlog position taken before ``schema`` was
+    read: a DDL after it is found by the snapshot's check), then plan its chunks and store the
+    plan (before any chunk of it is read)."""
+    store.record_schema(HistoryEntry(schema.qualified_name, at, 0, "baseline", Status.BASELINE, schema=schema,
+                                     description="schema at snapshot start"))
+    key = chunk_key(schema, cfg.source.snapshot.chunk_key_columns)
+    chunks = plan_chunks(cur, schema, key, cfg.source.snapshot.chunk_size)
+    store.save_plan(chunks)
+    return chunks
+
+
+def plan_snapshot(cfg: BinlakeConfig, names: list[str]) -> dict[str, list[Chunk]]:
+    """The chunk plans of the captured tables ``names``: stored ones as they are, the
+    others planned now against the source and stored."""
+    store = ControlStore.of(cfg)
+    plans = store.load_plans()
+    missing = [n for n in names if n not in plans]
+    if missing:
+        with connect(connection_settings(cfg)) as conn, conn.cursor() as cur:
+            at = master_position(cur)
+            for n, schema in describe_tables(cur, missing).items():
+                plans[n] = plan_table(cfg, store, cur, captured_schema(schema, cfg.source), at)
+    return {n: plans[n] for n in names if n in plans}
+
+
 class SnapshotJob:
     """Driver of one snapshot run."""
 
     def __init__(self, cfg: BinlakeConfig, spark, progress=None, only: set[str] | None = None,
-                 retry: RetryPolicy | None = None):
+                 chunks: set[int] | None = None, on_commit=None, retry: RetryPolicy | None = None):
         self.cfg = cfg
         self.only = only  # restrict to these "db.table" names (Dagster asset subsets)
+        self.chunks = chunks  # restrict to these chunk indexes of the planned tables (Dagster partitions)
+        self.on_commit = on_commit  # callable(table, chunk records) after each group's Delta commit, or None
         self.spark = spark
         self.progress = progress  # callable(chunks_done, chunks_total, rows) or None
         self.retry = retry or RetryPolicy()  # transient source faults: backoff, budget, stall timeout
@@ -307,13 +336,10 @@ class SnapshotJob:
             if sink not in tables:
                 tables[sink], targets[sink] = self._open_sink(uri, sink, schemas)
             if name not in plans:
-                self.store.record_schema(HistoryEntry(name, at, 0, "baseline", Status.BASELINE, schema=schema,
-                                                      description="schema at snapshot start"))
-                key = chunk_key(schema, self.cfg.source.snapshot.chunk_key_columns)
-                plans[name] = plan_chunks(cur, schema, key, self.cfg.source.snapshot.chunk_size)
-                self.store.save_plan(plans[name])
+                plans[name] = plan_table(self.cfg, self.store, cur, schema, at)
             done = self.store.completed_chunks(name, tables[sink])
-            pending = [c for c in plans[name] if c.index not in done]
+            pending = [c for c in plans[name]
+                       if c.index not in done and (self.chunks is None or c.index in self.chunks)]
             by_table[name].chunks = len(plans[name])
             by_table[name].chunks_read += len(pending)
             work.append((schema, uri, pending, targets[sink]))
@@ -390,10 +416,7 @@ class SnapshotJob:
         else:
             write_deltalake(dt_, output_schema(schema).empty_table(), mode="overwrite", schema_mode="overwrite",
                             commit_properties=props)
-        self.store.record_schema(HistoryEntry(name, at, 0, "baseline", Status.BASELINE, schema=schema,
-                                              description="schema at snapshot start (read again after a DDL)"))
-        key = chunk_key(schema, self.cfg.source.snapshot.chunk_key_columns)
-        self.store.save_plan(plan_chunks(cur, schema, key, self.cfg.source.snapshot.chunk_size))
+        plan_table(self.cfg, self.store, cur, schema, at)  # a new baseline and plan: the table is read again
         summary.rows_written = 0
 
     def _open_sink(self, uri: str, sink: str, schemas: dict[str, TableSchema]):
@@ -426,6 +449,8 @@ class SnapshotJob:
                 result = fut.result()
                 name = task.schema.qualified_name
                 self._commit(tables[self.router.sink(name)], task.target or output_schema(task.schema), result)
+                if self.on_commit:
+                    self.on_commit(name, result["records"])
                 s = by_table[name]
                 rows = result["rows"]
                 s.rows_written += rows

@@ -14,20 +14,27 @@ import sys
 from pyspark.sql import SparkSession
 
 
-def get_spark(master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
-    """Get or create the process's Spark session."""
-    # Executors must run the same interpreter (and so the same installed binlake).
+def spark_settings(master: str | None = None, conf: dict[str, str] | None = None) -> dict[str, str]:
+    """The Spark settings of binlake's session (also given to dagster-pyspark's resource).
+    Points ``PYSPARK_PYTHON`` at this interpreter when unset: executors must run the same
+    interpreter (and so the same installed binlake)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = (
-        SparkSession.builder.master(master or os.environ.get("BINLAKE_SPARK_MASTER", "local[*]"))
-        .appName("binlake")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.scheduler.mode", "FAIR")  # chunk groups run as concurrent jobs
-        .config("spark.python.worker.reuse", "true")
-    )
-    for k, v in (conf or {}).items():
+    return {
+        "spark.master": master or os.environ.get("BINLAKE_SPARK_MASTER", "local[*]"),
+        "spark.app.name": "binlake",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.scheduler.mode": "FAIR",  # chunk groups run as concurrent jobs
+        "spark.python.worker.reuse": "true",
+        **(conf or {}),
+    }
+
+
+def get_spark(master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
+    """Get or create the process's Spark session."""
+    builder = SparkSession.builder
+    for k, v in spark_settings(master, conf).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

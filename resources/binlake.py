@@ -1,12 +1,48 @@
-"""Dagster resources: the binlake config (source MySQL, lake) and the Spark session."""
+"""Dagster resources: ``BinlakeResource`` does binlake's work for Dagster (as dagster-sling's
+and dagster-dlt's resources do) and reports it as asset events; the Spark session comes
+from dagster-pyspark's ``LazyPySparkResource``.
+
+Invariants (tests/test_dagster_snapshot.py, tests/test_dagster_stream.py, tests/test_dagster_e2e.py):
+- Under Dagster, schema changes go through the schema-change sensor (``external``) unless
+  the config sets ``stream.schema_changes`` itself.
+- A snapshot run materialises exactly the chunk partitions it was given: each when its
+  rows are committed to Delta (a chunk already committed before is reported from its
+  record), so a failed run leaves the finished chunks materialised.
+- The stream runs in a worker thread; the op's thread turns a Terminate from the UI
+  (``DagsterExecutionInterruptedError``) into the engine's clean stop (batch committed,
+  checkpoint written, replication connection closed), tags the run
+  ``binlake/stopped=terminate`` and ends without a failure.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
+import queue
+import threading
+import time
 
-from dagster import ConfigurableResource
+from dagster import (
+    AssetMaterialization,
+    ConfigurableResource,
+    DagsterExecutionInterruptedError,
+    Failure,
+    OpExecutionContext,
+)
+from dagster_pyspark import LazyPySparkResource
 
 from cdc_core.config import BinlakeConfig, load_config
+from cdc_core.lifecycle import State
+from cdc_core.offsets import StreamOffset
+from cdc_core.table_schema import TableSchema
+from orchestration.translator import asset_key, chunk_partition_key
+from pipelines.control_store import ControlStore
+from pipelines.source_catalog import SourceCatalog, current_tables, discover, lake_tables
+from pipelines.spark_session import spark_settings
+
+log = logging.getLogger(__name__)
+
+STOPPED_TAG = "binlake/stopped"
 
 
 def config_path() -> str:
@@ -14,21 +50,174 @@ def config_path() -> str:
     return os.environ.get("BINLAKE_CONFIG", "binlake.yaml")
 
 
-class BinlakeConfigResource(ConfigurableResource):
-    """The pipeline's YAML config (source MySQL, sink lake, snapshot settings)."""
+def for_dagster(cfg: BinlakeConfig) -> BinlakeConfig:
+    """The config as Dagster runs it: schema changes ``external`` unless the file sets them."""
+    if "schema_changes" in cfg.stream.model_fields_set:
+        return cfg
+    return cfg.model_copy(update={"stream": cfg.stream.model_copy(update={"schema_changes": "external"})})
 
-    path: str
+
+def spark_resource(cfg: BinlakeConfig) -> LazyPySparkResource:
+    """dagster-pyspark's lazy session with binlake's settings (the session starts in the first snapshot step)."""
+    return LazyPySparkResource(spark_config=spark_settings(cfg.spark.master, cfg.spark.conf))
+
+
+def _chunk_metadata(record: dict) -> dict:
+    """A chunk record as partition metadata (rows are unknown for a chunk read in a group on a non-integer key)."""
+    metadata = {"dagster/row_count": record["rows"], "binlake/chunk_index": record["chunk_index"],
+                "binlake/low_watermark": f"{record['lw_file']}:{record['lw_pos']}",
+                "binlake/high_watermark": f"{record['hw_file']}:{record['hw_pos']}",
+                "binlake/window_changes": record["window_changes"],
+                "binlake/delta_version": record["delta_version"]}
+    return {k: v for k, v in metadata.items() if v is not None}
+
+
+class BinlakeResource(ConfigurableResource):
+    """One binlake pipeline: its config file and where its table catalog is kept."""
+
+    config_path: str
+    catalog_path: str | None = None  # the saved table catalog (refreshed by the stream when tables appear)
 
     def load(self) -> BinlakeConfig:
-        return load_config(self.path)
+        """The pipeline config as Dagster runs it (see ``for_dagster``)."""
+        return for_dagster(load_config(self.config_path))
 
+    def catalog(self) -> SourceCatalog | None:
+        return SourceCatalog.read(self.catalog_path)
 
-class SparkResource(ConfigurableResource):
-    """The Spark session snapshot chunks run on (``local[*]`` unless a master is set)."""
+    def tables(self, cfg: BinlakeConfig) -> dict[str, TableSchema]:
+        """Captured tables by name: the catalog with what the lake recorded since."""
+        return {t.qualified_name: t for t in current_tables(cfg, self.catalog())}
 
-    master: str | None = None
+    def refresh_catalog(self, context: OpExecutionContext) -> SourceCatalog:
+        """Discover the captured tables from the source and save them as the catalog."""
+        cfg = self.load()
+        catalog = discover(cfg)
+        if self.catalog_path:
+            catalog.write(self.catalog_path)
+            context.log.info(f"table catalog saved to {self.catalog_path}: {', '.join(catalog.names) or 'no tables'}; "
+                             "reload the code location to see new tables")
+        return catalog
 
-    def session(self, cfg: BinlakeConfig):
-        from pipelines.spark_session import get_spark
+    # --- snapshot -----------------------------------------------------------------------------
 
-        return get_spark(self.master or cfg.spark.master, cfg.spark.conf)
+    def snapshot_chunks(self, context: OpExecutionContext, spark, table: str, chunks: list[int]):
+        """Snapshot chunks ``chunks`` of ``table`` on Spark, materialising each chunk partition
+        as its rows are committed; returns the table's SnapshotSummary."""
+        from pipelines.delta_sink import open_table, table_uri
+        from pipelines.snapshot_job import SnapshotJob
+
+        cfg = self.load()
+        reported: set[int] = set()
+
+        def progress(done: int, total: int, rows: int) -> None:
+            context.log.info(f"snapshot {table}: {done}/{total} chunks read, {rows:,} rows")
+
+        def on_commit(name: str, records: list[dict]) -> None:
+            for r in records:
+                reported.add(r["chunk_index"])
+                context.log_event(AssetMaterialization(
+                    asset_key=asset_key(name), partition=chunk_partition_key(r["chunk_index"]),
+                    description="snapshot chunk committed", metadata=_chunk_metadata(r)))
+
+        summary = SnapshotJob(cfg, spark, progress, only={table}, chunks=set(chunks), on_commit=on_commit).run()
+        earlier = [i for i in chunks if i not in reported]
+        if earlier:  # committed by an earlier run: report them from their records
+            from cdc_core.routes import Router
+
+            dt = open_table(table_uri(cfg.sink.path, Router(cfg.routes).sink(table)), cfg.sink.storage_options)
+            done = ControlStore.of(cfg).completed_chunks(table, dt)
+            for i in earlier:
+                if i in done:
+                    context.log_event(AssetMaterialization(
+                        asset_key=asset_key(table), partition=chunk_partition_key(i),
+                        description="snapshot chunk already in Delta", metadata=_chunk_metadata(done[i])))
+        (s,) = summary.tables
+        return s
+
+    # --- stream -------------------------------------------------------------------------------
+
+    def stream(self, context: OpExecutionContext, *, continuous: bool):
+        """Run the binlog stream (bounded: up to the binlog end as of now, at most
+        ``dagster.stream.max_run_seconds``; continuous: until terminated), recording each
+        committed micro-batch's offsets as asset materializations; returns the StreamSummary."""
+        from pipelines.stream import StreamEngine
+        from resources.offsets import OffsetRecorder
+
+        cfg = self.load()
+        tables = self.tables(cfg)
+        recorder = OffsetRecorder(cfg, tables)
+        events: queue.SimpleQueue = queue.SimpleQueue()  # engine thread → op thread (Dagster logging stays here)
+        engine = StreamEngine(cfg, until_now=not continuous,
+                              max_seconds=None if continuous else cfg.dagster.stream.max_run_seconds,
+                              progress=lambda _summary, offset: events.put(offset), on_commit=events.put)
+        outcome: dict = {}
+        # Not Thread.join: an interrupt inside join() can mark a running thread as stopped (bpo-45274's fix).
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                outcome["summary"] = engine.run()
+            except BaseException as e:  # noqa: BLE001 - re-raised in the op's thread
+                outcome["error"] = e
+            finally:
+                done.set()
+
+        worker = threading.Thread(target=run, name="binlake-stream", daemon=True)
+        worker.start()
+        context.log.info(f"stream started ({'continuous' if continuous else 'bounded'}; schema changes "
+                         f"{cfg.stream.schema_changes}) for {len(tables)} tables")
+        terminated = False
+        store, idle_checked = ControlStore.of(cfg), time.monotonic()
+        while not done.is_set() or not events.empty():
+            try:
+                done.wait(0.5)
+                if (engine.life.state == State.STREAMING
+                        and time.monotonic() - idle_checked >= cfg.dagster.idle_offset_seconds):
+                    # A stream with nothing to read writes no checkpoint: its idle tables' offsets come from
+                    # the last one, at the same bounded rate.
+                    idle_checked = time.monotonic()
+                    checkpoint = store.checkpoint()
+                    if checkpoint is not None:
+                        events.put(checkpoint.offset)
+                self._record(events, recorder, context)
+            except (DagsterExecutionInterruptedError, KeyboardInterrupt):
+                if not terminated:
+                    terminated = True
+                    context.log.info("terminate requested: committing the batch read so far, writing the "
+                                     "checkpoint and closing the replication connection")
+                engine.request_stop()
+        if "error" in outcome:
+            e = outcome["error"]
+            raise Failure(description=f"binlake stream stopped: {type(e).__name__}: {e}") from e
+        summary = outcome["summary"]
+        if terminated:
+            context.instance.add_run_tags(context.run_id, {STOPPED_TAG: "terminate"})
+        self._refresh_if_new_tables(context, cfg, tables)
+        context.log.info(f"stream stopped cleanly ({summary.stop_reason}): {summary.changes:,} changes in "
+                         f"{summary.batches} batches, checkpoint at {summary.end}")
+        return summary
+
+    @staticmethod
+    def _record(events: queue.SimpleQueue, recorder, context: OpExecutionContext) -> None:
+        """Log what the engine reported: commits first, then one heartbeat check at the latest checkpoint."""
+        commits, checkpoint = [], None
+        while not events.empty():
+            item = events.get()
+            if isinstance(item, StreamOffset):
+                checkpoint = item
+            else:
+                commits.extend(item)
+        for m in recorder.on_commits(commits) + (recorder.on_checkpoint(checkpoint) if checkpoint else []):
+            context.log_event(m)
+
+    def _refresh_if_new_tables(self, context: OpExecutionContext, cfg: BinlakeConfig,
+                               known: dict[str, TableSchema]) -> None:
+        catalog = self.catalog()
+        new = sorted(set(lake_tables(cfg)) - set(catalog.names if catalog else known))
+        if new:
+            context.log.info(f"the stream captured new tables: {', '.join(new)}")
+            try:
+                self.refresh_catalog(context)
+            except Exception as e:  # noqa: BLE001 - the stream's work is done; the catalog is refreshed later
+                context.log.warning(f"table catalog not refreshed (source not reachable?): {e}")

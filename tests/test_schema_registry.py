@@ -15,14 +15,14 @@ from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_contex
 from deltalake import DeltaTable
 
 from cdc_core.stream_reader import FLUSH_ROWS
-from orchestration.definitions import build_definitions
+from orchestration.build import build_binlake_definitions
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import table_uri
 from pipelines.schema_applier import SchemaChangeRejected
 from pipelines.schema_registry import apply_pending, pending_changes
 from pipelines.status import pipeline_status
 from pipelines.stream import StreamEngine
-from resources.binlake import BinlakeConfigResource
+from resources.binlake import BinlakeResource
 from tests.helpers import assert_equal, write_config_file
 
 BASE = "id INT PRIMARY KEY, a INT, s VARCHAR(20)"
@@ -45,9 +45,9 @@ def _rows(uri: str) -> int:
 
 
 def _evaluate_sensor(path: str, instance):
-    defs = build_definitions(path)
+    defs = build_binlake_definitions(path)
     sensor = defs.resolve_sensor_def("schema_change_sensor")
-    with build_sensor_context(instance=instance, resources={"binlake": BinlakeConfigResource(path=path)}) as ctx:
+    with build_sensor_context(instance=instance, resources={"binlake": BinlakeResource(config_path=path)}) as ctx:
         return defs, sensor(ctx)
 
 
@@ -108,7 +108,7 @@ def test_sensor_applies_the_held_change_while_other_tables_flow(db, make_config,
         run_config=requests[0].run_config, instance=instance)
     assert result.success
     (mat,) = result.asset_materializations_for_node("apply_schema_change")
-    assert mat.asset_key.path == [name, "t"] and "rewrote" in mat.metadata["action"].value
+    assert mat.asset_key.path == [name, "t"] and "rewrote" in mat.metadata["binlake/decision"].value
 
     engine.join(60)
     assert not engine.is_alive() and engine.error is None, engine.error
@@ -172,6 +172,18 @@ def test_a_rejected_change_stops_the_holding_engine(db, make_config, tmp_path):
     assert "exception" in str(engine.error) and "MODIFY a BIGINT" in str(engine.error)
     assert [r.status for r in store.schema_history() if r.table == f"{name}.t"][-1] == "failed"
     assert _rows(table_uri(cfg.sink.path, f"{name}.t")) == 10  # nothing after the DDL was written
+    assert "MODIFY a BIGINT" in result.failure_data_for_node("apply_schema_change").error.message
+
+    # A person changes the behaviour and re-executes the run: the change is applied, and the
+    # next stream run streams the table on from its DDL.
+    cfg = cfg.model_copy(update={"pipeline": cfg.pipeline.model_copy(update={"schema_change_behavior": "lenient"})})
+    path = write_config_file(cfg, tmp_path / "binlake.yaml")
+    retry = build_binlake_definitions(path).resolve_job_def("apply_schema_changes").execute_in_process(
+        run_config=requests[0].run_config, instance=instance)
+    assert retry.success
+    assert [r.status for r in store.schema_history() if r.table == f"{name}.t"][-1] == "applied"
+    StreamEngine(cfg, until_now=True).run()
+    assert_equal(cfg, [f"{name}.t", f"{name}.u"])
 
 
 def test_a_reconnect_while_held_reads_the_ddl_and_held_rows_again(db, make_config, tmp_path):

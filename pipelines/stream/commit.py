@@ -28,6 +28,7 @@ from cdc_core.micro_batch import MicroBatch
 from cdc_core.offsets import StreamOffset
 from cdc_core.routes import Router, sink_key
 from cdc_core.table_batch import TablePlan, plan_to_arrow
+from cdc_core.table_commit import RowsApplied, TableCommit
 from cdc_core.table_schema import TableSchema
 from cdc_core.transient import Retry
 from pipelines.delta_sink import apply_changes, stream_commit_properties
@@ -35,19 +36,6 @@ from pipelines.schema_applier import conform, conform_routed, delta_name
 from pipelines.stream.sinks import Sinks
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TableCommit:
-    """One Delta commit of the stream (what progress reports and Dagster shows)."""
-
-    sink: str
-    sources: tuple[str, ...]
-    offset: StreamOffset
-    delta_version: int
-    inserted: int
-    updated: int
-    deleted: int
 
 
 @dataclass(frozen=True)
@@ -88,7 +76,7 @@ class Committer:
         retry = Retry(self.retry.policy)
         while True:
             try:
-                self._apply(sink, parts, offset)
+                rows = self._apply(sink, parts, offset)
                 break
             except Exception as e:  # noqa: BLE001 - classified: faults that pass are retried
                 if not is_transient(e):
@@ -103,12 +91,12 @@ class Committer:
                 self.sinks.refresh(sink)
                 done = self.sinks.applied_key(sink)
                 if done is not None and done >= offset.applied.key:
-                    break  # the commit landed although the call failed
-        return TableCommit(sink, tuple(p.source for p in parts), offset, self.sinks.tables[sink].version(),
-                           sum(_count(p.plan, "c") for p in parts), sum(_count(p.plan, "u") for p in parts),
-                           sum(_count(p.plan, "d") for p in parts))
+                    # The commit landed although the call failed: its metrics are lost, the changes are known.
+                    rows = RowsApplied(*(sum(_count(p.plan, op) for p in parts) for op in ("c", "u", "d")))
+                    break
+        return TableCommit(sink, tuple(p.source for p in parts), offset, self.sinks.tables[sink].version(), rows)
 
-    def _apply(self, sink: str, parts: list[_Part], offset: StreamOffset) -> None:
+    def _apply(self, sink: str, parts: list[_Part], offset: StreamOffset) -> RowsApplied:
         target = self.sinks.schemas[sink]
         routed = self.router.routed(parts[0].source)
 
@@ -121,5 +109,5 @@ class Committer:
 
         key = sink_key(parts[0].schema) if routed else parts[0].schema.primary_key
         key = tuple(delta_name(target.names, k) or k for k in key)
-        apply_changes(self.sinks.tables[sink], key, rows("append"), rows("upsert"), rows("delete"),
+        return apply_changes(self.sinks.tables[sink], key, rows("append"), rows("upsert"), rows("delete"),
                       stream_commit_properties(self.pipeline, offset))

@@ -57,10 +57,11 @@ from cdc_core.source import connect, connection_settings
 from cdc_core.startup import PositionPurged, ServerIdInUse, StartupError, check_available, check_server_id
 from cdc_core.stream_reader import ReaderSpec
 from cdc_core.table_batch import TableBatch
+from cdc_core.table_commit import TableCommit
 from cdc_core.table_schema import TableSchema, describe_table
 from cdc_core.transient import Retry
 from pipelines.control_store import ControlStore
-from pipelines.stream.commit import Committer, TableCommit
+from pipelines.stream.commit import Committer
 from pipelines.stream.reader import ReaderProcess, ReaderStopped
 from pipelines.stream.schema_changes import APPEARED, SchemaChanges, StopRequested
 from pipelines.stream.sinks import Sinks
@@ -77,13 +78,13 @@ class StreamFailed(TerminalError):
 class StreamEngine:
     """Streams the binlog into Delta from the committed offsets (see the module invariants).
 
-    ``progress(summary, offset)`` is called after each checkpoint; ``on_commit(commits,
-    offset)`` after each batch with its Delta commits (Dagster records them as asset
-    metadata)."""
+    ``progress(summary, offset)`` is called after each checkpoint; ``on_commit(commits)``
+    after each batch's checkpoint with its Delta commits, each carrying the batch's offset
+    (Dagster records them as asset metadata)."""
 
     def __init__(self, cfg: BinlakeConfig, *, until_now: bool = False, max_seconds: float | None = None,
                  progress: Callable[[StreamSummary, StreamOffset], None] | None = None,
-                 on_commit: Callable[[list[TableCommit], StreamOffset], None] | None = None):
+                 on_commit: Callable[[list[TableCommit]], None] | None = None):
         self.cfg = cfg
         self.until_now = until_now
         self.max_seconds = max_seconds
@@ -351,7 +352,7 @@ class StreamEngine:
         s.summary.batches += 1
         self._checkpoint(offset)
         if self.on_commit and commits:
-            self.on_commit(commits, offset)
+            self.on_commit(commits)
 
     def _checkpoint(self, offset: StreamOffset) -> None:
         s = self.state

@@ -1,0 +1,75 @@
+"""``build_binlake_definitions``: binlake's Dagster definitions for one config, for people
+who write their definitions in Python; the component (orchestration/component.py) and
+the code location (orchestration/definitions.py) are built with it.
+
+Loading never connects to MySQL: the tables come from the saved table catalog
+(pipelines/source_catalog.py) and the lake's schema history. With neither, the location
+loads with no table assets and the refresh job says how to discover them.
+
+What it holds: one asset per captured table (snapshot chunks as partitions,
+orchestration/snapshot.py), the stream job and its hand-off sensor
+(orchestration/stream.py), the schema-change sensor and job (orchestration/schema_changes.py),
+asset checks and their schedule (orchestration/checks.py), the job ``binlake_refresh_tables``.
+
+Tests: tests/test_dagster_defs.py.
+"""
+
+
+import logging
+from pathlib import Path
+
+from dagster import Definitions, OpExecutionContext, in_process_executor, job, op
+
+from cdc_core.config import load_config
+from orchestration.checks import all_checks, checks_job, checks_schedule
+from orchestration.schema_changes import apply_schema_changes, schema_change_sensor
+from orchestration.snapshot import snapshot_asset, snapshot_partitions_sensor
+from orchestration.stream import stream_handoff_sensor, stream_job
+from orchestration.translator import BinlakeTranslator
+from pipelines.source_catalog import SourceCatalog, current_tables
+from resources.binlake import BinlakeResource, for_dagster, spark_resource
+
+log = logging.getLogger(__name__)
+
+
+def default_catalog_path(path: str | Path) -> Path:
+    """Where the Python API keeps a config's table catalog: ``.binlake/tables.json`` beside it."""
+    return Path(path).resolve().parent / ".binlake" / f"{Path(path).stem}.tables.json"
+
+
+@op(description="Discover the captured tables and their schemas from MySQL and save them as the table catalog")
+def refresh_tables(context: OpExecutionContext, binlake: BinlakeResource) -> None:
+    binlake.refresh_catalog(context)
+
+
+@job(name="binlake_refresh_tables", description="Re-discover the captured tables (then reload the code location)")
+def refresh_tables_job():
+    refresh_tables()
+
+
+def build_binlake_definitions(config: str | Path, catalog_path: str | Path | None = None,
+                              translator: BinlakeTranslator | None = None) -> Definitions:
+    """Definitions for the binlake config at ``config``, from the table catalog at
+    ``catalog_path`` (default: ``default_catalog_path(config)``) and the lake, never the source."""
+    cfg = for_dagster(load_config(config))
+    catalog_path = Path(catalog_path) if catalog_path else default_catalog_path(config)
+    catalog = SourceCatalog.read(catalog_path)
+    if catalog is None:
+        log.warning("binlake: no table catalog at %s yet: run the job binlake_refresh_tables "
+                    "(or `dg utils refresh-defs-state`)", catalog_path)
+    translator = translator or BinlakeTranslator(cfg)
+    specs = [translator.get_asset_spec(t) for t in current_tables(cfg, catalog)]
+    return Definitions(
+        assets=[snapshot_asset(s) for s in specs],
+        asset_checks=all_checks([s.key for s in specs]),
+        jobs=[stream_job, apply_schema_changes, refresh_tables_job, checks_job],
+        sensors=[snapshot_partitions_sensor, stream_handoff_sensor, schema_change_sensor],
+        schedules=[checks_schedule],
+        # One process per run: a step subprocess would start Python, Dagster and binlake again per
+        # step, and a snapshot step already runs its chunks in parallel on Spark.
+        executor=in_process_executor,
+        resources={"binlake": BinlakeResource(config_path=str(Path(config).resolve()),
+                                              catalog_path=str(catalog_path)),
+                   "pyspark": spark_resource(cfg)},
+    )
+

@@ -1,0 +1,1 @@
+"""The dg project's component folder: binlake/defs.yaml declares the BinlakeComponent."""

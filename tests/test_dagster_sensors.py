@@ -1,0 +1,127 @@
+"""The sensors, ticked with ``build_sensor_context`` against an instance holding real runs
+and a real lake: the hand-off waits for the snapshot, fires once, never while a stream run
+is queued or running, and not after a stop from the UI or a failure; the schema sensor
+fires once per pending change, and the run it requests applies the change (the held table
+is released and Delta equals MySQL)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunRequest, SkipReason, build_sensor_context
+from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
+from dagster._core.test_utils import create_run_for_test
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+from orchestration.build import build_binlake_definitions
+from orchestration.schema_changes import schema_change_sensor
+from orchestration.stream import STREAM_JOB, STREAM_TAG, stream_handoff_sensor
+from pipelines.control_store import ControlStore
+from pipelines.schema_registry import pending_changes
+from pipelines.source_catalog import discover
+from pipelines.stream import StreamEngine
+from resources.binlake import STOPPED_TAG, for_dagster
+from tests.helpers import assert_equal, snapshot, write_config_file
+
+# Where a queued run came from (the instance requires one for queued runs).
+ORIGIN = RemoteJobOrigin(RemoteRepositoryOrigin(InProcessCodeLocationOrigin(LoadableTargetOrigin(
+    python_file="orchestration/definitions.py", attribute="defs")), "__repository__"), STREAM_JOB)
+
+
+def _defs(cfg, tmp_path):
+    path = write_config_file(cfg, tmp_path / "binlake.yaml")
+    discover(cfg).write(tmp_path / "tables.json")
+    return build_binlake_definitions(path, tmp_path / "tables.json")
+
+
+def test_handoff_fires_once_and_never_beside_a_stream_run(db, make_config, spark, tmp_path):
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE a (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO a SELECT seq FROM seq_1_to_30")
+    cfg = make_config(name)
+    defs = _defs(cfg, tmp_path)
+    instance = DagsterInstance.ephemeral()
+
+    def tick():
+        return stream_handoff_sensor(build_sensor_context(instance=instance, resources=defs.resources))
+
+    waiting = tick()
+    assert isinstance(waiting, SkipReason) and "waiting for the snapshot" in waiting.skip_message
+    snapshot(cfg, spark)
+    request = tick()
+    assert isinstance(request, RunRequest) and request.tags == {STREAM_TAG: cfg.pipeline.name}
+
+    for status in (DagsterRunStatus.QUEUED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED,
+                   DagsterRunStatus.CANCELING):
+        run = create_run_for_test(instance, job_name=STREAM_JOB, status=status, tags=request.tags,
+                                  remote_job_origin=ORIGIN)
+        skipped = tick()
+        assert isinstance(skipped, SkipReason) and "one stream at a time" in skipped.skip_message, status
+        instance.delete_run(run.run_id)
+
+    create_run_for_test(instance, job_name=STREAM_JOB, status=DagsterRunStatus.SUCCESS, tags=request.tags)
+    assert isinstance(tick(), RunRequest)  # bounded mode: the next run follows a finished one
+
+    stopped = create_run_for_test(instance, job_name=STREAM_JOB, status=DagsterRunStatus.SUCCESS,
+                                  tags={**request.tags, STOPPED_TAG: "terminate"})
+    assert "stopped from the UI" in tick().skip_message
+    failed = create_run_for_test(instance, job_name=STREAM_JOB, status=DagsterRunStatus.FAILURE, tags=request.tags)
+    assert "failed" in tick().skip_message
+    assert stopped.run_id != failed.run_id
+
+
+def test_schema_sensor_fires_once_per_pending_change(db, make_config, spark, tmp_path):
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE a (id INT PRIMARY KEY, v INT)")
+        cur.execute("INSERT INTO a SELECT seq, seq FROM seq_1_to_50")
+    cfg = make_config(name, stream={"max_batch_seconds": 0.2})
+    assert for_dagster(cfg).stream.schema_changes == "external"  # the default under Dagster
+    cfg = for_dagster(cfg)
+    snapshot(cfg, spark)
+    defs = _defs(cfg, tmp_path)
+    instance = DagsterInstance.ephemeral()
+
+    def tick():
+        return schema_change_sensor(build_sensor_context(instance=instance, resources=defs.resources))
+
+    assert "no pending schema change" in tick().skip_message
+    engine = StreamEngine(cfg)
+    worker = threading.Thread(target=engine.run, daemon=True)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 60  # its baseline is the schema before the DDL
+        while engine.life.state != "streaming" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with conn.cursor() as cur:
+            cur.execute("ALTER TABLE a ADD COLUMN note VARCHAR(20) DEFAULT 'n/a'")
+            cur.execute("INSERT INTO a VALUES (100, 100, 'after')")
+        store = ControlStore.of(cfg)
+        deadline = time.monotonic() + 60
+        while not pending_changes(store) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        requests = tick()
+        assert isinstance(requests, list) and len(requests) == 1
+        (request,) = requests
+        assert tick()[0].run_key == request.run_key  # the same change: the same run key, launched once
+        result = defs.resolve_job_def("apply_schema_changes").execute_in_process(
+            instance=instance, run_config=request.run_config)
+        assert result.success
+        (m,) = result.asset_materializations_for_node("apply_schema_change")
+        assert m.asset_key == AssetKey([name, "a"])
+        assert "ADD COLUMN note" in m.metadata["binlake/ddl"].value
+        assert [c.name for c in m.metadata["binlake/source_schema_before"].value.columns] == ["id", "v"]
+        assert [c.name for c in m.metadata["binlake/source_schema_after"].value.columns] == ["id", "v", "note"]
+        assert "note" in [c.name for c in m.metadata["dagster/column_schema"].value.columns]
+        assert m.metadata["binlake/decision"].value
+        assert "no pending schema change" in tick().skip_message
+        deadline = time.monotonic() + 60  # the engine releases the table and applies the held row
+        while engine.state.holds and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1)
+    finally:
+        engine.request_stop()
+        worker.join(60)
+    assert_equal(cfg, [f"{name}.a"])

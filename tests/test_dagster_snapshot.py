@@ -1,0 +1,101 @@
+"""Snapshot chunks as Dagster partitions against a real MariaDB and Spark: the partitions
+sensor plans chunks and adds them as dynamic partitions; one run materialises a range of
+chunks (single-run backfill policy), each partition as its chunk is committed; a chunk
+that failed is re-run alone; the asset checks pass afterwards."""
+
+from __future__ import annotations
+
+import pytest
+from dagster import (
+    AssetKey,
+    DagsterInstance,
+    SensorResult,
+    build_sensor_context,
+    materialize,
+)
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+
+from orchestration.build import build_binlake_definitions
+from orchestration.snapshot import snapshot_partitions_sensor
+from orchestration.translator import chunk_partition_key, chunk_partitions
+from pipelines.snapshot_job import SnapshotJob
+from pipelines.source_catalog import discover
+from tests.helpers import assert_equal, write_config_file
+
+
+@pytest.fixture
+def dagster_setup(db, make_config, tmp_path):
+    """Two tables; a config file, its table catalog and the definitions built from them."""
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE a (id INT PRIMARY KEY, v INT)")
+        cur.execute("CREATE TABLE b (id INT PRIMARY KEY, s VARCHAR(20))")
+        cur.execute("INSERT INTO a SELECT seq, seq FROM seq_1_to_400")
+        cur.execute("INSERT INTO b SELECT seq, 'x' FROM seq_1_to_50")
+    # One chunk per Spark task, one task at a time: a failing chunk stops the run after the earlier ones.
+    cfg = make_config(name, parallelism=1, source={"snapshot": {"chunk_size": 100, "max_rows_per_task": 100}})
+    path = write_config_file(cfg, tmp_path / "binlake.yaml")
+    discover(cfg).write(tmp_path / "tables.json")
+    defs = build_binlake_definitions(path, tmp_path / "tables.json")
+    return name, cfg, defs
+
+
+def register_partitions(instance: DagsterInstance, defs) -> None:
+    result = snapshot_partitions_sensor(build_sensor_context(instance=instance, resources=defs.resources))
+    assert isinstance(result, SensorResult)
+    for request in result.dynamic_partitions_requests:
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+
+
+def asset_of(defs, key: AssetKey):
+    return next(a for a in defs.assets if key in a.keys)
+
+
+def test_chunks_are_partitions_and_a_failed_chunk_reruns_alone(dagster_setup, spark, monkeypatch):
+    name, cfg, defs = dagster_setup
+    key = AssetKey([name, "a"])
+    instance = DagsterInstance.ephemeral()
+    register_partitions(instance, defs)
+    partitions = chunk_partitions(f"{name}.a")
+    keys = instance.get_dynamic_partitions(partitions.name)
+    assert len(keys) >= 4 and keys[0] == chunk_partition_key(0)
+    # A second tick adds nothing: every chunk is a partition already.
+    assert not isinstance(snapshot_partitions_sensor(build_sensor_context(instance=instance,
+                                                                           resources=defs.resources)), SensorResult)
+
+    failing = 2
+    real = SnapshotJob._run_on_spark
+
+    def fail_one(self, task):
+        if task.chunks[0].index == failing:
+            raise RuntimeError(f"chunk {failing} lost its connection")
+        return real(self, task)
+
+    monkeypatch.setattr(SnapshotJob, "_run_on_spark", fail_one)
+    result = materialize([asset_of(defs, key)], instance=instance, resources=defs.resources, raise_on_error=False,
+                         tags={ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]})
+    assert not result.success
+    done = instance.get_materialized_partitions(key)
+    assert done == {chunk_partition_key(i) for i in range(failing)}  # committed before the failure
+    mats = result.asset_materializations_for_node("snapshot__" + name + "__a")
+    assert all(m.metadata["binlake/delta_version"].value is not None for m in mats)
+
+    monkeypatch.setattr(SnapshotJob, "_run_on_spark", real)
+    rerun = materialize([asset_of(defs, key)], instance=instance, resources=defs.resources,
+                        partition_key=chunk_partition_key(failing))
+    assert rerun.success
+    assert instance.get_materialized_partitions(key) == {chunk_partition_key(i) for i in range(failing + 1)}
+    (m,) = rerun.asset_materializations_for_node("snapshot__" + name + "__a")
+    assert m.partition == chunk_partition_key(failing) and m.metadata["dagster/row_count"].value == 100
+
+    rest = materialize([asset_of(defs, key)], instance=instance, resources=defs.resources,
+                       tags={ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]})
+    assert rest.success
+    assert instance.get_materialized_partitions(key) == set(keys)
+    assert_equal(cfg, [f"{name}.a"])
+
+    checks = defs.resolve_job_def("binlake_checks").execute_in_process(
+        instance=instance, resources=defs.resources, asset_selection=None)
+    evaluations = {(e.asset_key, e.check_name): e for e in checks.get_asset_check_evaluations()}
+    assert evaluations[key, "row_count_parity"].passed
+    assert evaluations[key, "schema_parity"].passed
