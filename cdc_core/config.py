@@ -1,4 +1,4 @@
-"""binlake configuration: the YAML contract of DESIGN.md, validated with pydantic.
+"""binlake configuration: the YAML contract of docs/contracts.md, validated with pydantic.
 
 ``${VAR}`` anywhere in the file is replaced from the environment before parsing.
 Unknown keys and wrong types are errors that name the key; secrets never appear in

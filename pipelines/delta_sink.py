@@ -33,7 +33,7 @@ DEFAULT_CHECKPOINT_INTERVAL = 100  # delta.checkpointInterval when the table doe
 
 
 def table_uri(sink_path: str, qualified_name: str) -> str:
-    """``<sink.path>/<db>/<table>`` (DESIGN.md contract)."""
+    """``<sink.path>/<db>/<table>`` (docs/contracts.md)."""
     db, table = qualified_name.split(".", 1)
     return f"{sink_path.rstrip('/')}/{db}/{table}"
 

@@ -182,7 +182,7 @@ class Traffic:
 
 
 def write_config(server, path: Path) -> Path:
-    """The binlake config of the demo: DESIGN.md's format, the password from the environment."""
+    """The binlake config of the demo: the format of docs/contracts.md, the password from the environment."""
     cfg = {
         "pipeline": {"name": "shop_demo", "parallelism": 2, "schema_change_behavior": "lenient"},
         "source": {

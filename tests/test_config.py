@@ -1,4 +1,4 @@
-"""Config loading (DESIGN.md configuration contract): ``${VAR}`` substitution, unknown
+"""Config loading (the configuration contract of docs/contracts.md): ``${VAR}`` substitution, unknown
 keys and wrong types named by key, defaults, secrets kept out of errors and repr."""
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def test_defaults_match_design():
 
 
 def test_design_example_parses(tmp_path, monkeypatch):
-    """The YAML example of DESIGN.md, verbatim apart from the route list."""
+    """The YAML example of docs/contracts.md, verbatim apart from the route list."""
     monkeypatch.setenv("MYSQL_PASSWORD", PASSWORD)
     path = _write(tmp_path, r"""
         pipeline:
