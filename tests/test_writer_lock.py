@@ -194,6 +194,22 @@ def test_only_one_of_racing_processes_gets_the_lease(tmp_path, expired_first):
     assert outcomes == ["refused", "refused", "refused", "won"]
 
 
+def test_a_lease_left_by_a_dead_process_of_this_host_is_free_at_once(tmp_path):
+    """A holder killed before it could release (here: exiting without release) leaves a lease that
+    has not expired; on the same host its pid is gone, so the next writer need not wait the ttl."""
+    sink = str(tmp_path / "lake")
+    taker = ("import os, sys; from pipelines.writer_lock import LeaseLock; "
+             "LeaseLock(sys.argv[1], 'shop', 'killed', ttl=600, renew_in_background=False).acquire(); os._exit(0)")
+    subprocess.run([sys.executable, "-c", taker, sink], check=True, cwd=Path(__file__).parent.parent)
+    table = LeaseLock(sink, "shop", "look", ttl=600)._table()
+    left = LeaseLock._current(table)
+    assert left is not None and left.command == "killed" and left.expires > dt.datetime.now(dt.UTC)
+    lock = LeaseLock(sink, "shop", "next", ttl=600, renew_in_background=False)
+    assert lock.holder() is None
+    assert lock.acquire().command == "next"
+    lock.release()
+
+
 def test_forced_kinds(tmp_path, monkeypatch):
     assert isinstance(writer_lock(str(tmp_path), "p", "c"), FileLock)
     assert isinstance(writer_lock("s3://bucket/lake", "p", "c"), LeaseLock)
