@@ -61,7 +61,7 @@ from cdc_core.schema_change import UnparsedDDL, parse_ddl
 from cdc_core.schema_history import HistoryEntry, Status
 from cdc_core.source import ConnectionSettings, captured_tables, connect, connection_settings, describe_tables
 from cdc_core.table_schema import TableSchema, describe_table, quote_ident
-from cdc_core.transient import RetryBudgetExceeded, RetryPolicy
+from cdc_core.transient import Retry, RetryBudgetExceeded, RetryPolicy
 from pipelines.control_store import ControlStore, chunk_record
 from pipelines.delta_sink import (
     SNAPSHOT_CHUNKS_KEY,
@@ -441,6 +441,7 @@ class SnapshotJob:
         done_chunks = 0
         if self.progress:
             self.progress(0, total, 0)
+        self._abort.clear()  # a new pass after one that failed (a DDL changed a table while it was read)
         pool = ThreadPoolExecutor(self.slots, thread_name_prefix="snapshot")
         futures = {pool.submit(self._run_on_spark, t): t for t in tasks}
         try:
@@ -476,7 +477,7 @@ class SnapshotJob:
         """Run one group as a Spark job, again with backoff after a transient source fault (a group
         is idempotent until the driver commits it) until the retry budget is spent."""
         what = f"{task.schema.qualified_name} chunks {task.chunks[0].index}-{task.chunks[-1].index}"
-        failing_since, attempt = None, 0
+        retry = Retry(self.retry)
         while True:
             if self._abort.is_set():
                 return {"retry": "the snapshot was stopped"}  # never committed: the driver has left
@@ -487,13 +488,10 @@ class SnapshotJob:
             cause = result.get("retry")
             if cause is None:
                 return result
-            now = time.monotonic()
-            failing_since = failing_since or now
-            attempt += 1
-            if now - failing_since >= self.retry.budget_seconds:
+            delay = retry.next_delay()
+            if delay is None:
                 raise RetryBudgetExceeded(f"snapshot of {what}: the source kept failing for over "
-                                          f"{self.retry.budget_seconds:.0f} s ({attempt} attempts): {cause}")
-            delay = self.retry.delay(attempt)
+                                          f"{self.retry.budget_seconds:.0f} s ({retry.attempt + 1} attempts): {cause}")
             log.warning("snapshot of %s: %s; retrying in %.1f s", what, cause, delay)
             with self._slot_lock:
                 self._retries += 1
