@@ -168,9 +168,11 @@ def run_stream(server: LocalMariaDB, runs: Runs, where: str, backlog: Backlog, r
         return {"changes": s.changes, "batches": s.batches, "table_commits": s.commits}
 
     r = timed(runs, where, run)
+    if empty:  # over an empty range no table gets a commit (nor a Delta table)
+        return r
     counts = {t: count_rows(open_table(table_uri(cfg.sink.path, f"{DB}.{t}"), cfg.sink.storage_options))
               for t in TABLES}
-    if not empty and (r["changes"] != backlog.changes or counts != backlog.mysql_rows):
+    if r["changes"] != backlog.changes or counts != backlog.mysql_rows:
         raise AssertionError(f"stream into {where}: {r['changes']} changes, Delta rows {counts}, MySQL "
                              f"{backlog.mysql_rows}")
     return r
