@@ -85,7 +85,7 @@ class HandoffFilter:
 
     def drops(self, keys: Sequence[object], position: BinlogPosition) -> list[bool]:
         """For each chunk-key value of one row event at ``position`` (canonical values, as
-        :func:`event_key_values` gives them), whether its change is already in the snapshot."""
+        :func:`binlog_value` gives them), whether its change is already in the snapshot."""
         if position > self.max_high_watermark:
             return [False] * len(keys)
         if position <= self.min_high_watermark:  # before every chunk's HW: whatever the chunk
@@ -97,12 +97,16 @@ class HandoffFilter:
         return self.drops([key], position)[0]
 
 
-def event_key_values(schema: TableSchema, key: str, columns: Sequence[str], op: str, rows: Sequence) -> list:
-    """The chunk-key values of a row event's images, canonical as the stream applies them
-    (``columns`` in the event's table-map order; an update's rows are (before, after) pairs)."""
-    if key not in columns:
-        return []
-    i = list(columns).index(key)
-    col = schema.column(key)
-    images = [img for pair in rows for img in pair] if op == "u" else rows
-    return [binlog_value(col, img[i]) for img in images]
+    def place_event(self, schema: TableSchema, op: str, rows: Sequence, position: BinlogPosition) -> None:
+        """Place a whole row event's keys in their chunks at once (at most one server query), so
+        ``should_drop`` on each of its images asks nothing. ``rows`` are value tuples in
+        ``schema``'s column order (an update's are (before, after) pairs). Events outside the
+        hand-off window need no placing, and their keys are not even read."""
+        if not self.min_high_watermark < position <= self.max_high_watermark:
+            return
+        names = [c.name for c in schema.columns]
+        if self.key not in names:
+            return
+        i, col = names.index(self.key), schema.column(self.key)
+        images = [img for pair in rows for img in pair] if op == "u" else rows
+        self.drops([binlog_value(col, img[i]) for img in images], position)

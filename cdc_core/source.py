@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import pymysql
 
-from cdc_core.config import BinlakeConfig
+from cdc_core.config import BinlakeConfig, SourceConfig
 from cdc_core.table_schema import TableSchema, describe_table, list_tables
 
 
@@ -96,6 +96,14 @@ def connect(conn: ConnectionSettings, **kwargs) -> pymysql.connections.Connectio
 def captured_tables(cfg: BinlakeConfig, cursor) -> list[str]:
     """Captured "db.table" names on the server, in name order."""
     return [t for t in list_tables(cursor) if cfg.source.captures(t)]
+
+
+def describe_captured(cursor, names: list[str], source: SourceConfig) -> dict[str, TableSchema]:
+    """:func:`describe_tables`, each schema as captured (``source.exclude_columns`` left out;
+    ``NotCapturable`` when a table cannot be captured as configured)."""
+    from cdc_core.column_filter import captured_schema  # column_filter needs the type mapping, loaded late
+
+    return {n: captured_schema(schema, source) for n, schema in describe_tables(cursor, names).items()}
 
 
 def describe_tables(cursor, names: list[str]) -> dict[str, TableSchema]:

@@ -32,6 +32,7 @@ from dagster import (
     sensor,
 )
 
+from cdc_core.table_schema import TableSchema as SourceSchema
 from orchestration.translator import asset_key, column_schema
 from resources.binlake import BinlakeResource
 
@@ -45,7 +46,7 @@ class SchemaChangeConfig(Config):
     index: int
 
 
-def source_columns(s) -> TableSchema | None:
+def source_columns(s: SourceSchema | None) -> TableSchema | None:
     """A recorded source schema (``cdc_core.table_schema.TableSchema`` or None) as a Dagster
     column schema (MySQL column types)."""
     if s is None:

@@ -59,7 +59,7 @@ from cdc_core.positions import BinlogPosition, master_position
 from cdc_core.routes import Router, sink_schema
 from cdc_core.schema_change import UnparsedDDL, parse_ddl
 from cdc_core.schema_history import HistoryEntry, Status
-from cdc_core.source import ConnectionSettings, captured_tables, connect, connection_settings, describe_tables
+from cdc_core.source import ConnectionSettings, captured_tables, connect, connection_settings, describe_captured
 from cdc_core.table_schema import TableSchema, describe_table, quote_ident
 from cdc_core.transient import Retry, RetryBudgetExceeded, RetryPolicy
 from pipelines.control_store import ControlStore, chunk_record
@@ -235,8 +235,8 @@ def plan_snapshot(cfg: BinlakeConfig, names: list[str]) -> dict[str, list[Chunk]
     if missing:
         with connect(connection_settings(cfg)) as conn, conn.cursor() as cur:
             at = master_position(cur)
-            for n, schema in describe_tables(cur, missing).items():
-                plans[n] = plan_table(cfg, store, cur, captured_schema(schema, cfg.source), at)
+            for n, schema in describe_captured(cur, missing, cfg.source).items():
+                plans[n] = plan_table(cfg, store, cur, schema, at)
     return {n: plans[n] for n in names if n in plans}
 
 
@@ -321,9 +321,7 @@ class SnapshotJob:
         # A routed sink is shaped by all its sources, also those outside an `only` subset.
         sinks = {self.router.sink(n) for n in names}
         routed = [n for n in captured if self.router.routed(n) and self.router.sink(n) in sinks]
-        # What is captured of each table (source.exclude_columns; NotCapturable if it cannot be).
-        schemas = {n: captured_schema(schema, self.cfg.source)
-                   for n, schema in describe_tables(cur, sorted({*names, *routed})).items()}
+        schemas = describe_captured(cur, sorted({*names, *routed}), self.cfg.source)
         self.router.check(schemas)
         names = [n for n in names if n in schemas]  # a table dropped since it was listed is not read
         plans = self.store.load_plans()

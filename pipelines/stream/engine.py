@@ -46,7 +46,6 @@ from cdc_core.events import (
     TableLayout,
     TransactionEnd,
 )
-from cdc_core.handoff import event_key_values
 from cdc_core.key_order import KeyOrders, ServerSql
 from cdc_core.lifecycle import Lifecycle, State
 from cdc_core.micro_batch import BatchLimits, MicroBatch
@@ -283,8 +282,8 @@ class StreamEngine:
             batch = s.batch
         s.position, s.event_time = ev.position, ev.timestamp or s.event_time
         f = s.filters.get(name)
-        if f is not None:  # the event's keys placed in their chunks at once (one server query at most)
-            f.drops(event_key_values(schema, f.key, [c.name for c in schema.columns], ev.op, ev.rows), ev.position)
+        if f is not None:
+            f.place_event(schema, ev.op, ev.rows, ev.position)
         batch.add(name, schema, lambda: self._table_batch(name, schema, ev.position), ev.op, ev.rows, ev.position,
                   ev.size, time.monotonic())
         if hold:

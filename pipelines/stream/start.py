@@ -26,14 +26,14 @@ import logging
 from dataclasses import dataclass, field
 
 from cdc_core.binlog import read_statements
-from cdc_core.column_filter import captured_schema, without_excluded
+from cdc_core.column_filter import without_excluded
 from cdc_core.config import BinlakeConfig, SourceConfig
 from cdc_core.ddl import parse_statement
 from cdc_core.handoff import HandoffFilter
 from cdc_core.key_order import KeyOrders
 from cdc_core.positions import BinlogPosition, master_position
 from cdc_core.schema_history import HistoryEntry, Status, TableState, fold
-from cdc_core.source import ConnectionSettings, captured_tables, describe_tables
+from cdc_core.source import ConnectionSettings, captured_tables, describe_captured
 from cdc_core.startup import StartupError, earliest_position, scan_for_start
 from cdc_core.table_schema import TableSchema
 from pipelines.control_store import ControlStore
@@ -82,13 +82,13 @@ def _handoff_filters(cfg: BinlakeConfig, store: ControlStore, router, schemas: d
     return filters, low
 
 
-def stable_describe(conn: ConnectionSettings, server_id: int, cur, names: list[str]
+def stable_describe(conn: ConnectionSettings, server_id: int, cur, names: list[str], source: SourceConfig
                     ) -> tuple[BinlogPosition, dict[str, TableSchema]]:
-    """The live schemas of ``names`` and a binlog position they are the schemas at: the
-    binlog end before and after describing, with no DDL on those tables in between."""
+    """The live captured schemas of ``names`` and a binlog position they are the schemas at:
+    the binlog end before and after describing, with no DDL on those tables in between."""
     for _ in range(STABLE_DESCRIBE_ATTEMPTS):
         before = master_position(cur)
-        schemas = describe_tables(cur, names)
+        schemas = describe_captured(cur, names, source)
         after = master_position(cur)
         touched = {t for st in read_statements(conn, server_id, before, after)
                    for t in parse_statement(st.sql, st.database).tables} if after > before else set()
@@ -107,10 +107,8 @@ def resolve_start(cfg: BinlakeConfig, store: ControlStore, router, conn: Connect
     mode = startup.mode
     live: dict[str, TableSchema] = {}
     if cp is None and mode == "latest":
-        latest, live = stable_describe(conn, cfg.source.server_id, cur, names)
-    # What is captured of each table (source.exclude_columns; NotCapturable if it cannot be).
-    live = {n: captured_schema(schema, cfg.source) for n, schema in live.items()}
-    described = live or {n: captured_schema(schema, cfg.source) for n, schema in describe_tables(cur, names).items()}
+        latest, live = stable_describe(conn, cfg.source.server_id, cur, names, cfg.source)
+    described = live or describe_captured(cur, names, cfg.source)
     filters, low_watermark = _handoff_filters(cfg, store, router, described, key_orders)
     if cp is not None:
         start, applied = cp.offset.resume, cp.offset.applied
