@@ -19,14 +19,14 @@ import json
 from dataclasses import dataclass
 
 import pyarrow as pa
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 
 from cdc_core.chunking import Chunk, decode_value
 from cdc_core.offsets import StreamOffset
 from cdc_core.positions import BinlogPosition
 from cdc_core.schema_history import HistoryEntry, Status
 from cdc_core.table_schema import TableSchema
-from pipelines.delta_sink import open_table, snapshot_commits, stream_post_commit
+from pipelines.delta_sink import SnapshotCommits, open_table, post_commit_hooks, snapshot_commits
 
 PLAN_SCHEMA = pa.schema([
     ("pipeline", pa.string()), ("table", pa.string()), ("chunk_index", pa.int32()), ("chunk_key", pa.string()),
@@ -62,6 +62,10 @@ class ControlStore:
         self.storage_options = storage_options or None
         self._checkpoints = None  # the stream_checkpoint table, once it exists
         self._checkpoint_seq: int | None = None  # seq of the last checkpoint written (read once)
+        # Control tables as last read (or appended to) by this store: read again only when
+        # another writer changed them (on an object store a fresh open costs several requests,
+        # a check one LIST).
+        self._cache: dict[str, _Read] = {}
 
     @classmethod
     def of(cls, cfg) -> ControlStore:
@@ -69,15 +73,31 @@ class ControlStore:
         return cls(cfg.sink.path, cfg.pipeline.name, cfg.sink.storage_options)
 
     def _read(self, name: str) -> list[dict]:
-        t = open_table(f"{self.root}/{name}", self.storage_options)
-        if t is None:
-            return []
-        return [r for r in t.to_pyarrow_table().to_pylist() if r["pipeline"] == self.pipeline]
+        cached = self._cache.get(name)
+        if cached is not None:
+            t = cached.table
+            t.update_incremental()
+            if t.version() == cached.version:
+                return list(cached.rows)
+        else:
+            t = open_table(f"{self.root}/{name}", self.storage_options)
+            if t is None:
+                return []
+        rows = [r for r in t.to_pyarrow_table().to_pylist() if r["pipeline"] == self.pipeline]
+        self._cache[name] = _Read(t, t.version(), rows)
+        return list(rows)
 
     def _append(self, name: str, rows: list[dict], schema: pa.Schema) -> None:
+        data = pa.Table.from_pylist(rows, schema=schema)
+        cached = self._cache.get(name)
         # merge: control tables written by an earlier binlake gain the columns added since.
-        write_deltalake(f"{self.root}/{name}", pa.Table.from_pylist(rows, schema=schema), mode="append",
-                        schema_mode="merge", storage_options=self.storage_options)
+        write_deltalake(cached.table if cached else f"{self.root}/{name}", data, mode="append",
+                        schema_mode="merge", storage_options=None if cached else self.storage_options)
+        if cached is not None and cached.table.version() == cached.version + 1:
+            # No other commit came between the last read and this append: the table is what was
+            # read plus these rows.
+            cached.rows.extend(r for r in data.to_pylist() if r["pipeline"] == self.pipeline)
+            cached.version += 1
 
     def load_plans(self) -> dict[str, list[Chunk]]:
         """Stored chunk plans by table (a table planned again after a reset: its latest plan)."""
@@ -101,9 +121,12 @@ class ControlStore:
              "bounds": c.to_json(), "planned_at": now} for c in chunks], PLAN_SCHEMA)
 
     def completed_chunks(self, table: str, data_table) -> dict[int, dict]:
-        """Completed chunks of ``table`` by index: the mirror table united with the data commits,
-        both since the table's last snapshot reset."""
-        commits = snapshot_commits(data_table) if data_table is not None else None
+        """Completed chunks of ``table`` by index: the mirror table united with the commits of
+        its data table (None when it has none yet), both since the table's last snapshot reset."""
+        return self.completed_in(table, snapshot_commits(data_table) if data_table is not None else None)
+
+    def completed_in(self, table: str, commits: SnapshotCommits | None) -> dict[int, dict]:
+        """:meth:`completed_chunks` with the data table's commits already read."""
         reset = commits.resets.get(table, -1) if commits else -1
         done = {r["chunk_index"]: r for r in self.chunk_records()
                 if r["table"] == table and (r["delta_version"] if r["delta_version"] is not None else -1) > reset}
@@ -161,7 +184,7 @@ class ControlStore:
             self._append("stream_checkpoint", [row], CHECKPOINT_SCHEMA)
             return
         t.update_incremental()
-        hooks = stream_post_commit(t)  # a commit per batch: the log cleanup's full listing only at checkpoints
+        hooks = post_commit_hooks(t)  # a commit per batch: the log cleanup's full listing only at checkpoints
         if len(t.file_uris()) >= CHECKPOINT_COMPACT_ROWS:
             others = [r for r in t.to_pyarrow_table().to_pylist() if r["pipeline"] != self.pipeline]
             write_deltalake(t, pa.Table.from_pylist(others + [row], schema=CHECKPOINT_SCHEMA), mode="overwrite",
@@ -169,6 +192,15 @@ class ControlStore:
         else:
             write_deltalake(t, pa.Table.from_pylist([row], schema=CHECKPOINT_SCHEMA), mode="append",
                             schema_mode="merge", post_commithook_properties=hooks)
+
+
+@dataclass
+class _Read:
+    """A control table's rows of this pipeline as of ``version`` of the open ``table``."""
+
+    table: DeltaTable
+    version: int
+    rows: list[dict]
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,7 @@ def commit_files(dt: DeltaTable, files: list[WrittenFile], schema: pa.Schema, me
     dt.create_write_transaction(
         [f.add_action() for f in files], mode="append", schema=schema,
         commit_properties=CommitProperties(custom_metadata={k: json.dumps(v) for k, v in metadata.items()}),
+        post_commithook_properties=post_commit_hooks(dt),
     )
     dt.update_incremental()
     return dt.version()
@@ -108,13 +109,14 @@ def commit_files(dt: DeltaTable, files: list[WrittenFile], schema: pa.Schema, me
 
 @dataclass(frozen=True)
 class SnapshotCommits:
-    """What the table's commits say of snapshot progress: chunk records (each with the
-    ``delta_version`` of the commit carrying it) and, per source table, the version of its
-    last reset."""
+    """What the table's commits through ``version`` say of snapshot progress: chunk records
+    (each with the ``delta_version`` of the commit carrying it, newest first) and, per source
+    table, the version of its last reset and of its last verification."""
 
     records: list[dict]
     resets: dict[str, int]
     verified: dict[str, int]
+    version: int = -1
 
     def is_verified(self, table: str) -> bool:
         """Whether ``table``'s snapshot was checked after its last chunk and reset."""
@@ -122,24 +124,28 @@ class SnapshotCommits:
         return self.verified.get(table, -1) > last
 
 
-def snapshot_commits(dt: DeltaTable) -> SnapshotCommits:
+def snapshot_commits(dt: DeltaTable, known: SnapshotCommits | None = None) -> SnapshotCommits:
     """Chunk records and resets carried by the table's commits (the durable source of
-    snapshot progress)."""
-    records, resets, verified = [], {}, {}
-    for commit in dt.history():
+    snapshot progress). ``known``: what an earlier call returned for the same table; only the
+    commits after its version are read (on an object store, one request per commit)."""
+    version = dt.version()
+    if known is not None and known.version == version:
+        return known
+    if known is None or known.version > version:
+        known, history = SnapshotCommits([], {}, {}), dt.history()
+    else:
+        history = dt.history(limit=version - known.version)
+    records, resets, verified = [], dict(known.resets), dict(known.verified)
+    for commit in history:  # newest first, as the records already known
         raw = commit.get(SNAPSHOT_CHUNKS_KEY)
         if raw:
             for r in json.loads(raw) if isinstance(raw, str) else raw:
                 records.append({**r, "delta_version": commit["version"]})
-        raw = commit.get(SNAPSHOT_RESET_KEY)
-        if raw:
-            for table in json.loads(raw) if isinstance(raw, str) else raw:
-                resets[table] = max(resets.get(table, -1), commit["version"])
-        raw = commit.get(SNAPSHOT_VERIFIED_KEY)
-        if raw:
-            for table in json.loads(raw) if isinstance(raw, str) else raw:
-                verified[table] = max(verified.get(table, -1), commit["version"])
-    return SnapshotCommits(records, resets, verified)
+        for key, latest in ((SNAPSHOT_RESET_KEY, resets), (SNAPSHOT_VERIFIED_KEY, verified)):
+            raw = commit.get(key)
+            for table in (json.loads(raw) if isinstance(raw, str) else raw) if raw else ():
+                latest[table] = max(latest.get(table, -1), commit["version"])
+    return SnapshotCommits(records + known.records, resets, verified, version)
 
 
 def _sql_ident(name: str) -> str:
@@ -153,12 +159,12 @@ def stream_commit_properties(pipeline: str, offset: StreamOffset) -> CommitPrope
                             app_transactions=[Transaction(app_id(pipeline), offset.applied.seq())])
 
 
-def stream_post_commit(dt: DeltaTable) -> PostCommitHookProperties:
+def post_commit_hooks(dt: DeltaTable) -> PostCommitHookProperties:
     """Post-commit work of the next commit to ``dt``: a checkpoint every ``delta.checkpointInterval``
     commits, as delta-rs does, but expired log entries cleaned up only at those commits. The
-    cleanup lists the whole ``_delta_log``; a table committed every micro-batch keeps 30 days of
-    commits there (the default log retention), so listing it at every commit would cost one more
-    request per 1,000 entries each time (bench/object_store.py)."""
+    cleanup lists the whole ``_delta_log``; a table committed every micro-batch (or every chunk
+    group) keeps 30 days of commits there (the default log retention), so listing it at every
+    commit would cost one more request per 1,000 entries each time (bench/object_store.py)."""
     interval = int(dt.metadata().configuration.get("delta.checkpointInterval", DEFAULT_CHECKPOINT_INTERVAL))
     return PostCommitHookProperties(create_checkpoint=True,
                                     cleanup_expired_logs=(dt.version() + 2) % interval == 0)
@@ -169,7 +175,7 @@ def apply_changes(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upsert
     """One Delta commit with a table's batch: rows new to the table are appended; when
     any row may already exist, one MERGE on the primary key deletes, updates and inserts.
     Returns what the commit did (the MERGE's own metrics)."""
-    hooks = stream_post_commit(dt)
+    hooks = post_commit_hooks(dt)
     if not upsert.num_rows and not delete.num_rows:
         write_deltalake(dt, append, mode="append", commit_properties=props, post_commithook_properties=hooks)
         return RowsApplied(inserted=append.num_rows)
@@ -194,7 +200,7 @@ def truncate(dt: DeltaTable, props: CommitProperties, predicate: str | None = No
     """Remove every row (TRUNCATE TABLE), or only those matching ``predicate`` (a routed
     source's, :func:`source_predicate`), in one commit carrying the stream offset."""
     # delete leaves dt at the version it committed
-    dt.delete(predicate, commit_properties=props, post_commithook_properties=stream_post_commit(dt))
+    dt.delete(predicate, commit_properties=props, post_commithook_properties=post_commit_hooks(dt))
 
 
 def source_predicate(source: str) -> str:
@@ -210,7 +216,13 @@ def source_filter(source: str) -> ds.Expression:
 
 
 def count_rows(dt: DeltaTable, source: str | None = None) -> int:
-    """Rows of ``dt``; with ``source``, only that routed source's rows."""
+    """Rows of ``dt``; with ``source``, only that routed source's rows. A whole table's rows come
+    from the log's per-file counts when every file has one: no data file is opened (on an object
+    store, a request or more per file)."""
+    if source is None and "deletionVectors" not in (dt.protocol().reader_features or ()):
+        counts = pa.table(dt.get_add_actions(flatten=True)).column("num_records")
+        if counts.null_count == 0:
+            return pc.sum(counts).as_py() or 0
     return dt.to_pyarrow_dataset().count_rows(filter=None if source is None else source_filter(source))
 
 

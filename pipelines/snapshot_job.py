@@ -67,6 +67,7 @@ from pipelines.delta_sink import (
     SNAPSHOT_CHUNKS_KEY,
     SNAPSHOT_RESET_KEY,
     SNAPSHOT_VERIFIED_KEY,
+    SnapshotCommits,
     commit_files,
     count_rows,
     ensure_table,
@@ -265,6 +266,9 @@ class SnapshotJob:
         self._unmirrored: list[dict] = []
         self._retries = 0
         self._abort = threading.Event()  # the driver gave up: no group starts another attempt
+        # Snapshot commits of each sink table read so far (by table URI): later reads only read
+        # the commits made since.
+        self._commits: dict[str, SnapshotCommits] = {}
 
     def run(self) -> SnapshotSummary:
         """Snapshot every captured table; resumes where an earlier run stopped."""
@@ -307,7 +311,8 @@ class SnapshotJob:
                 if s.table in existing:  # not dropped meanwhile
                     cur.execute(f"SELECT COUNT(*) FROM {quote_ident(db)}.{quote_ident(t)}")
                     s.mysql_rows = cur.fetchone()[0]
-                dt_ = open_table(table_uri(self.sink, self.router.sink(s.table)), self.cfg.sink.storage_options)
+                sink = self.router.sink(s.table)  # the last pass's handle is current: no need to read the log again
+                dt_ = tables.get(sink) or open_table(table_uri(self.sink, sink), self.cfg.sink.storage_options)
                 s.delta_rows = count_rows(dt_, s.table if self.router.routed(s.table) else None)
         summary.seconds = time.monotonic() - start
         summary.driver_peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -335,7 +340,7 @@ class SnapshotJob:
                 tables[sink], targets[sink] = self._open_sink(uri, sink, schemas)
             if name not in plans:
                 plans[name] = plan_table(self.cfg, self.store, cur, schema, at)
-            done = self.store.completed_chunks(name, tables[sink])
+            done = self.store.completed_in(name, self._commits_of(tables[sink]))
             pending = [c for c in plans[name]
                        if c.index not in done and (self.chunks is None or c.index in self.chunks)]
             by_table[name].chunks = len(plans[name])
@@ -362,10 +367,10 @@ class SnapshotJob:
         windows = {}
         plans = self.store.load_plans()
         for name in names:
-            dt_ = tables.get(self.router.sink(name))
-            if dt_ is not None and snapshot_commits(dt_).is_verified(name):
+            commits = self._commits_of(tables.get(self.router.sink(name)))
+            if commits is not None and commits.is_verified(name):
                 continue
-            done = self.store.completed_chunks(name, dt_) if dt_ is not None else {}
+            done = self.store.completed_in(name, commits) if commits is not None else {}
             hws = [BinlogPosition(r["hw_file"], r["hw_pos"]) for r in done.values()]
             plan_done = done and len(done) == len(plans.get(name, ()))
             if name in baselines:
@@ -389,14 +394,21 @@ class SnapshotJob:
         plans = self.store.load_plans()
         by_sink: dict[str, list[str]] = {}
         for name in names:
-            dt_ = tables.get(self.router.sink(name))
-            if dt_ is None or snapshot_commits(dt_).is_verified(name):
+            commits = self._commits_of(tables.get(self.router.sink(name)))
+            if commits is None or commits.is_verified(name):
                 continue
-            if len(self.store.completed_chunks(name, dt_)) == len(plans.get(name, ())):
+            if len(self.store.completed_in(name, commits)) == len(plans.get(name, ())):
                 by_sink.setdefault(self.router.sink(name), []).append(name)
         for sink, sources in by_sink.items():
             dt_ = tables[sink]
             commit_files(dt_, [], delta_schema(dt_), {SNAPSHOT_VERIFIED_KEY: sources})
+
+    def _commits_of(self, table: DeltaTable | None) -> SnapshotCommits | None:
+        """The snapshot commits of a sink table (None for no table)."""
+        if table is None:
+            return None
+        commits = self._commits[table.table_uri] = snapshot_commits(table, self._commits.get(table.table_uri))
+        return commits
 
     def _reset(self, cur, name: str, tables: dict, summary: TableSummary) -> None:
         """Forget ``name``'s chunks and rows, record its new baseline and plan it again."""

@@ -36,7 +36,7 @@ from pyarrow.fs import FileSelector, FileType
 from cdc_core.config import BinlakeConfig
 from cdc_core.offsets import OFFSET_KEY, StreamOffset, app_id
 from pipelines.control_store import ControlStore
-from pipelines.delta_sink import apply_changes, open_table, stream_post_commit, table_uri
+from pipelines.delta_sink import apply_changes, open_table, post_commit_hooks, table_uri
 from pipelines.lake_storage import PROBE_DIR, filesystem
 from tests.helpers import assert_equal, snapshot, write_config_file
 from tests.s3_endpoint import S3Server
@@ -261,7 +261,7 @@ def test_stream_commits_clean_up_the_log_only_at_checkpoints(tmp_path):
     empty = schema.empty_table()
     kept = []
     for i in range(12):
-        assert stream_post_commit(dt).cleanup_expired_logs == (dt.version() + 1 in (4, 9))
+        assert post_commit_hooks(dt).cleanup_expired_logs == (dt.version() + 1 in (4, 9))
         apply_changes(dt, ("id",), pa.table({"id": pa.array([i], pa.int64()), "_cdc_op": ["c"]}), empty, empty,
                       CommitProperties())
         kept.append(sorted(int(f.name.split(".")[0]) for f in log.glob("*.json")))

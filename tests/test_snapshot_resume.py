@@ -4,6 +4,7 @@ standalone cluster runs in tests/test_object_store.py, writing to S3.)"""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import signal
 import subprocess
@@ -11,10 +12,21 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
 from deltalake import DeltaTable
 
-from pipelines.control_store import ControlStore
-from pipelines.delta_sink import table_uri
+from cdc_core.chunking import Chunk
+from cdc_core.positions import BinlogPosition
+from pipelines.control_store import ControlStore, chunk_record
+from pipelines.delta_sink import (
+    SNAPSHOT_CHUNKS_KEY,
+    SNAPSHOT_RESET_KEY,
+    SNAPSHOT_VERIFIED_KEY,
+    commit_files,
+    ensure_table,
+    snapshot_commits,
+    table_uri,
+)
 from tests.helpers import assert_equal, snapshot, write_config_file
 
 
@@ -50,3 +62,45 @@ def test_kill_and_resume(db, spark, make_config, tmp_path):
     assert t.chunks == len(plan) and 0 < t.chunks_read < t.chunks  # only unfinished chunks re-read
     assert t.delta_rows == 60000
     assert_equal(cfg, [f"{name}.big"])
+
+
+def test_control_store_reads_what_another_writer_appended(tmp_path):
+    """A control table read once is read again only when it changed: rows another process
+    appended are seen, also when this store appended after them without reading."""
+    a, b = ControlStore(str(tmp_path), "p"), ControlStore(str(tmp_path), "p")
+    record = chunk_record("p", Chunk("d.t", 0, "id", None, 5), 5, BinlogPosition("b.000001", 4),
+                          BinlogPosition("b.000001", 9), 0)
+
+    def rec(i: int) -> dict:
+        r = {**record, "chunk_index": i, "delta_version": i}
+        r["completed_at"] = dt.datetime.fromisoformat(r["completed_at"])
+        return r
+
+    assert a.chunk_records() == []
+    a.record_chunks([rec(0)])
+    assert [r["chunk_index"] for r in a.chunk_records()] == [0]
+    b.record_chunks([rec(1)])  # another writer
+    assert sorted(r["chunk_index"] for r in a.chunk_records()) == [0, 1]
+    b.record_chunks([rec(2)])
+    a.record_chunks([rec(3)])  # appended after b's, unread: a must not take its cache + its own rows as the table
+    assert sorted(r["chunk_index"] for r in a.chunk_records()) == [0, 1, 2, 3]
+    assert sorted(r["chunk_index"] for r in b.chunk_records()) == [0, 1, 2, 3]
+
+
+def test_snapshot_commits_read_incrementally_equal_a_full_read(tmp_path):
+    """Progress read from the commits after an earlier read equals a read of every commit
+    (and a read from a newer handle than the table is read whole again)."""
+    schema = pa.schema([("id", pa.int64())])
+    dt_ = ensure_table(str(tmp_path), schema)
+    known = snapshot_commits(dt_)
+    for i in range(4):
+        meta = {SNAPSHOT_CHUNKS_KEY: [{"table": "d.t", "chunk_index": i}]}
+        if i == 2:
+            meta[SNAPSHOT_RESET_KEY] = ["d.t"]
+        commit_files(dt_, [], schema, meta)
+        known = snapshot_commits(dt_, known)
+        assert known == snapshot_commits(DeltaTable(str(tmp_path)))
+    commit_files(dt_, [], schema, {SNAPSHOT_VERIFIED_KEY: ["d.t"]})
+    assert snapshot_commits(dt_, known).is_verified("d.t")
+    older = DeltaTable(str(tmp_path), version=1)
+    assert snapshot_commits(older, known) == snapshot_commits(older)
