@@ -109,7 +109,8 @@ class Committer:
 
         table, props = self.sinks.tables[sink], stream_commit_properties(self.pipeline, offset)
         if not routed and not parts[0].schema.row_key:  # rows identified by all their values (routes need a key)
-            columns = tuple(delta_name(target.names, c.name) or c.name for c in parts[0].schema.columns)
+            # The source's columns that Delta holds (one a behaviour kept out of Delta cannot tell rows apart there).
+            columns = tuple(n for n in (delta_name(target.names, c.name) for c in parts[0].schema.columns) if n)
             return apply_keyless(table, columns, rows("append"), rows("delete"), props)
         key = sink_key(parts[0].schema) if routed else parts[0].schema.row_key
         key = tuple(delta_name(target.names, k) or k for k in key)
