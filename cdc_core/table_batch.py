@@ -134,10 +134,14 @@ class TableBatch:
                 self._update(conv(r[0]), conv(r[1]), seq, pos)
 
     def _update(self, before: tuple, after: tuple, seq: int, pos: BinlogPosition) -> None:
-        if self._key(before) != self._key(after) and not self._dropped(before, pos):
+        if self._removes(before, after) and not self._dropped(before, pos):
             self._delete(before, seq)
         if not self._dropped(after, pos):
             self._write(after, "u", seq, True)
+
+    def _removes(self, before: tuple, after: tuple) -> bool:
+        """Whether an update removes its before image (a key update: the row moves)."""
+        return self._key(before) != self._key(after)
 
     def plan(self) -> TablePlan:
         """The batch's net effect (see the module invariants)."""
@@ -171,11 +175,8 @@ class KeylessBatch(TableBatch):
         self.counts[row] = self.counts.get(row, 0) - 1
         self.removed[row] = seq
 
-    def _update(self, before: tuple, after: tuple, seq: int, pos: BinlogPosition) -> None:
-        if not self._dropped(before, pos):
-            self._delete(before, seq)
-        if not self._dropped(after, pos):
-            self._write(after, "u", seq, True)
+    def _removes(self, before: tuple, after: tuple) -> bool:
+        return True  # the before image is one copy less, also when the after image is equal
 
     def plan(self) -> TablePlan:
         """Copies to append and copies to remove, one plan row per copy (see the module invariants)."""
