@@ -8,10 +8,11 @@ Algorithm for a chunk C of table T on key column k:
   4. replay the binlog changes of T in (LW, HW] whose key falls in C onto S.
 
 Invariants (tested in tests/test_chunk_reader.py):
-- With a primary key, the result equals C's rows as of HW: for every key touched
+- With a row key (TableSchema.row_key: the primary key, else a NOT NULL unique key or the
+  configured key columns), the result equals C's rows as of HW: for every key touched
   in (LW, HW] the last image in the window (or its absence, after a delete)
   replaces whatever S saw; untouched keys are the same at the SELECT and at HW.
-- Without a primary key (chunk key only) rows have no identity, so a window
+- Without a row key (chunk key only) rows have no identity, so a window
   with in-range changes is not folded: the chunk is read again until a window
   is quiet for it, and fails after ``max_attempts`` with a clear message.
 - Result rows carry ``_cdc_op`` = 'r' and ``_cdc_seq`` = HW's sequence number,
@@ -87,7 +88,7 @@ class ChunkReader:
     def read(self, schema: TableSchema, chunk: Chunk) -> ChunkResult:
         """Read ``chunk`` as of its high watermark (see the module invariants)."""
         target = output_schema(schema)
-        keyed = bool(schema.primary_key)
+        keyed = bool(schema.row_key)
         sql = chunk_select_sql(schema, chunk, self.control.escape)
         for attempt in range(1, self.max_attempts + 1):
             with self.control.cursor() as cur:
@@ -109,7 +110,8 @@ class ChunkReader:
             time.sleep(min(0.05 * attempt, 0.5))
         raise ChunkNotQuiet(
             f"{schema.qualified_name} chunk {chunk.index}: rows changed during each of {self.max_attempts} reads; "
-            "a table without a primary key needs a quiet moment per chunk (add a primary key for lock-free reads)"
+            "a table without a row key needs a quiet moment per chunk (add a primary key, a NOT NULL unique key or "
+            "source.key_columns for lock-free reads)"
         )
 
     def _canonical(self, schema: TableSchema, raw: pa.Table, target: pa.Schema, hw: BinlogPosition) -> pa.Table:
@@ -141,7 +143,7 @@ def fold(schema: TableSchema, table: pa.Table, changes: list[RowChange], target:
          in_chunk: Callable[[dict], bool]) -> pa.Table:
     """Replace the rows of every in-chunk key touched by ``changes`` with its last image
     in them; images outside the chunk (a key moved in or out) are not this chunk's."""
-    pk = schema.primary_key
+    pk = schema.row_key
     cols = {c.name: c for c in schema.columns}
 
     def key_of(img: dict) -> tuple:

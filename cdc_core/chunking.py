@@ -111,10 +111,10 @@ def chunk_key(schema: TableSchema, configured: dict[str, str]) -> str:
         if col.nullable:
             raise ChunkKeyError(f"{schema.qualified_name}: chunk key column {name!r} must be NOT NULL")
         return name
-    if schema.primary_key:
-        return schema.primary_key[0]
+    if schema.row_key:
+        return schema.row_key[0]
     raise ChunkKeyError(
-        f"{schema.qualified_name} has no primary key: add one, or set "
+        f"{schema.qualified_name} has no primary key and no NOT NULL unique key: add one, or set "
         f"source.snapshot.chunk_key_columns: {{'{schema.qualified_name}': <a NOT NULL column>}}"
     )
 

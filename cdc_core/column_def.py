@@ -73,6 +73,7 @@ class ColumnDef:
     primary_key: bool = False  # PRIMARY KEY (or KEY) in the definition
     auto_increment: bool = False
     generated: bool = False  # [GENERATED ALWAYS] AS (expr): computed by the server
+    unique: bool = False  # UNIQUE [KEY] in the definition (SERIAL implies it)
 
 
 @dataclass
@@ -104,7 +105,7 @@ def parse_column_def(cur: Cursor, name: str) -> ColumnDef:
     t = _parse_type(cur)
     nullable: bool | None = None
     default: DefaultValue | None = None
-    primary = auto_increment = generated = serial = False
+    primary = auto_increment = generated = serial = unique = False
     if t.data_type == "serial":
         t.data_type, t.unsigned, serial = "bigint", True, True
     while True:
@@ -122,6 +123,7 @@ def parse_column_def(cur: Cursor, name: str) -> ColumnDef:
             auto_increment = True
         elif cur.accept("UNIQUE"):
             _ = cur.accept("KEY") or cur.accept("INDEX")
+            unique = True
         elif cur.accept("PRIMARY", "KEY") or cur.accept("KEY"):
             primary = True
         elif cur.accept("COMMENT"):
@@ -166,10 +168,10 @@ def parse_column_def(cur: Cursor, name: str) -> ColumnDef:
         else:
             break
     if serial:
-        nullable, auto_increment = False, True
+        nullable, auto_increment, unique = False, True, True
     if primary:
         nullable = False
-    return ColumnDef(_column(name, t, nullable is not False), default, primary, auto_increment, generated)
+    return ColumnDef(_column(name, t, nullable is not False), default, primary, auto_increment, generated, unique)
 
 
 def _engine_option(cur: Cursor) -> bool:

@@ -10,9 +10,11 @@ Invariants (tests/test_types.py: test_exclude_columns_through_snapshot_and_strea
 test_validate_names_what_leaves_a_column_out, test_exclude_columns_config):
 - An excluded column is not in the snapshot's SELECT, not converted from the binlog, not
   in the Delta table and not in the schema history.
-- What :func:`captured_schema` returns can be mapped: a primary-key column or a table's
-  configured chunk key left out (updates and deletes are applied by key), or a column
-  whose type binlake cannot map, raises :class:`NotCapturable` with one line per
+- What :func:`captured_schema` returns can be mapped and is identified as configured: a
+  table's ``source.key_columns`` become its unique key (for a table without a primary key,
+  NOT NULL columns only); a row-key column or a table's configured chunk key left out
+  (updates and deletes are applied by key), or a column whose type binlake cannot map,
+  raises :class:`NotCapturable` with one line per
   problem, each saying what to change.
 """
 
@@ -45,8 +47,12 @@ def captured_schema(schema: TableSchema, source: SourceConfig) -> TableSchema:
     """``schema`` without the columns ``source.exclude_columns`` leaves out, checked (see the
     module invariants)."""
     name = schema.qualified_name
-    keys = {*schema.primary_key, source.snapshot.chunk_key_columns.get(name)}
-    problems = [f"source.exclude_columns leaves out {name}.{c.name}, a key column of {name} (its rows are "
+    configured = source.key_columns.get(name)
+    schema, problems = _configured_key(schema, configured)
+    if not configured and any(_out(schema.column(k), name, source) for k in schema.unique_key):
+        schema = dataclasses.replace(schema, unique_key=())  # partly left out, it identifies nothing
+    keys = {*schema.row_key, source.snapshot.chunk_key_columns.get(name)}
+    problems += [f"source.exclude_columns leaves out {name}.{c.name}, a key column of {name} (its rows are "
                 "identified by it): it cannot be excluded"
                 for c in schema.columns if c.name in keys and _out(c, name, source)]
     schema = without_excluded(schema, source)
@@ -54,6 +60,25 @@ def captured_schema(schema: TableSchema, source: SourceConfig) -> TableSchema:
     if problems:
         raise NotCapturable(problems)
     return schema
+
+
+def _configured_key(schema: TableSchema, columns: list[str] | None) -> tuple[TableSchema, list[str]]:
+    """``schema`` identified by ``source.key_columns`` (when set for it), or what is wrong with them."""
+    if not columns:
+        return schema, []
+    name = schema.qualified_name
+    if schema.primary_key:
+        return schema, [f"source.key_columns names columns of {name}, which has a primary key "
+                        f"({', '.join(schema.primary_key)}): its rows are identified by it; remove the entry"]
+    by_name = {c.name.lower(): c for c in schema.columns}
+    missing = [k for k in columns if k.lower() not in by_name]
+    nullable = [k for k in columns if k.lower() in by_name and by_name[k.lower()].nullable]
+    problems = [f"source.key_columns names {name}.{k}, which is not a column" for k in missing]
+    problems += [f"source.key_columns names {name}.{k}, which may be NULL: a key column must be NOT NULL"
+                 for k in nullable]
+    if problems:
+        return schema, problems
+    return dataclasses.replace(schema, unique_key=tuple(by_name[k.lower()].name for k in columns)), []
 
 
 def without_excluded(schema: TableSchema, source: SourceConfig) -> TableSchema:

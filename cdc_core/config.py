@@ -108,6 +108,10 @@ class SourceConfig(_Strict):
     # Regexes over "db.table.column" (full match), as Debezium's column.exclude.list: left out of
     # the snapshot, the stream, Delta and the schema history (cdc_core/column_filter.py).
     exclude_columns: list[str] = []
+    # "db.table" -> the columns that identify its rows, for a table without a primary key (as
+    # Debezium's message.key.columns): trusted to be unique; NOT NULL is checked. Tables without
+    # a primary key or one of these use a NOT NULL unique key, else their whole rows.
+    key_columns: dict[str, list[str]] = {}
     startup: StartupConfig = StartupConfig()
     snapshot: SnapshotConfig = SnapshotConfig()
     ssl: SslConfig | None = None  # TLS to the server; absent: plain connections

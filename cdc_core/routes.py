@@ -83,11 +83,14 @@ class Router:
                            f"the Delta table {n}); exclude it, route it too, or choose another sink name")
         for sink in sorted({self.route(n) for n in schemas} - {None}):
             members = [schemas[n] for n in self.sources(sink, schemas)]
-            keys = {s.qualified_name: s.primary_key for s in members}
+            keys = {s.qualified_name: s.row_key for s in members}
+            out += [f"routes: {n} has no primary key or NOT NULL unique key: a routed table's rows are identified "
+                    f"in {sink} by ({CDC_SOURCE}, row key); name its key columns in source.key_columns"
+                    for n, k in keys.items() if not k]
             if len({frozenset(k) for k in keys.values()}) > 1:
-                shown = ", ".join(f"{n} ({', '.join(k) or 'no primary key'})" for n, k in keys.items())
-                out.append(f"routes: the sources of {sink} have different primary keys: {shown}; the Delta key is "
-                           f"({CDC_SOURCE}, primary key), so every source of one sink needs the same key columns")
+                shown = ", ".join(f"{n} ({', '.join(k) or 'no key'})" for n, k in keys.items())
+                out.append(f"routes: the sources of {sink} have different row keys: {shown}; the Delta key is "
+                           f"({CDC_SOURCE}, row key), so every source of one sink needs the same key columns")
             try:
                 sink_schema(members, sink=sink)
             except RouteError as e:
@@ -104,8 +107,8 @@ class Router:
 
 
 def sink_key(schema: TableSchema) -> tuple[str, ...]:
-    """The Delta key of a routed source's rows: ``(_cdc_source, *primary key)``."""
-    return (CDC_SOURCE, *schema.primary_key)
+    """The Delta key of a routed source's rows: ``(_cdc_source, *row key)`` (TableSchema.row_key)."""
+    return (CDC_SOURCE, *schema.row_key)
 
 
 def sink_schema(sources: Sequence[TableSchema], base: pa.Schema | None = None, sink: str = "") -> pa.Schema:

@@ -150,12 +150,15 @@ def _create(stmt: Statement, default_db: str, unknown: list[str]) -> SchemaChang
         unknown.append("a system-versioned table (history rows, hidden columns)")
     columns: list[Column] = []
     pk: list[str] = []
+    uniques: list[list[str]] = []  # in definition order
     for part in split_top_level(definitions):
         item = Cursor(part, stmt.sql)
         if _is_key_definition(item):
             key = _key_definition(item)
-            if key is not None:
-                pk = key[0]
+            if key is not None and key.primary:
+                pk = key.columns
+            elif key is not None:
+                uniques.append(key.columns)
             continue
         cd = parse_column_def(item, item.name())
         if not item.at_end():
@@ -165,14 +168,20 @@ def _create(stmt: Statement, default_db: str, unknown: list[str]) -> SchemaChang
         columns.append(cd.column)
         if cd.primary_key:
             pk = [cd.column.name]
+        elif cd.unique:
+            uniques.append([cd.column.name])
     keyed = {k.lower() for k in pk}
     missing = keyed - {c.name.lower() for c in columns}
     if missing:
         raise SQLSyntaxError(f"primary key names unknown columns {', '.join(sorted(missing))}")
     columns = [replace(c, nullable=False) if c.name.lower() in keyed else c for c in columns]
     spelled = {c.name.lower(): c.name for c in columns}
+    not_null = {c.name.lower() for c in columns if not c.nullable}
+    # Without a primary key, the first unique key of NOT NULL columns identifies rows (as InnoDB's own choice).
+    unique = next((u for u in uniques if all(k.lower() in not_null for k in u)), []) if not pk else []
     db, table = name.split(".", 1)
-    schema = TableSchema(db, table, tuple(columns), tuple(spelled[k.lower()] for k in pk))
+    schema = TableSchema(db, table, tuple(columns), tuple(spelled[k.lower()] for k in pk),
+                         tuple(spelled[k.lower()] for k in unique))
     return SchemaChange("create_table", name, schema=schema, conditional=stmt.conditional, sql=stmt.sql)
 
 
@@ -193,13 +202,23 @@ def _is_key_definition(cur: Cursor) -> bool:
                                                                               cur.at("VECTOR", "KEY"))
 
 
-def _key_definition(cur: Cursor) -> tuple[list[str], bool] | None:
-    """Consume a key/constraint definition; if it is the primary key, its columns and
-    whether it said IF NOT EXISTS."""
+@dataclass(frozen=True)
+class KeyDefinition:
+    """A primary or unique key of a CREATE TABLE or ALTER TABLE … ADD."""
+
+    columns: list[str]
+    conditional: bool  # IF NOT EXISTS
+    primary: bool
+
+
+def _key_definition(cur: Cursor) -> KeyDefinition | None:
+    """Consume a key/constraint definition; the primary key or a unique key on whole columns
+    (no prefix length, no expression), else None."""
     if cur.accept("CONSTRAINT") and not (cur.at("PRIMARY") or cur.at("UNIQUE") or cur.at("FOREIGN")
                                          or cur.at("CHECK")):
         cur.name()
-    if not cur.accept("PRIMARY", "KEY"):
+    primary = cur.accept("PRIMARY", "KEY")
+    if not primary and not cur.accept("UNIQUE"):
         _skip_spec(cur)
         return None
     conditional = False
@@ -209,10 +228,14 @@ def _key_definition(cur: Cursor) -> tuple[list[str], bool] | None:
         else:
             cur.next()
     parts = split_top_level(cur.skip_group())
-    if any(not p or not p[0].is_name() for p in parts):
-        raise SQLSyntaxError("a primary key on an expression")
     _skip_spec(cur)  # index options
-    return [p[0].text for p in parts], conditional
+    if any(not p or not p[0].is_name() for p in parts):
+        if primary:
+            raise SQLSyntaxError("a primary key on an expression")
+        return None
+    if not primary and any(len(p) > 1 and p[1].text == "(" for p in parts):
+        return None  # a prefix of a column is unique, not the column: it identifies nothing
+    return KeyDefinition([p[0].text for p in parts], conditional, primary)
 
 
 def _skip_spec(cur: Cursor) -> None:
@@ -253,8 +276,8 @@ def _alter_spec(cur: Cursor, sql: str, table: str, default_db: str, out: list[Sc
             return
         if not column and _is_key_definition(cur):
             key = _key_definition(cur)
-            if key is not None:
-                change("alter_primary_key", primary_key=tuple(key[0]), conditional=key[1])
+            if key is not None and key.primary:
+                change("alter_primary_key", primary_key=tuple(key.columns), conditional=key.conditional)
             return
         conditional = cur.accept("IF", "NOT", "EXISTS")
         if cur.at("("):
@@ -262,8 +285,8 @@ def _alter_spec(cur: Cursor, sql: str, table: str, default_db: str, out: list[Sc
                 item = Cursor(part, sql)
                 if _is_key_definition(item):
                     key = _key_definition(item)
-                    if key is not None:
-                        change("alter_primary_key", primary_key=tuple(key[0]))
+                    if key is not None and key.primary:
+                        change("alter_primary_key", primary_key=tuple(key.columns))
                     continue
                 _add_column(item, change, unknown, conditional)
                 if not item.at_end():
@@ -496,6 +519,7 @@ def evolve_schema(schema: TableSchema, change: SchemaChange) -> TableSchema:
     """The table's schema right after ``change`` (column and key changes; see the module invariants)."""
     cols = list(schema.columns)
     pk = list(schema.primary_key)
+    unique = list(schema.unique_key)  # kept while all its columns are there, NOT NULL
 
     def index(name: str | None) -> int | None:
         return next((i for i, c in enumerate(cols) if c.name.lower() == _key(name)), None)
@@ -516,6 +540,7 @@ def evolve_schema(schema: TableSchema, change: SchemaChange) -> TableSchema:
 
     def rename_key(old: str, new: str) -> None:
         pk[:] = [new if k.lower() == old.lower() else k for k in pk]
+        unique[:] = [new if k.lower() == old.lower() else k for k in unique]
 
     kind = change.kind
     if kind == "add_column":
@@ -534,6 +559,8 @@ def evolve_schema(schema: TableSchema, change: SchemaChange) -> TableSchema:
         if kind == "drop_column":
             del cols[i]
             pk = [k for k in pk if k.lower() != old.name.lower()]
+            if old.name.lower() in {k.lower() for k in unique}:
+                unique = []
         else:
             new_name = change.new_name if kind == "rename_column" else change.column.name
             other = index(new_name)
@@ -547,6 +574,8 @@ def evolve_schema(schema: TableSchema, change: SchemaChange) -> TableSchema:
                               {k.lower() for k in pk})
                 del cols[i]
                 cols.insert(i if change.after is None else place(change.after), new)
+                if new.nullable and new_name.lower() in {k.lower() for k in unique}:
+                    unique = []
     elif kind == "alter_primary_key":
         if change.conditional and pk:
             return schema
@@ -556,5 +585,5 @@ def evolve_schema(schema: TableSchema, change: SchemaChange) -> TableSchema:
         pk = [cols[index(k)].name for k in change.primary_key]
         keyed = {k.lower() for k in pk}
         cols = [replace(c, nullable=False) if c.name.lower() in keyed else c for c in cols]
-    return TableSchema(schema.database, schema.table, tuple(cols), tuple(pk))
+    return TableSchema(schema.database, schema.table, tuple(cols), tuple(pk), tuple(unique))
 

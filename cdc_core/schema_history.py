@@ -139,7 +139,8 @@ def conversion_schema(declared: TableSchema | None, layout: TableSchema,
     """The schema to decode rows written with ``layout`` (their table map): the layout's
     columns in its order and spelling, each the declared column of the same name
     (case-insensitive, as MySQL's) when both store values alike; and the divergence, if
-    any (see the module invariants). The primary key is the table map's."""
+    any (see the module invariants). The primary key is the table map's, the unique key the
+    declared one's."""
     if declared is None:
         return layout, None
     by_name = {c.name.lower(): c for c in declared.columns}
@@ -158,7 +159,12 @@ def conversion_schema(declared: TableSchema | None, layout: TableSchema,
             columns.append(mine if mine.name == col.name else dataclasses.replace(mine, name=col.name))
     present = {c.name.lower() for c in layout.columns}
     removed = [c.name for c in declared.columns if c.name.lower() not in present]
-    schema = TableSchema(layout.database, layout.table, tuple(columns), layout.primary_key or declared.primary_key)
+    spelled = {c.name.lower(): c.name for c in columns}
+    # The table map has no unique keys: the declared one holds while its columns are all there.
+    unique = () if any(k.lower() not in spelled for k in declared.unique_key) else \
+        tuple(spelled[k.lower()] for k in declared.unique_key)
+    schema = TableSchema(layout.database, layout.table, tuple(columns), layout.primary_key or declared.primary_key,
+                         unique)
     diverged = Divergence(layout.qualified_name, position, tuple(added), tuple(removed), tuple(retyped)) \
         if added or removed or retyped else None
     return schema, diverged

@@ -13,6 +13,12 @@ Invariants (tested in tests/test_table_batch.py):
 - ``drop(key_value, position)`` (the snapshot hand-off) is asked per image: a
   change already in the snapshot's chunk is skipped, the before and after images
   of a key move being judged by their own chunks.
+- A table without a row key (KeylessBatch): equal rows are interchangeable, so the batch
+  is a multiset difference. Per distinct row value, copies added minus copies removed
+  (an update removes its before image and adds its after image, also when both are
+  equal); a positive difference appends that many copies, a negative one removes that
+  many of the copies Delta holds (pipelines/delta_sink.py: apply_keyless). The order of
+  changes within the batch cannot matter: only the count per value is left.
 - Every event of one TableBatch was written with the same columns (``schema``, the
   event's table map as cdc_core/schema_history.py: conversion_schema gives it): values
   arrive in schema order, so no column is ever matched by a name or position taken
@@ -56,15 +62,20 @@ class TablePlan:
 
 
 class TableBatch:
-    """Accumulates one table's row events of a batch, deduplicated per primary key."""
+    """Accumulates one table's row events of a batch, deduplicated per row key
+    (TableSchema.row_key)."""
 
     def __init__(self, schema: TableSchema, drop: Drop | None = None, drop_column: str | None = None):
-        if not schema.primary_key:
-            raise ValueError(f"{schema.qualified_name} has no primary key: the stream needs one to apply "
-                             "updates and deletes")
+        if not schema.row_key:
+            raise ValueError(f"{schema.qualified_name} has no row key: its changes are folded by KeylessBatch")
+        self._setup(schema, drop, drop_column)
+        self.key_idx = tuple(self.names.index(k) for k in schema.row_key)
+        self.final: dict[tuple, tuple] = {}  # key -> row + (op, seq), or (None, op, seq) for a delete
+        self.may_exist: dict[tuple, bool] = {}
+
+    def _setup(self, schema: TableSchema, drop: Drop | None, drop_column: str | None) -> None:
         self.schema = schema
         self.names = tuple(c.name for c in schema.columns)
-        self.key_idx = tuple(self.names.index(k) for k in schema.primary_key)
         converters = tuple(
             None if c.data_type in _IDENTITY_TYPES and not c.unsigned else partial(binlog_value, c)
             for c in schema.columns)
@@ -79,8 +90,6 @@ class TableBatch:
             self._convert = convert
         self.drop = drop
         self.drop_idx = self.names.index(drop_column) if drop_column else None
-        self.final: dict[tuple, tuple] = {}  # key -> row + (op, seq), or (None, op, seq) for a delete
-        self.may_exist: dict[tuple, bool] = {}
         self.events = 0
         self.rows_in = 0
         self.dropped = 0
@@ -122,11 +131,17 @@ class TableBatch:
                 if not self._dropped(before, pos):
                     self._delete(before, seq)
             else:
-                before, after = conv(r[0]), conv(r[1])
-                if self._key(before) != self._key(after) and not self._dropped(before, pos):
-                    self._delete(before, seq)
-                if not self._dropped(after, pos):
-                    self._write(after, "u", seq, True)
+                self._update(conv(r[0]), conv(r[1]), seq, pos)
+
+    def _update(self, before: tuple, after: tuple, seq: int, pos: BinlogPosition) -> None:
+        if self._removes(before, after) and not self._dropped(before, pos):
+            self._delete(before, seq)
+        if not self._dropped(after, pos):
+            self._write(after, "u", seq, True)
+
+    def _removes(self, before: tuple, after: tuple) -> bool:
+        """Whether an update removes its before image (a key update: the row moves)."""
+        return self._key(before) != self._key(after)
 
     def plan(self) -> TablePlan:
         """The batch's net effect (see the module invariants)."""
@@ -140,6 +155,56 @@ class TableBatch:
             else:
                 out.append.append(row)
         return out
+
+
+class KeylessBatch(TableBatch):
+    """A table's row events when it has no row key: counted per distinct row value (see the
+    module invariants)."""
+
+    def __init__(self, schema: TableSchema, drop: Drop | None = None, drop_column: str | None = None):
+        self._setup(schema, drop, drop_column)
+        self.counts: dict[tuple, int] = {}  # row value -> copies added minus copies removed
+        self.written: dict[tuple, tuple[str, int]] = {}  # row value -> (op, seq) of its last write
+        self.removed: dict[tuple, int] = {}  # row value -> seq of its last removal
+
+    def _write(self, row: tuple, op: str, seq: int, may_exist: bool) -> None:
+        self.counts[row] = self.counts.get(row, 0) + 1
+        self.written[row] = (op, seq)
+
+    def _delete(self, row: tuple, seq: int) -> None:
+        self.counts[row] = self.counts.get(row, 0) - 1
+        self.removed[row] = seq
+
+    def _removes(self, before: tuple, after: tuple) -> bool:
+        return True  # the before image is one copy less, also when the after image is equal
+
+    def plan(self) -> TablePlan:
+        """Copies to append and copies to remove, one plan row per copy (see the module invariants)."""
+        out = TablePlan()
+        for row, n in self.counts.items():
+            if n > 0:  # copies written (a later removal of another copy does not make them deletes)
+                out.append += [(*row, *self.written[row])] * n
+            elif n < 0:
+                out.delete += [(*row, "d", self.removed[row])] * -n
+        return out
+
+
+def table_batch(schema: TableSchema, drop: Drop | None = None, drop_column: str | None = None) -> TableBatch:
+    """The batch that folds ``schema``'s row events: by row key, or by whole rows without one."""
+    return (TableBatch if schema.row_key else KeylessBatch)(schema, drop, drop_column)
+
+
+def keyless_problem(schema: TableSchema) -> str | None:
+    """Why a table without a row key cannot be streamed by its whole rows, or None (it can,
+    or it has a row key)."""
+    if schema.row_key:
+        return None
+    nested = [f.name for f in output_schema(schema) if pa.types.is_nested(f.type)]
+    if nested:
+        return (f"{schema.qualified_name} has no primary key or NOT NULL unique key and its rows cannot be "
+                f"compared whole ({', '.join(nested)}: spatial values); name its identifying columns in "
+                "source.key_columns or exclude it")
+    return None
 
 
 def plan_to_arrow(schema: TableSchema, rows: list[tuple], target: pa.Schema | None = None) -> pa.Table:

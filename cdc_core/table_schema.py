@@ -36,16 +36,25 @@ class Column:
 
 @dataclass(frozen=True)
 class TableSchema:
-    """Columns in ordinal order and the primary key (empty when there is none)."""
+    """Columns in ordinal order and the primary key (empty when there is none); for a table
+    without one, a key that identifies its rows all the same (``unique_key``: a NOT NULL unique
+    key, or the configured ``source.key_columns``), if it has one."""
 
     database: str
     table: str
     columns: tuple[Column, ...]
     primary_key: tuple[str, ...]
+    unique_key: tuple[str, ...] = ()
 
     @property
     def qualified_name(self) -> str:
         return f"{self.database}.{self.table}"
+
+    @property
+    def row_key(self) -> tuple[str, ...]:
+        """The columns that identify a row: the primary key, else the unique key; empty for a
+        table whose rows only their whole values identify."""
+        return self.primary_key or self.unique_key
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -53,7 +62,8 @@ class TableSchema:
     @classmethod
     def from_json(cls, text: str) -> TableSchema:
         d = json.loads(text)
-        return cls(d["database"], d["table"], tuple(Column(**c) for c in d["columns"]), tuple(d["primary_key"]))
+        return cls(d["database"], d["table"], tuple(Column(**c) for c in d["columns"]), tuple(d["primary_key"]),
+                   tuple(d.get("unique_key", ())))  # a schema recorded by an older binlake has none
 
     def renamed(self, qualified_name: str) -> TableSchema:
         """The same columns under another "db.table" name."""
@@ -78,7 +88,8 @@ def list_tables(cursor) -> list[str]:
 
 
 def describe_table(cursor, database: str, table: str) -> TableSchema:
-    """Read a table's columns and primary key from information_schema."""
+    """Read a table's columns, primary key and (without one) NOT NULL unique key from
+    information_schema."""
     cursor.execute(
         "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, NUMERIC_SCALE, "
         "DATETIME_PRECISION, CHARACTER_MAXIMUM_LENGTH, COLLATION_NAME FROM information_schema.COLUMNS "
@@ -100,7 +111,26 @@ def describe_table(cursor, database: str, table: str) -> TableSchema:
         (database, table),
     )
     pk = tuple(r[0] for r in cursor.fetchall())
-    return TableSchema(database, table, tuple(columns), pk)
+    return TableSchema(database, table, tuple(columns), pk, () if pk else _unique_key(cursor, database, table, columns))
+
+
+def _unique_key(cursor, database: str, table: str, columns: list[Column]) -> tuple[str, ...]:
+    """The first (by name) unique key whose columns are all NOT NULL and whole (no prefix
+    length): it identifies rows as a primary key does (InnoDB itself clusters on it)."""
+    cursor.execute(
+        "SELECT INDEX_NAME, COLUMN_NAME, SUB_PART FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
+        "AND TABLE_NAME = %s AND NON_UNIQUE = 0 ORDER BY INDEX_NAME, SEQ_IN_INDEX",
+        (database, table),
+    )
+    nullable = {c.name.lower() for c in columns if c.nullable}
+    keys: dict[str, list] = {}
+    for index, column, sub_part in cursor.fetchall():
+        keys.setdefault(index, []).append((column, sub_part))
+    for parts in keys.values():
+        if all(column is not None and column.lower() not in nullable and sub_part is None
+               for column, sub_part in parts):
+            return tuple(column for column, _ in parts)
+    return ()
 
 
 def _int(v) -> int | None:

@@ -5,6 +5,7 @@ opened with the sink's storage options (pipelines/lake_storage.py)."""
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -13,10 +14,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, QueryBuilder, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import AddAction
 
+from cdc_core.chunk_reader import CDC_OP, CDC_SEQ
 from cdc_core.offsets import OFFSET_KEY, StreamOffset, app_id, position_key_of_version
 from cdc_core.routes import CDC_SOURCE
 from cdc_core.table_commit import RowsApplied
@@ -194,6 +196,62 @@ def apply_changes(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upsert
     # object store that saves a LIST per commit, bench/object_store.py).
     return RowsApplied(metrics.get("num_target_rows_inserted", 0), metrics.get("num_target_rows_updated", 0),
                        metrics.get("num_target_rows_deleted", 0))
+
+
+def apply_keyless(dt: DeltaTable, columns: tuple[str, ...], append: pa.Table, delete: pa.Table,
+                  props: CommitProperties) -> RowsApplied:
+    """One Delta commit with the batch of a table without a row key, whose rows are identified
+    by their values in ``columns`` (cdc_core/table_batch.py: KeylessBatch): ``append`` holds
+    the copies to add, ``delete`` one row per copy to remove. Without removals it is an append.
+    Otherwise the copies Delta holds of each value to remove are read (a join on every
+    column, NULL equal to NULL), and one MERGE deletes every copy of those values and inserts
+    the ones that stay, unchanged, with the appended rows: removing n of m equal rows needs m,
+    which no MERGE condition can count. The cost: a scan of the table per batch with removals."""
+    hooks = stream_post_commit(dt)
+    if not delete.num_rows:
+        write_deltalake(dt, append, mode="append", commit_properties=props, post_commithook_properties=hooks)
+        return RowsApplied(inserted=append.num_rows)
+    target = pa.schema(dt.schema().to_arrow())
+    gone = delete.group_by(list(columns), use_threads=False).aggregate([([], "count_all"), (CDC_SEQ, "max")])
+    remove = gone.column("count_all").to_pylist()
+    matched = _copies(dt, gone.select(list(columns)))
+    seen: dict[int, int] = {}
+    stay = []
+    for i, k in enumerate(matched.column(_VALUE_INDEX).to_pylist()):
+        seen[k] = seen.get(k, 0) + 1
+        if seen[k] > remove[k]:  # the first copies (oldest _cdc_seq) are the ones removed
+            stay.append(i)
+    # (cast first: DataFusion returns strings as string_view, which has no take kernel)
+    kept = matched.drop_columns([_VALUE_INDEX]).cast(target).take(pa.array(stay, pa.int64()))
+    removal = pa.Table.from_arrays(
+        [gone.column(f.name) if f.name in columns else gone.column(f"{CDC_SEQ}_max") if f.name == CDC_SEQ else
+         pa.repeat(pa.scalar("d"), gone.num_rows) if f.name == CDC_OP else pa.nulls(gone.num_rows, f.type)
+         for f in target], schema=target)
+    source = pa.concat_tables([removal, kept, append.cast(target)])
+    same = " AND ".join(f"(t.{_sql_ident(c)} IS NOT DISTINCT FROM s.{_sql_ident(c)})" for c in columns)
+    names = {_sql_ident(c): f"s.{_sql_ident(c)}" for c in target.names}
+    metrics = (dt.merge(source, f"s.{CDC_OP} = 'd' AND {same}", source_alias="s", target_alias="t",
+                        commit_properties=props, post_commithook_properties=hooks)
+               .when_matched_delete()
+               .when_not_matched_insert(names, f"s.{CDC_OP} <> 'd'")
+               .execute())
+    return RowsApplied(inserted=append.num_rows, deleted=metrics.get("num_target_rows_deleted", 0) - kept.num_rows)
+
+
+_VALUE_INDEX = "_binlake_value"
+
+
+def _copies(dt: DeltaTable, values: pa.Table) -> pa.Table:
+    """Rows of ``dt`` equal (NULL equal to NULL) to a row of ``values`` on its columns, with
+    ``_binlake_value``: that row's index; ordered by it, then by ``_cdc_seq``."""
+    values = values.append_column(_VALUE_INDEX, pa.array(range(values.num_rows), pa.int64()))
+    with tempfile.TemporaryDirectory(prefix="binlake-keyless-") as tmp:  # the join's other side, local and small
+        write_deltalake(tmp, values)
+        same = " AND ".join(f"(t.{_sql_ident(c)} IS NOT DISTINCT FROM v.{_sql_ident(c)})"
+                            for c in values.column_names[:-1])
+        out = QueryBuilder().register("t", dt).register("v", DeltaTable(tmp)).execute(
+            f"SELECT t.*, v.{_VALUE_INDEX} FROM t JOIN v ON {same} ORDER BY v.{_VALUE_INDEX}, t.{CDC_SEQ}").read_all()
+    return pa.table(out)
 
 
 def truncate(dt: DeltaTable, props: CommitProperties, predicate: str | None = None) -> None:

@@ -72,7 +72,7 @@ def compare(cursor, schema: TableSchema, uri: str, source: str | None = None,
     """Compare MySQL and Delta row by row, keyed by primary key (whole row without one).
     ``source``: the table is routed into ``uri``; only the rows of ``source`` are compared."""
     names = [c.name for c in schema.columns]
-    key_idx = [names.index(k) for k in schema.primary_key] or list(range(len(names)))
+    key_idx = [names.index(k) for k in schema.row_key] or list(range(len(names)))
     src, dst = mysql_rows(cursor, schema), delta_rows(uri, schema, source, storage_options)
     diff = TableDiff(schema.qualified_name, len(src), len(dst))
 

@@ -234,7 +234,7 @@ def test_route_config_errors_name_the_tables(db, spark, make_config):
     assert f"{name}.k_1 (id), {name}.k_2 (code)" in problems[0]
     assert f"column 'v' of {name}.t" in problems[1] and f"{name}.t_1 (date)" in problems[1]
     assert f"{name}.t_2 (int" in problems[1]
-    with pytest.raises(StartupError, match=rf"different primary keys: {name}\.k_1 \(id\), {name}\.k_2 \(code\)"):
+    with pytest.raises(StartupError, match=rf"different row keys: {name}\.k_1 \(id\), {name}\.k_2 \(code\)"):
         StreamEngine(cfg, until_now=True).run()
     with pytest.raises(RouteError, match=rf"column 'v' of {name}\.t"):
         SnapshotJob(cfg, spark).run()
@@ -290,7 +290,7 @@ def test_new_tables_that_cannot_join_a_route_are_not_streamed(db, make_config):
     ], lambda: len(creates()) >= 2)
     assert error is None
     recorded = creates()
-    assert "different primary keys" in recorded[f"{name}.x_2"] and "not streamed" in recorded[f"{name}.x_2"]
+    assert "different row keys" in recorded[f"{name}.x_2"] and "not streamed" in recorded[f"{name}.x_2"]
     assert "also a captured table" in recorded[f"{name}.x"]
     # A restart refuses to start while they are captured, naming them (as for tables without a key).
     with pytest.raises(StartupError, match=rf"sink {name}\.x is also a captured table.*{name}\.x_2 \(code\)"):

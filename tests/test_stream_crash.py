@@ -4,7 +4,8 @@
   split across batches) under a random workload, restarted each time: nothing lost,
   nothing applied twice (Delta equals MySQL row by row, every update also bumps a
   ``counter`` column, and each table's stream commits carry strictly increasing
-  offsets and Delta transaction versions);
+  offsets and Delta transaction versions); one table has only a NOT NULL unique key,
+  one no key at all (duplicate rows, one copy of several updated or deleted);
 - a SIGKILL of the main process alone (the reader process survives it) must not keep
   the server_id busy for the restart;
 - the source server restarting (clean stop and crash) mid-stream: the stream
@@ -196,8 +197,11 @@ SCHEMA = (
     "balance DECIMAL(14,2), seen DATETIME(6))",
     "CREATE TABLE orders (id BIGINT PRIMARY KEY, acct_id INT, counter INT NOT NULL DEFAULT 0, "
     "amount DECIMAL(12,2), note TEXT)",
-    "CREATE TABLE tags (acct_id INT, tag VARCHAR(20), counter INT NOT NULL DEFAULT 0, weight DOUBLE, "
-    "PRIMARY KEY (acct_id, tag))",
+    # No primary key: its rows are identified by a NOT NULL unique key (TableSchema.row_key).
+    "CREATE TABLE tags (acct_id INT NOT NULL, tag VARCHAR(20) NOT NULL, counter INT NOT NULL DEFAULT 0, "
+    "weight DOUBLE, UNIQUE KEY by_acct_tag (acct_id, tag))",
+    # No key at all: rows identified by their whole values, duplicates included.
+    "CREATE TABLE events (acct_id INT NOT NULL, kind VARCHAR(10), amount DECIMAL(10,2), KEY (acct_id))",
 )
 ACCTS, ORDERS, TAGGED = 3000, 2000, 600
 
@@ -212,6 +216,7 @@ def create_tables(conn) -> None:
                     f"FROM seq_1_to_{ORDERS}")
         for tag in ("a", "b", "c"):
             cur.execute(f"INSERT INTO tags SELECT seq, '{tag}', 0, seq / 3 FROM seq_1_to_{TAGGED}")
+        cur.execute(f"INSERT INTO events SELECT seq % {TAGGED}, IF(seq % 4, 'pay', NULL), seq % 9 FROM seq_1_to_1500")
 
 
 class Writer(threading.Thread):
@@ -239,6 +244,9 @@ class Writer(threading.Thread):
         return self.rng.randint(1, ACCTS)
 
     def insert(self, cur) -> None:
+        if self.rng.random() < 0.2:  # duplicates of a row that may exist already
+            cur.execute("INSERT INTO events VALUES (%s, 'pay', %s), (%s, 'pay', %s)",
+                        (x := self.rng.randint(1, TAGGED), y := self.rng.randint(0, 8), x, y))
         if self.rng.random() < 0.5:
             i = next(self.new_acct)
             cur.execute("INSERT INTO acct VALUES (%s, 0, %s, %s, NOW(6))", (i, f"new {i}", self.rng.randint(0, 999)))
@@ -258,19 +266,24 @@ class Writer(threading.Thread):
             x = self.rng.randint(1, ORDERS)
             cur.execute("UPDATE orders SET counter = counter + 1, amount = amount + 0.25 WHERE id BETWEEN %s AND %s "
                         "OR id BETWEEN %s AND %s", (x, x + 5, 10_000_000 + x * 7, 10_000_000 + x * 7 + 40))
-        else:
+        elif r < 0.85:
             x = self.rng.randint(1, TAGGED)
             cur.execute("UPDATE tags SET counter = counter + 1, weight = weight * 1.5 WHERE acct_id BETWEEN %s AND %s",
                         (x, x + 3))
+        else:  # one copy of several, or all of them
+            cur.execute(f"UPDATE events SET amount = amount + 1 WHERE acct_id = %s{' LIMIT 1' * (r < 0.93)}",
+                        (self.rng.randint(1, TAGGED),))
         self.ops["update"] += 1
 
     def delete(self, cur) -> None:
         r = self.rng.random()
         if r < 0.4:
             cur.execute("DELETE FROM acct WHERE id = %s", (self._acct(),))
-        elif r < 0.8:
+        elif r < 0.7:
             x = self.rng.randint(1, ORDERS)
             cur.execute("DELETE FROM orders WHERE id BETWEEN %s AND %s", (x, x + 2))
+        elif r < 0.8:
+            cur.execute("DELETE FROM events WHERE acct_id = %s LIMIT 1", (self.rng.randint(1, TAGGED),))
         else:
             cur.execute("DELETE FROM tags WHERE acct_id = %s AND tag = %s",
                         (self.rng.randint(1, TAGGED), self.rng.choice("abc")))
@@ -285,7 +298,7 @@ class Writer(threading.Thread):
             x = self._acct()
             cur.execute("UPDATE acct SET id = id + 1000000, counter = counter + 1 WHERE id BETWEEN %s AND %s",
                         (x, x + 3))
-        else:  # composite key: every tag of one account moves (once at most)
+        else:  # composite unique key: every tag of one account moves (once at most)
             cur.execute("UPDATE tags SET acct_id = acct_id + 100000, counter = counter + 1 WHERE acct_id = %s",
                         (self.rng.randint(1, TAGGED),))
         self.ops["key update"] += 1
@@ -372,8 +385,10 @@ class Writer(threading.Thread):
 def _shop(conn, name: str, make_config, tmp_path: Path, chunk_size: int):
     """The three crash-test tables, filled; their names, config and config file."""
     create_tables(conn)
-    cfg = make_config(name, chunk_size=chunk_size, stream=STREAM)
-    return [f"{name}.acct", f"{name}.orders", f"{name}.tags"], cfg, write_config_file(cfg, tmp_path / "binlake.yaml")
+    cfg = make_config(name, chunk_size=chunk_size, stream=STREAM,
+                      source={"snapshot": {"chunk_key_columns": {f"{name}.events": "acct_id"}}})
+    return ([f"{name}.acct", f"{name}.orders", f"{name}.tags", f"{name}.events"], cfg,
+            write_config_file(cfg, tmp_path / "binlake.yaml"))
 
 
 def _delta_log_count(cfg: BinlakeConfig, names: list[str]) -> int:

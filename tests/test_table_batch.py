@@ -97,7 +97,7 @@ def test_handoff_drop_judges_each_image_by_its_chunk():
 
 
 def test_table_without_primary_key_is_refused():
-    with pytest.raises(ValueError, match="no primary key"):
+    with pytest.raises(ValueError, match="no row key"):
         TableBatch(TableSchema("d", "k", SCHEMA.columns, ()))
 
 

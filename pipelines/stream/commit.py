@@ -31,7 +31,7 @@ from cdc_core.table_batch import TablePlan, plan_to_arrow
 from cdc_core.table_commit import RowsApplied, TableCommit
 from cdc_core.table_schema import TableSchema
 from cdc_core.transient import Retry
-from pipelines.delta_sink import apply_changes, stream_commit_properties
+from pipelines.delta_sink import apply_changes, apply_keyless, stream_commit_properties
 from pipelines.schema_applier import conform, conform_routed, delta_name
 from pipelines.stream.sinks import Sinks
 
@@ -103,11 +103,15 @@ class Committer:
         def rows(kind: str) -> pa.Table:
             if not routed:
                 p = parts[0]
-                return conform(plan_to_arrow(p.schema, getattr(p.plan, kind)), target, p.source, p.schema.primary_key)
+                return conform(plan_to_arrow(p.schema, getattr(p.plan, kind)), target, p.source, p.schema.row_key)
             return pa.concat_tables([conform_routed(plan_to_arrow(p.schema, getattr(p.plan, kind)), p.source, target)
                                      for p in parts])
 
-        key = sink_key(parts[0].schema) if routed else parts[0].schema.primary_key
+        table, props = self.sinks.tables[sink], stream_commit_properties(self.pipeline, offset)
+        if not routed and not parts[0].schema.row_key:  # rows identified by all their values (routes need a key)
+            # The source's columns that Delta holds (one a behaviour kept out of Delta cannot tell rows apart there).
+            columns = tuple(n for n in (delta_name(target.names, c.name) for c in parts[0].schema.columns) if n)
+            return apply_keyless(table, columns, rows("append"), rows("delete"), props)
+        key = sink_key(parts[0].schema) if routed else parts[0].schema.row_key
         key = tuple(delta_name(target.names, k) or k for k in key)
-        return apply_changes(self.sinks.tables[sink], key, rows("append"), rows("upsert"), rows("delete"),
-                      stream_commit_properties(self.pipeline, offset))
+        return apply_changes(table, key, rows("append"), rows("upsert"), rows("delete"), props)

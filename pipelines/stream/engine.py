@@ -55,7 +55,7 @@ from cdc_core.routes import RouteError, Router
 from cdc_core.source import connect, connection_settings
 from cdc_core.startup import PositionPurged, ServerIdInUse, StartupError, check_available, check_server_id
 from cdc_core.stream_reader import ReaderSpec
-from cdc_core.table_batch import TableBatch
+from cdc_core.table_batch import TableBatch, keyless_problem, table_batch
 from cdc_core.table_commit import TableCommit
 from cdc_core.table_schema import TableSchema, describe_table
 from cdc_core.transient import Retry
@@ -122,11 +122,9 @@ class StreamEngine:
                                          StreamOffset(plan.start, plan.applied or plan.start), plan.decide_at,
                                          tables=plan.tables, filters=plan.filters, undecided=plan.undecided,
                                          summary=self._summary)
-            keyless = sorted(n for n, schema in s.streamed().items() if not schema.primary_key)
-            if keyless:
-                raise StartupError(f"tables without a primary key cannot be streamed (updates and deletes need a "
-                                   f"key): {', '.join(keyless)}; add a primary key or exclude them "
-                                   "(source.exclude_tables)")
+            problems = [p for p in map(keyless_problem, s.streamed().values()) if p]
+            if problems:
+                raise StartupError("; ".join(problems))
             try:  # every captured table: one that cannot join its route stops the start until excluded
                 self.router.check(plan.live)
             except RouteError as e:
@@ -294,7 +292,7 @@ class StreamEngine:
         if f is not None and position > f.max_high_watermark:
             del self.state.filters[name]  # past the hand-off: no more filtering for this table
             f = None
-        return TableBatch(schema, f.should_drop if f else None, f.chunks[0].key if f else None)
+        return table_batch(schema, f.should_drop if f else None, f.chunks[0].key if f else None)
 
     # --- faults -----------------------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ from cdc_core.positions import BinlogPosition
 from cdc_core.routes import RouteError, Router, sink_schema
 from cdc_core.schema_change import SchemaChange, UnparsedDDL, evolve_all, evolve_schema, parse_ddl
 from cdc_core.schema_history import Divergence, Status, TableState, conversion_schema
+from cdc_core.table_batch import keyless_problem
 from cdc_core.table_schema import TableSchema
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import count_rows, source_predicate, stream_commit_properties, truncate
@@ -215,14 +216,15 @@ class SchemaChanges:
             like = s.tables.get(c.like)
             schema = (like.schema if like is not None and like.schema is not None else self.describe(c.like))
             schema = schema.renamed(name)
-        if not schema.primary_key:
-            self._not_streamed(c, index, st, "no primary key: not streamed")
-            return
-        try:  # what is captured of the new table (source.exclude_columns, mappable types)
+        try:  # what is captured of the new table (source.exclude_columns, key_columns, mappable types)
             schema = captured_schema(schema, self.cfg.source)
         except NotCapturable as e:
             log.error("%s is not streamed: %s", name, e)
             self._not_streamed(c, index, st, f"not streamed: {e}")
+            return
+        problem = keyless_problem(schema)
+        if problem:
+            self._not_streamed(c, index, st, f"not streamed: {problem}")
             return
         if self.router.routed(name) or self.router.is_sink(name):  # a route's sink: never overwrite it
             self._create_routed(c, schema, index, st, props, seen)
@@ -336,10 +338,10 @@ class SchemaChanges:
 
     def _first_layout(self, name: str, schema: TableSchema) -> TableSchema | None:
         s = self.state
-        if not schema.primary_key:
+        problem = keyless_problem(schema)
+        if problem:
             s.tables[name].streamed = False
-            self.recorder.entry(name, s.position, 0, "baseline", Status.RECORDED,
-                                detail="no primary key: not streamed")
+            self.recorder.entry(name, s.position, 0, "baseline", Status.RECORDED, detail=f"not streamed: {problem}")
             return None
         s.set_schema(name, schema)
         self.recorder.entry(name, s.position, 0, "baseline", Status.BASELINE, schema=schema,
