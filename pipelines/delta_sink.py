@@ -207,7 +207,7 @@ def apply_keyless(dt: DeltaTable, columns: tuple[str, ...], append: pa.Table, de
     column, NULL equal to NULL), and one MERGE deletes every copy of those values and inserts
     the ones that stay, unchanged, with the appended rows: removing n of m equal rows needs m,
     which no MERGE condition can count. The cost: a scan of the table per batch with removals."""
-    hooks = stream_post_commit(dt)
+    hooks = post_commit_hooks(dt)
     if not delete.num_rows:
         write_deltalake(dt, append, mode="append", commit_properties=props, post_commithook_properties=hooks)
         return RowsApplied(inserted=append.num_rows)
