@@ -74,10 +74,12 @@ def lag_bytes(files: list[tuple[str, int]], applied: BinlogPosition) -> int:
     return total
 
 
-def check_server_id(cur, server_id: int, wait_seconds: float = 5.0) -> None:
+def check_server_id(cur, server_id: int, own: str | None = None, wait_seconds: float = 5.0) -> None:
     """Raise ServerIdInUse when the source itself or another connected replica uses
     ``server_id``. A replica of ours killed a moment ago may still be listed until the
-    server's next heartbeat to it fails, so a listing must persist ``wait_seconds``."""
+    server's next heartbeat to it fails, so a listing must persist ``wait_seconds``. One
+    reported as ``own`` (this pipeline's name: its writer lock rules out a live one) is a
+    connection an outage left behind on the server, which drops it when we register."""
     cur.execute("SELECT @@server_id")
     if int(cur.fetchone()[0]) == server_id:
         raise ServerIdInUse(f"source.server_id {server_id} is the source server's own server_id; "
@@ -89,7 +91,7 @@ def check_server_id(cur, server_id: int, wait_seconds: float = 5.0) -> None:
         except pymysql.err.OperationalError as e:  # needs REPLICATION MASTER ADMIN on MariaDB: rely on error 4052
             log.debug("cannot list replicas: %s", e)
             return
-        hosts = [r for r in cur.fetchall() if int(r[0]) == server_id]
+        hosts = [r for r in cur.fetchall() if int(r[0]) == server_id and (own is None or r[1] != own)]
         if not hosts:
             return
         if time.monotonic() >= deadline:

@@ -24,6 +24,9 @@ class RetryPolicy:
     # no read timeout of its own) and cancelled, then retried.
     stall_seconds: float = 600.0
     read_timeout: float = 120.0  # socket read timeout of the snapshot's pymysql connections
+    # The stream's binlog connection: the server sends a heartbeat every 0.25 s when it has
+    # nothing else to send, so this long without a byte is a stalled connection (read again).
+    binlog_silence_seconds: float = 30.0
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait before retry number ``attempt`` (1-based)."""

@@ -28,6 +28,7 @@ Invariants (tests/test_stream*.py; the parts' own docstrings state theirs):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import threading
@@ -58,7 +59,7 @@ from cdc_core.stream_reader import ReaderSpec
 from cdc_core.table_batch import TableBatch, keyless_problem, table_batch
 from cdc_core.table_commit import TableCommit
 from cdc_core.table_schema import TableSchema, describe_table
-from cdc_core.transient import Retry
+from cdc_core.transient import Retry, RetryPolicy
 from pipelines.control_store import ControlStore
 from pipelines.stream.commit import Committer
 from pipelines.stream.reader import ReaderProcess, ReaderStopped
@@ -83,7 +84,7 @@ class StreamEngine:
 
     def __init__(self, cfg: BinlakeConfig, *, until_now: bool = False, max_seconds: float | None = None,
                  progress: Callable[[StreamSummary, StreamOffset], None] | None = None,
-                 on_commit: Callable[[list[TableCommit]], None] | None = None):
+                 on_commit: Callable[[list[TableCommit]], None] | None = None, retry: RetryPolicy | None = None):
         self.cfg = cfg
         self.until_now = until_now
         self.max_seconds = max_seconds
@@ -97,12 +98,13 @@ class StreamEngine:
         self.sinks = Sinks(cfg, self.router)
         self.committer = Committer(cfg.pipeline.name, self.router, self.sinks)
         self.reader: ReaderProcess | None = None
-        self.retry = Retry()
+        self.retry = Retry(retry or RetryPolicy())
         # Chunk keys in the server's order (the hand-off), on one connection made on first use.
         self.key_orders = KeyOrders(ServerSql(lambda: connect(self.conn)))
         self._stop = threading.Event()
         self.state: EngineState | None = None
         self._summary = StreamSummary()
+        self._report_as = f"binlake:{cfg.pipeline.name}"  # how the binlog connection registers (SHOW SLAVE HOSTS)
 
     @property
     def summary(self) -> StreamSummary:
@@ -130,12 +132,15 @@ class StreamEngine:
             except RouteError as e:
                 raise StartupError(str(e)) from None
             check_available(cur, plan.start)
-            check_server_id(cur, self.cfg.source.server_id)
+            check_server_id(cur, self.cfg.source.server_id, own=self._report_as)
         self.until = plan.until
+        # A read timeout on the binlog connection: a stalled one fails, and is read again, instead of
+        # blocking forever (tests/test_stream_faults.py).
+        binlog_conn = dataclasses.replace(self.conn, read_timeout=self.retry.policy.binlog_silence_seconds)
         self.reader = ReaderProcess(ReaderSpec(
-            self.conn, self.cfg.source.server_id, plan.start, plan.applied, plan.until, tuple(self.cfg.source.tables),
+            binlog_conn, self.cfg.source.server_id, plan.start, plan.applied, plan.until, tuple(self.cfg.source.tables),
             tuple(self.cfg.source.exclude_tables), tuple(self.cfg.source.exclude_columns),
-            report_as=f"binlake:{self.cfg.pipeline.name}"))
+            report_as=self._report_as))
         s.summary.start = plan.start
         history = self.store.schema_history()
         self.recorder = HistoryRecorder(self.store, history)

@@ -1,0 +1,148 @@
+"""Network faults during the stream, injected by the TCP fault proxy (tests/fault_proxy.py)
+between binlake and MariaDB: the binlog connection stalled (no byte for longer than the
+silence timeout: the server sends heartbeats when idle, so silence is a stalled link), the
+binlog answer cut in the middle of a packet (a large row), every connection dropped in the
+middle of a large transaction, and an outage longer than the retry budget (the run fails
+naming the cause; a re-run resumes). Every test asserts its faults were injected and ends
+with Delta equal to MySQL row by row."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from cdc_core.errors import TerminalError
+from cdc_core.source import connect, connection_settings
+from cdc_core.transient import RetryPolicy
+from pipelines.stream import StreamEngine
+from tests.fault_proxy import FaultProxy, Rule, wait_until
+from tests.helpers import assert_equal, snapshot
+
+FAST = RetryPolicy(delays=(0.2, 0.5), budget_seconds=60, binlog_silence_seconds=2)
+BINLOG_DUMP = b"binlog.0"  # COM_BINLOG_DUMP names the binlog file to read from
+
+
+@pytest.fixture
+def proxy(mariadb):
+    with FaultProxy(mariadb.port) as p:
+        yield p
+
+
+def _via(cfg, proxy: FaultProxy):
+    """The same pipeline reaching the source through the proxy."""
+    return cfg.model_copy(update={"source": cfg.source.model_copy(update={"port": proxy.port})})
+
+
+def _setup(db, spark, make_config):
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT, blob_ LONGBLOB)")
+        cur.execute("INSERT INTO t SELECT seq, seq, NULL FROM seq_1_to_500")
+    cfg = make_config(name, stream={"max_batch_rows": 200})
+    snapshot(cfg, spark)
+    return name, conn, cfg
+
+
+def _backlog(conn, big_rows: int = 0) -> None:
+    """Changes for the stream to read: updates, deletes, inserts, one multi-statement
+    transaction, and ``big_rows`` rows of 1 MiB each."""
+    with conn.cursor() as cur:
+        cur.execute("UPDATE t SET v = v + 1 WHERE id % 3 = 0")
+        cur.execute("DELETE FROM t WHERE id % 17 = 0")
+        cur.execute("BEGIN")
+        cur.execute("INSERT INTO t SELECT 1000 + seq, seq, NULL FROM seq_1_to_3000")
+        cur.execute("UPDATE t SET v = -v WHERE id > 2000")
+        cur.execute("COMMIT")
+        for i in range(big_rows):
+            cur.execute("INSERT INTO t VALUES (%s, 0, REPEAT('x', 1048576))", (10_000 + i,))
+
+
+def test_stalled_binlog_connection_is_read_again(db, spark, make_config, proxy):
+    """The binlog answer held back far longer than the silence timeout: without a read timeout
+    the stream would wait for the whole stall; it reconnects instead and catches up."""
+    name, conn, cfg = _setup(db, spark, make_config)
+    _backlog(conn)
+    stall = proxy.add(Rule(BINLOG_DUMP, "stall", seconds=120, times=1))
+    engine = StreamEngine(_via(cfg, proxy), until_now=True, retry=FAST)
+    engine.run()
+    # The first answer is still held back (120 s): the stream asked for the binlog again and
+    # read it on a new connection (reconnected by the binlog client or by the engine).
+    assert stall.fired == 1 and stall.seen >= 2
+    assert_equal(cfg, [f"{name}.t"])
+
+
+def test_binlog_answer_cut_mid_packet(db, spark, make_config, proxy):
+    """The binlog answer cut after half of its first bytes (1 MiB rows in the backlog): the
+    stream reads again from its checkpoint, nothing lost or applied twice."""
+    name, conn, cfg = _setup(db, spark, make_config)
+    _backlog(conn, big_rows=4)
+    cut = proxy.add(Rule(BINLOG_DUMP, "cut", times=1))
+    StreamEngine(_via(cfg, proxy), until_now=True, retry=FAST).run()
+    assert cut.fired == 1 and cut.seen >= 2  # asked for again after the cut
+    assert_equal(cfg, [f"{name}.t"])
+
+
+def test_connections_dropped_while_streaming_transactions(db, spark, make_config, proxy):
+    """Every connection dropped three times while a writer commits transactions of 50-400
+    rows and the stream reads them live: it reconnects each time, Delta equals MySQL."""
+    name, conn, cfg = _setup(db, spark, make_config)
+    stop, errors, drops = threading.Event(), [], []
+
+    def writer() -> None:
+        try:
+            with connect(connection_settings(cfg), database=name) as c, c.cursor() as cur:
+                base = 100_000
+                while not stop.is_set():
+                    n = 50 + base % 350
+                    cur.execute("BEGIN")
+                    cur.execute(f"INSERT INTO t SELECT {base} + seq, seq, NULL FROM seq_1_to_{n}")
+                    cur.execute(f"UPDATE t SET v = v + 1 WHERE id BETWEEN {base} AND {base + n // 2}")
+                    cur.execute("COMMIT")
+                    base += 1000
+                    stop.wait(0.05)  # a pace the stream keeps up with: a drop lands on a link in use
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    def dropper() -> None:
+        for i in range(3):
+            # Each drop once the stream reads again (its i + 1-th binlog request) and has read a while.
+            if not wait_until(lambda i=i: requests.seen > i, timeout=30) or stop.wait(1):
+                return
+            drops.append(proxy.drop_all())
+
+    requests = proxy.add(Rule(BINLOG_DUMP, "stall", times=0))  # never fires: counts the binlog requests
+    threads = [threading.Thread(target=writer, daemon=True), threading.Thread(target=dropper, daemon=True)]
+    for t in threads:
+        t.start()
+    try:
+        engine = StreamEngine(_via(cfg, proxy), retry=FAST)
+        threading.Thread(target=lambda: (wait_until(lambda: len(drops) == 3 and requests.seen >= 4, timeout=60),
+                                         engine.request_stop()), daemon=True).start()
+        engine.run()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+    assert not errors, errors
+    assert len(drops) == 3 and all(n >= 1 for n in drops), drops
+    assert requests.seen >= 4  # the binlog read again after each drop
+    StreamEngine(_via(cfg, proxy), until_now=True, retry=FAST).run()  # what the writer did after the stop
+    assert_equal(cfg, [f"{name}.t"])
+
+
+def test_outage_longer_than_the_budget_fails_naming_the_cause_then_resumes(db, spark, make_config, proxy):
+    name, conn, cfg = _setup(db, spark, make_config)
+    _backlog(conn)
+    via = _via(cfg, proxy)
+    engine = StreamEngine(via, until_now=True, retry=RetryPolicy(delays=(0.2,), budget_seconds=2,
+                                                                    binlog_silence_seconds=2))
+    outage = proxy.add(Rule(BINLOG_DUMP, "outage", times=1))
+    with pytest.raises(TerminalError, match=r"unreachable for over 2 s: .*(Lost connection|Connection|lost)"):
+        engine.run()
+    assert outage.fired == 1
+    proxy.end_outage()
+    with connect(connection_settings(cfg)) as c, c.cursor() as cur:
+        cur.execute(f"UPDATE `{name}`.t SET v = 0 WHERE id < 50")
+    StreamEngine(via, until_now=True, retry=FAST).run()  # resumes from the checkpoint
+    assert_equal(cfg, [f"{name}.t"])
