@@ -93,9 +93,10 @@ def _kill_stream(config: str, logs, cfg: BinlakeConfig, password: str, rng: rand
 def test_snapshot_stream_kills_and_schema_changes_on_s3(mariadb, db, spark, make_config, s3_sink, tmp_path):
     name, conn = db
     create_tables(conn)
-    names = [f"{name}.acct", f"{name}.orders", f"{name}.tags"]
+    names = [f"{name}.acct", f"{name}.orders", f"{name}.tags", f"{name}.events"]  # tags: unique key; events: none
     cfg = make_config(name, chunk_size=200, parallelism=1, stream=S3_STREAM, sink=s3_sink,
-                      source={"snapshot": {"chunk_size": 200, "max_rows_per_task": 400}})
+                      source={"snapshot": {"chunk_size": 200, "max_rows_per_task": 400,
+                                           "chunk_key_columns": {f"{name}.events": "acct_id"}}})
     config = write_config_file(cfg, tmp_path / "binlake.yaml")
     logs = tmp_path / "logs"
 

@@ -217,6 +217,11 @@ class StreamEngine:
                 for rec in records:
                     if self._handle(rec):
                         ended = True
+                    elif s.batch.rows >= self.limits.max_rows:
+                        # The reader hands over records in lists: a batch is cut at its row limit
+                        # inside one too, not only where a list ends.
+                        self._commit()
+                        last_checkpoint = time.monotonic()
             except StopRequested:
                 continue  # the statement is read again after a restart; the loop commits and stops
             except Exception as e:
