@@ -95,7 +95,12 @@ def cmd_validate(args) -> int:
 
 def _run_snapshot(cfg: BinlakeConfig) -> int:
     from cdc_core.transient import RetryBudgetExceeded
-    from pipelines.snapshot_job import SnapshotJob
+    from pipelines.snapshot_job import SnapshotJob, finished_snapshot
+
+    summary = finished_snapshot(cfg)
+    if summary is not None:  # nothing to read: no Spark session (its start alone takes seconds)
+        _snapshot_table(cfg, summary)
+        return EXIT_OK
     from pipelines.spark_session import get_spark
 
     spark = get_spark(cfg.spark.master, cfg.spark.conf)

@@ -241,6 +241,52 @@ def plan_snapshot(cfg: BinlakeConfig, names: list[str]) -> dict[str, list[Chunk]
     return {n: plans[n] for n in names if n in plans}
 
 
+def finished_snapshot(cfg: BinlakeConfig, only: set[str] | None = None) -> SnapshotSummary | None:
+    """The summary a snapshot run would print when it has nothing left to do — every captured
+    table (of ``only``) planned, all its chunks committed and checked (verified) — or None
+    when there is work and :class:`SnapshotJob` must run. Needs no Spark: a re-run of a
+    finished snapshot costs the checks and the row counts only."""
+    start = time.monotonic()
+    store, router = ControlStore.of(cfg), Router(cfg.routes)
+    with connect(connection_settings(cfg)) as conn, conn.cursor() as cur:
+        names = [n for n in captured_tables(cfg, cur) if only is None or n in only]
+    plans = store.load_plans()
+    tables: dict[str, DeltaTable | None] = {}
+    commits: dict[str, SnapshotCommits] = {}
+    for name in names:
+        sink = router.sink(name)
+        if sink not in tables:
+            tables[sink] = open_table(table_uri(cfg.sink.path, sink), cfg.sink.storage_options)
+            if tables[sink] is not None:
+                commits[sink] = snapshot_commits(tables[sink])
+        if name not in plans or sink not in commits or not commits[sink].is_verified(name) \
+                or len(store.completed_in(name, commits[sink])) < len(plans[name]):
+            return None
+    summary = SnapshotSummary([TableSummary(n, len(plans[n])) for n in names])
+    return _counted(cfg, summary, tables, start)
+
+
+def _counted(cfg: BinlakeConfig, summary: SnapshotSummary, tables: dict[str, DeltaTable | None],
+             start: float) -> SnapshotSummary:
+    """``summary`` with each table's rows in MySQL and in Delta (``tables``: open sink tables
+    by name, others opened here), its time since ``start`` and the driver's peak RSS."""
+    router = Router(cfg.routes)
+    # A new connection: a run's planning one may have been dropped during the reads.
+    with connect(connection_settings(cfg)) as control, control.cursor() as cur:
+        existing = set(captured_tables(cfg, cur))
+        for s in summary.tables:
+            db, t = s.table.split(".", 1)
+            if s.table in existing:  # not dropped meanwhile
+                cur.execute(f"SELECT COUNT(*) FROM {quote_ident(db)}.{quote_ident(t)}")
+                s.mysql_rows = cur.fetchone()[0]
+            sink = router.sink(s.table)
+            dt_ = tables.get(sink) or open_table(table_uri(cfg.sink.path, sink), cfg.sink.storage_options)
+            s.delta_rows = count_rows(dt_, s.table if router.routed(s.table) else None)
+    summary.seconds = time.monotonic() - start
+    summary.driver_peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return summary
+
+
 class SnapshotJob:
     """Driver of one snapshot run."""
 
@@ -303,20 +349,8 @@ class SnapshotJob:
         else:
             raise TerminalError(f"DDL kept changing {', '.join(sorted(dirty))} while it was being snapshotted "
                                 f"({MAX_PASSES} attempts): run the snapshot again when no DDL runs on it")
-        # A new connection for the counts: the planning one may have been dropped during the reads.
-        with connect(self.conn) as control, control.cursor() as cur:
-            existing = set(captured_tables(self.cfg, cur))
-            for s in summary.tables:
-                db, t = s.table.split(".", 1)
-                if s.table in existing:  # not dropped meanwhile
-                    cur.execute(f"SELECT COUNT(*) FROM {quote_ident(db)}.{quote_ident(t)}")
-                    s.mysql_rows = cur.fetchone()[0]
-                sink = self.router.sink(s.table)  # the last pass's handle is current: no need to read the log again
-                dt_ = tables.get(sink) or open_table(table_uri(self.sink, sink), self.cfg.sink.storage_options)
-                s.delta_rows = count_rows(dt_, s.table if self.router.routed(s.table) else None)
-        summary.seconds = time.monotonic() - start
-        summary.driver_peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        return summary
+        # The last pass's handles are current: no need to read their logs again.
+        return _counted(self.cfg, summary, tables, start)
 
     def _pass(self, cur, captured: list[str], names: list[str], tables: dict, by_table: dict[str, TableSummary],
               summary: SnapshotSummary) -> None:
