@@ -42,7 +42,7 @@ from tests.helpers import assert_equal, snapshot, write_config_file
 from tests.s3_endpoint import S3Server
 from tests.spark_cluster import standalone_cluster
 from tests.test_cli import run_cli
-from tests.test_stream_crash import Stream, Writer, create_tables, run_stream, wait_for
+from tests.test_stream_crash import Stream, Writer, create_tables, run_stream, wait_for, workload_keys
 
 SEED = 20241105
 # Batches larger than the local crash tests' (each table commit is several requests in a row), and a
@@ -93,10 +93,9 @@ def _kill_stream(config: str, logs, cfg: BinlakeConfig, password: str, rng: rand
 def test_snapshot_stream_kills_and_schema_changes_on_s3(mariadb, db, spark, make_config, s3_sink, tmp_path):
     name, conn = db
     create_tables(conn)
-    names = [f"{name}.acct", f"{name}.orders", f"{name}.tags", f"{name}.events"]  # tags: unique key; events: none
+    names = [f"{name}.acct", f"{name}.orders", f"{name}.tags", f"{name}.events"]  # every kind of row key
     cfg = make_config(name, chunk_size=200, parallelism=1, stream=S3_STREAM, sink=s3_sink,
-                      source={"snapshot": {"chunk_size": 200, "max_rows_per_task": 400,
-                                           "chunk_key_columns": {f"{name}.events": "acct_id"}}})
+                      source=workload_keys(name, chunk_size=200, max_rows_per_task=400))
     config = write_config_file(cfg, tmp_path / "binlake.yaml")
     logs = tmp_path / "logs"
 

@@ -4,8 +4,9 @@
   split across batches) under a random workload, restarted each time: nothing lost,
   nothing applied twice (Delta equals MySQL row by row, every update also bumps a
   ``counter`` column, and each table's stream commits carry strictly increasing
-  offsets and Delta transaction versions); one table has only a NOT NULL unique key,
-  one no key at all (duplicate rows, one copy of several updated or deleted);
+  offsets and Delta transaction versions); one table has a primary key, one only a NOT
+  NULL unique key, one only configured key columns (source.key_columns) and one no key at
+  all (duplicate rows, one copy of several updated or deleted);
 - a SIGKILL of the main process alone (the reader process survives it) must not keep
   the server_id busy for the restart;
 - the source server restarting (clean stop and crash) mid-stream: the stream
@@ -195,8 +196,9 @@ def stream_commit_count(cfg: BinlakeConfig, names: list[str]) -> int:
 SCHEMA = (
     "CREATE TABLE acct (id INT PRIMARY KEY, counter INT NOT NULL DEFAULT 0, name VARCHAR(40), "
     "balance DECIMAL(14,2), seen DATETIME(6))",
-    "CREATE TABLE orders (id BIGINT PRIMARY KEY, acct_id INT, counter INT NOT NULL DEFAULT 0, "
-    "amount DECIMAL(12,2), note TEXT)",
+    # No key the server knows of: its rows are identified by source.key_columns (workload_keys).
+    "CREATE TABLE orders (id BIGINT NOT NULL, acct_id INT, counter INT NOT NULL DEFAULT 0, "
+    "amount DECIMAL(12,2), note TEXT, KEY (id))",
     # No primary key: its rows are identified by a NOT NULL unique key (TableSchema.row_key).
     "CREATE TABLE tags (acct_id INT NOT NULL, tag VARCHAR(20) NOT NULL, counter INT NOT NULL DEFAULT 0, "
     "weight DOUBLE, UNIQUE KEY by_acct_tag (acct_id, tag))",
@@ -382,11 +384,17 @@ class Writer(threading.Thread):
 
 # --- crash safety ------------------------------------------------------------------------------
 
+def workload_keys(name: str, **snapshot) -> dict:
+    """The ``source`` settings the workload's tables need: orders is identified by its
+    configured key columns, events (no key at all) is chunked on acct_id."""
+    return {"key_columns": {f"{name}.orders": ["id"]},
+            "snapshot": {**snapshot, "chunk_key_columns": {f"{name}.events": "acct_id"}}}
+
+
 def _shop(conn, name: str, make_config, tmp_path: Path, chunk_size: int):
-    """The three crash-test tables, filled; their names, config and config file."""
+    """The crash-test tables, filled; their names, config and config file."""
     create_tables(conn)
-    cfg = make_config(name, chunk_size=chunk_size, stream=STREAM,
-                      source={"snapshot": {"chunk_key_columns": {f"{name}.events": "acct_id"}}})
+    cfg = make_config(name, chunk_size=chunk_size, stream=STREAM, source=workload_keys(name, chunk_size=chunk_size))
     return ([f"{name}.acct", f"{name}.orders", f"{name}.tags", f"{name}.events"], cfg,
             write_config_file(cfg, tmp_path / "binlake.yaml"))
 
