@@ -12,6 +12,7 @@ import pytest
 
 from cdc_core.config import BinlakeConfig, parse_config
 from pipelines.local_mariadb import LocalMariaDB
+from tests.fault_proxy import FaultProxy
 
 _counter = itertools.count()
 
@@ -48,6 +49,13 @@ def s3_sink(s3_server, request) -> dict:
     """A fresh bucket; the ``sink`` config section of a lake at ``s3://<bucket>/lake`` in it."""
     bucket = s3_server.create_bucket(f"t{next(_counter)}-{uuid.uuid4().hex[:12]}")
     return {"path": f"s3://{bucket}/lake", "storage_options": s3_server.storage_options()}
+
+
+@pytest.fixture
+def proxy(mariadb):
+    """A TCP fault proxy in front of the test server (tests/fault_proxy.py)."""
+    with FaultProxy(mariadb.port) as p:
+        yield p
 
 
 @pytest.fixture

@@ -215,6 +215,11 @@ class FaultProxy:
         self.stop()
 
 
+def via(cfg, proxy: FaultProxy):
+    """The same pipeline config (``cdc_core.config.BinlakeConfig``) reaching the source through ``proxy``."""
+    return cfg.model_copy(update={"source": cfg.source.model_copy(update={"port": proxy.port})})
+
+
 def wait_until(predicate, timeout: float, interval: float = 0.05) -> bool:
     """Poll ``predicate`` until true or ``timeout`` seconds pass (a bound, never a timing assertion)."""
     deadline = time.monotonic() + timeout

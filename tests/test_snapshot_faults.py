@@ -11,26 +11,13 @@ from __future__ import annotations
 import random
 import threading
 
-import pytest
-
 from cdc_core.source import connect, connection_settings
 from cdc_core.transient import RetryPolicy
 from pipelines.snapshot_job import SnapshotJob
-from tests.fault_proxy import FaultProxy, Rule
+from tests.fault_proxy import Rule, via
 from tests.helpers import assert_equal, replay_handoff, write_config_file
 
 FAST = RetryPolicy(delays=(0.2, 0.5), budget_seconds=60, stall_seconds=30, read_timeout=4)
-
-
-@pytest.fixture
-def proxy(mariadb):
-    with FaultProxy(mariadb.port) as p:
-        yield p
-
-
-def _via(cfg, proxy: FaultProxy):
-    """The same pipeline reaching the source through the proxy."""
-    return cfg.model_copy(update={"source": cfg.source.model_copy(update={"port": proxy.port})})
 
 
 def _table(conn, rows: int = 3000) -> None:
@@ -49,7 +36,7 @@ def test_dropped_and_cut_chunk_reads_are_retried(db, spark, make_config, proxy):
     cfg = make_config(name, chunk_size=100)
     drop = proxy.add(Rule(_chunk_select(name), "drop", skip=1))  # the second group's SELECT never arrives
     cut = proxy.add(Rule(_chunk_select(name), "cut", skip=2))  # the third's answer stops mid-packet
-    summary = SnapshotJob(_via(cfg, proxy), spark, retry=FAST).run()
+    summary = SnapshotJob(via(cfg, proxy), spark, retry=FAST).run()
     assert (drop.fired, cut.fired) == (1, 1)
     assert summary.retries >= 2
     assert summary.tables[0].rows_written == 3000
@@ -81,7 +68,7 @@ def test_faults_between_watermarks_under_writes(db, spark, make_config, proxy):
     writer = threading.Thread(target=_writes, args=(connection_settings(cfg), name, stop, done))
     writer.start()
     try:
-        summary = SnapshotJob(_via(cfg, proxy), spark, retry=FAST).run()
+        summary = SnapshotJob(via(cfg, proxy), spark, retry=FAST).run()
     finally:
         stop.set()
         writer.join()
@@ -104,7 +91,7 @@ def test_stalled_bulk_read_is_cancelled_and_retried(db, spark, make_config, prox
     cfg = make_config(name, chunk_size=100)
     stall = proxy.add(Rule(_chunk_select(name), "stall", seconds=60))
     policy = RetryPolicy(delays=(0.2,), budget_seconds=60, stall_seconds=5, read_timeout=4)
-    summary = SnapshotJob(_via(cfg, proxy), spark, retry=policy).run()
+    summary = SnapshotJob(via(cfg, proxy), spark, retry=policy).run()
     assert stall.fired == 1 and summary.retries >= 1
     assert_equal(cfg, [f"{name}.t"])
 
@@ -122,7 +109,7 @@ def test_outage_beyond_the_budget_fails_then_a_rerun_resumes(db, spark, make_con
     monkeypatch.setattr(snapshot_job, "RetryPolicy", lambda: RetryPolicy(delays=(0.3,), budget_seconds=3,
                                                                          stall_seconds=30, read_timeout=4))
     monkeypatch.setenv("BINLAKE_TEST_PASSWORD", cfg.source.password.get_secret_value())
-    path = write_config_file(_via(cfg, proxy), tmp_path / "binlake.yaml")
+    path = write_config_file(via(cfg, proxy), tmp_path / "binlake.yaml")
     outage = proxy.add(Rule(_chunk_select(name), "outage", skip=2))  # after the first groups
     assert cli.main(["snapshot", "-c", path]) == 1
     err = capsys.readouterr().err

@@ -16,22 +16,11 @@ from cdc_core.errors import TerminalError
 from cdc_core.source import connect, connection_settings
 from cdc_core.transient import RetryPolicy
 from pipelines.stream import StreamEngine
-from tests.fault_proxy import FaultProxy, Rule, wait_until
+from tests.fault_proxy import Rule, via, wait_until
 from tests.helpers import assert_equal, snapshot
 
 FAST = RetryPolicy(delays=(0.2, 0.5), budget_seconds=60, binlog_silence_seconds=2)
 BINLOG_DUMP = b"binlog.0"  # COM_BINLOG_DUMP names the binlog file to read from
-
-
-@pytest.fixture
-def proxy(mariadb):
-    with FaultProxy(mariadb.port) as p:
-        yield p
-
-
-def _via(cfg, proxy: FaultProxy):
-    """The same pipeline reaching the source through the proxy."""
-    return cfg.model_copy(update={"source": cfg.source.model_copy(update={"port": proxy.port})})
 
 
 def _setup(db, spark, make_config):
@@ -64,7 +53,7 @@ def test_stalled_binlog_connection_is_read_again(db, spark, make_config, proxy):
     name, conn, cfg = _setup(db, spark, make_config)
     _backlog(conn)
     stall = proxy.add(Rule(BINLOG_DUMP, "stall", seconds=120, times=1))
-    engine = StreamEngine(_via(cfg, proxy), until_now=True, retry=FAST)
+    engine = StreamEngine(via(cfg, proxy), until_now=True, retry=FAST)
     engine.run()
     # The first answer is still held back (120 s): the stream asked for the binlog again and
     # read it on a new connection (reconnected by the binlog client or by the engine).
@@ -78,7 +67,7 @@ def test_binlog_answer_cut_mid_packet(db, spark, make_config, proxy):
     name, conn, cfg = _setup(db, spark, make_config)
     _backlog(conn, big_rows=4)
     cut = proxy.add(Rule(BINLOG_DUMP, "cut", times=1))
-    StreamEngine(_via(cfg, proxy), until_now=True, retry=FAST).run()
+    StreamEngine(via(cfg, proxy), until_now=True, retry=FAST).run()
     assert cut.fired == 1 and cut.seen >= 2  # asked for again after the cut
     assert_equal(cfg, [f"{name}.t"])
 
@@ -116,7 +105,7 @@ def test_connections_dropped_while_streaming_transactions(db, spark, make_config
     for t in threads:
         t.start()
     try:
-        engine = StreamEngine(_via(cfg, proxy), retry=FAST)
+        engine = StreamEngine(via(cfg, proxy), retry=FAST)
         threading.Thread(target=lambda: (wait_until(lambda: len(drops) == 3 and requests.seen >= 4, timeout=60),
                                          engine.request_stop()), daemon=True).start()
         engine.run()
@@ -127,15 +116,15 @@ def test_connections_dropped_while_streaming_transactions(db, spark, make_config
     assert not errors, errors
     assert len(drops) == 3 and all(n >= 1 for n in drops), drops
     assert requests.seen >= 4  # the binlog read again after each drop
-    StreamEngine(_via(cfg, proxy), until_now=True, retry=FAST).run()  # what the writer did after the stop
+    StreamEngine(via(cfg, proxy), until_now=True, retry=FAST).run()  # what the writer did after the stop
     assert_equal(cfg, [f"{name}.t"])
 
 
 def test_outage_longer_than_the_budget_fails_naming_the_cause_then_resumes(db, spark, make_config, proxy):
     name, conn, cfg = _setup(db, spark, make_config)
     _backlog(conn)
-    via = _via(cfg, proxy)
-    engine = StreamEngine(via, until_now=True, retry=RetryPolicy(delays=(0.2,), budget_seconds=2,
+    proxied = via(cfg, proxy)
+    engine = StreamEngine(proxied, until_now=True, retry=RetryPolicy(delays=(0.2,), budget_seconds=2,
                                                                     binlog_silence_seconds=2))
     outage = proxy.add(Rule(BINLOG_DUMP, "outage", times=1))
     with pytest.raises(TerminalError, match=r"unreachable for over 2 s: .*(Lost connection|Connection|lost)"):
@@ -144,5 +133,5 @@ def test_outage_longer_than_the_budget_fails_naming_the_cause_then_resumes(db, s
     proxy.end_outage()
     with connect(connection_settings(cfg)) as c, c.cursor() as cur:
         cur.execute(f"UPDATE `{name}`.t SET v = 0 WHERE id < 50")
-    StreamEngine(via, until_now=True, retry=FAST).run()  # resumes from the checkpoint
+    StreamEngine(proxied, until_now=True, retry=FAST).run()  # resumes from the checkpoint
     assert_equal(cfg, [f"{name}.t"])
