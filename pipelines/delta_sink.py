@@ -23,6 +23,7 @@ from cdc_core.offsets import OFFSET_KEY, StreamOffset, app_id, position_key_of_v
 from cdc_core.routes import CDC_SOURCE
 from cdc_core.table_commit import RowsApplied
 from pipelines.lake_storage import filesystem
+from pipelines.schema_applier import delta_schema
 
 SNAPSHOT_CHUNKS_KEY = "binlake.snapshot.chunks"
 # A snapshot commit that removed a source table's rows to read it again (a DDL ran during its
@@ -211,7 +212,7 @@ def apply_keyless(dt: DeltaTable, columns: tuple[str, ...], append: pa.Table, de
     if not delete.num_rows:
         write_deltalake(dt, append, mode="append", commit_properties=props, post_commithook_properties=hooks)
         return RowsApplied(inserted=append.num_rows)
-    target = pa.schema(dt.schema().to_arrow())
+    target = delta_schema(dt)
     gone = delete.group_by(list(columns), use_threads=False).aggregate([([], "count_all"), (CDC_SEQ, "max")])
     remove = gone.column("count_all").to_pylist()
     matched = _copies(dt, gone.select(list(columns)))

@@ -217,11 +217,8 @@ class StreamEngine:
                 for rec in records:
                     if self._handle(rec):
                         ended = True
-                    elif s.batch.rows >= self.limits.max_rows:
-                        # The reader hands over records in lists: a batch is cut at its row limit
-                        # inside one too, not only where a list ends.
-                        self._commit()
-                        last_checkpoint = time.monotonic()
+                    elif s.batch.due(time.monotonic(), self.limits):  # inside a list of records too
+                        last_checkpoint = self._commit_due()
             except StopRequested:
                 continue  # the statement is read again after a restart; the loop commits and stops
             except Exception as e:
@@ -231,9 +228,7 @@ class StreamEngine:
                 continue
             now = time.monotonic()
             if s.batch.due(now, self.limits):
-                self._commit()
-                last_checkpoint = now
-                self.retry.succeeded()
+                last_checkpoint = self._commit_due()
             elif now - last_checkpoint >= self.cfg.stream.heartbeat_seconds and s.position > s.offset.applied:
                 self._commit()  # nothing captured changed: move the restart point anyway
                 last_checkpoint = now
@@ -343,6 +338,12 @@ class StreamEngine:
         self.life.to(State.STREAMING)
 
     # --- commit and checkpoint ------------------------------------------------------------------------
+
+    def _commit_due(self) -> float:
+        """Commit a batch that is due (its row, byte or time limit reached); when it was done."""
+        self._commit()
+        self.retry.succeeded()
+        return time.monotonic()
 
     def _commit(self) -> None:
         """Apply the batch (tables in parallel), then advance the checkpoint past it."""
