@@ -85,17 +85,22 @@ class ChunkReader:
         self.server_id = server_id
         self.max_attempts = max_attempts
 
+    def select(self, schema: TableSchema, chunk: Chunk) -> ChunkResult:
+        """Steps 1-3 alone: the chunk's SELECT between its two watermarks, the window not
+        folded (the online backfill lets the stream fold it, cdc_core/backfill.py)."""
+        with self.control.cursor() as cur:
+            lw = master_position(cur)
+            raw = self.fetch(chunk_select_sql(schema, chunk, self.control.escape))
+            hw = master_position(cur)
+        return ChunkResult(chunk, self._canonical(schema, raw, output_schema(schema), hw), lw, hw, 0, 1)
+
     def read(self, schema: TableSchema, chunk: Chunk) -> ChunkResult:
         """Read ``chunk`` as of its high watermark (see the module invariants)."""
         target = output_schema(schema)
         keyed = bool(schema.row_key)
-        sql = chunk_select_sql(schema, chunk, self.control.escape)
         for attempt in range(1, self.max_attempts + 1):
-            with self.control.cursor() as cur:
-                lw = master_position(cur)
-                raw = self.fetch(sql)
-                hw = master_position(cur)
-            table = self._canonical(schema, raw, target, hw)
+            selected = self.select(schema, chunk)
+            table, lw, hw = selected.table, selected.low_watermark, selected.high_watermark
             window = [] if hw <= lw else list(
                 read_changes(self.conn, self.server_id, lw, hw, {(schema.database, schema.table)})
             )

@@ -4,6 +4,8 @@ prerequisites, another process writing the pipeline), 1 runtime failure.
 The writing commands (``snapshot``, ``stream``, ``run``) hold the pipeline's writer lock
 (pipelines/writer_lock.py) for their whole life, taken before anything else is done; the
 read-only ones (``validate``, ``status``) never take it (tests/test_writer_lock.py).
+``backfill`` stores its request, then takes the lock and streams until the request is done;
+when another process holds the lock (a running stream) it hands the request to it and waits.
 """
 
 from __future__ import annotations
@@ -65,9 +67,9 @@ def _problems(cfg: BinlakeConfig) -> list[str]:
 
 
 @contextlib.contextmanager
-def _sole_writer(cfg: BinlakeConfig, args):
+def _sole_writer(cfg: BinlakeConfig, args, *, refuse: bool = True):
     """Hold the pipeline's writer lock while the block runs; refuse at once (exit 2, one line naming
-    the holder) when another process holds it."""
+    the holder) when another process holds it, or, with ``refuse=False``, yield None then."""
     from pipelines.lake_storage import require_safe_commits
     from pipelines.writer_lock import WriterLockError, writer_lock
 
@@ -77,10 +79,13 @@ def _sole_writer(cfg: BinlakeConfig, args):
     try:
         lock.acquire()
     except WriterLockError as e:
+        if not refuse:
+            yield None
+            return
         _line("[red]✗[/red]", str(e))
         raise SystemExit(EXIT_BAD_INPUT) from None
     try:
-        yield
+        yield lock
     finally:
         lock.release()
 
@@ -183,6 +188,59 @@ def cmd_run(args) -> int:
         return _stream(cfg)
 
 
+def cmd_backfill(args) -> int:
+    from cdc_core.backfill import BackfillState
+    from pipelines.backfill_requests import change_state, request_backfill, wait_for
+
+    cfg = _load(args.config)
+    if args.list:
+        _backfill_list(cfg)
+        return EXIT_OK
+    for request_id, state in ((args.cancel, BackfillState.CANCELLED), (args.pause, BackfillState.PAUSED),
+                              (args.resume, BackfillState.PENDING)):
+        if request_id:
+            req = change_state(cfg, request_id, state)
+            out.print(f"backfill {req.id} of {req.table}: {req.state}", highlight=False)
+            return EXIT_OK
+    if not args.table:
+        _line("[red]✗[/red]", "name a table (--table db.table), or use --list, --cancel, --pause or --resume")
+        return EXIT_BAD_INPUT
+    req = request_backfill(cfg, args.table, args.lo, args.hi)
+    out.print(f"backfill {req.id} of {req.table} ({req.describe_range()}) requested", highlight=False)
+    if args.no_wait:
+        out.print("the stream works on it (a running one within seconds, else the next `binlake stream`)")
+        return EXIT_OK
+    with _sole_writer(cfg, args, refuse=False) as lock:
+        if lock is not None:  # no stream running: stream until the backfill (and the binlog up to now) is done
+            if _problems(cfg):
+                return EXIT_BAD_INPUT
+            _stream(cfg, until_now=True)
+    if lock is None:
+        with err.status(f"waiting for the running stream to backfill {req.table}") as status:
+            req = wait_for(cfg, req.id, lambda r: status.update(f"backfill {r.id} of {r.table}: {r.progress()}"))
+    else:
+        req = next(r for r in _store(cfg).backfills() if r.id == req.id)
+    out.print(f"backfill {req.id} of {req.table}: {req.progress()}{': ' + req.detail if req.detail else ''}",
+              soft_wrap=True, highlight=False)
+    return EXIT_OK if req.state == BackfillState.DONE else EXIT_RUNTIME
+
+
+def _store(cfg: BinlakeConfig):
+    from pipelines.control_store import ControlStore
+
+    return ControlStore.of(cfg)
+
+
+def _backfill_list(cfg: BinlakeConfig) -> None:
+    t = Table(title=f"backfills of {cfg.pipeline.name}")
+    for col in ("id", "table", "range", "reason", "state", "updated"):
+        t.add_column(col, no_wrap=True)
+    for r in _store(cfg).backfills():
+        t.add_row(r.id, r.table, escape(r.describe_range()), r.reason, escape(r.progress()),
+                  r.updated_at.strftime("%Y-%m-%d %H:%M:%S") if r.updated_at else "-")
+    out.print(t)
+
+
 def cmd_status(args) -> int:
     import json
 
@@ -231,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         ("stream", cmd_stream, "stream the binlog into Delta from the committed offsets"),
         ("run", cmd_run, "snapshot where needed, then stream until stopped (SIGINT/SIGTERM)"),
         ("status", cmd_status, "per table: phase, rows, committed position, lag"),
+        ("backfill", cmd_backfill, "read a table (or a key range) again while the stream runs"),
     ):
         p = sub.add_parser(name, help=help_)
         p.add_argument("-c", "--config", required=True, help="binlake YAML config file")
@@ -240,6 +299,15 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--max-seconds", type=float, help="stop cleanly after this many seconds")
         if name == "status":
             p.add_argument("--json", action="store_true", help="machine-readable output")
+        if name == "backfill":
+            p.add_argument("--table", help="the captured source table (db.table)")
+            p.add_argument("--from", dest="lo", metavar="KEY", help="only chunk-key values at or above KEY")
+            p.add_argument("--to", dest="hi", metavar="KEY", help="only chunk-key values below KEY")
+            p.add_argument("--no-wait", action="store_true", help="return once the request is stored")
+            p.add_argument("--list", action="store_true", help="list the pipeline's backfill requests")
+            p.add_argument("--cancel", metavar="ID", help="cancel a request")
+            p.add_argument("--pause", metavar="ID", help="pause a request")
+            p.add_argument("--resume", metavar="ID", help="resume a paused request")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

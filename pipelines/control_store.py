@@ -1,5 +1,6 @@
 """Control state under ``<sink>/_binlake/`` in Delta tables: snapshot chunk plans and
-completed chunks with their watermarks, the schema history, and the stream checkpoint.
+completed chunks with their watermarks, the schema history, the stream checkpoint and
+backfill requests.
 
 Invariants (tests/test_snapshot_resume.py, tests/test_table_batch.py):
 - A chunk is complete iff its rows are committed in its data table; the data commit
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
+from cdc_core.backfill import BackfillRequest, latest_requests
 from cdc_core.chunking import Chunk, decode_value
 from cdc_core.offsets import StreamOffset
 from cdc_core.positions import BinlogPosition
@@ -50,6 +52,12 @@ CHUNKS_SCHEMA = pa.schema([
     ("pipeline", pa.string()), ("table", pa.string()), ("chunk_index", pa.int32()), ("rows", pa.int64()),
     ("lw_file", pa.string()), ("lw_pos", pa.int64()), ("hw_file", pa.string()), ("hw_pos", pa.int64()),
     ("window_changes", pa.int64()), ("delta_version", pa.int64()), ("completed_at", pa.timestamp("us", tz="UTC")),
+])
+
+BACKFILL_SCHEMA = pa.schema([
+    ("pipeline", pa.string()), ("id", pa.string()), ("table", pa.string()), ("lo", pa.string()), ("hi", pa.string()),
+    ("reason", pa.string()), ("state", pa.string()), ("plan", pa.string()), ("chunks_done", pa.int32()),
+    ("rows", pa.int64()), ("detail", pa.string()), ("seq", pa.int64()), ("updated_at", pa.timestamp("us", tz="UTC")),
 ])
 
 
@@ -156,6 +164,15 @@ class ControlStore:
             "schema_json": entry.schema.to_json() if entry.schema else None, "status": str(entry.status),
             "detail": entry.detail, "held_ms": entry.held_ms, "needs_backfill": entry.needs_backfill,
             "recorded_at": entry.recorded_at or dt.datetime.now(dt.UTC)}], HISTORY_SCHEMA)
+
+    def backfills(self) -> list[BackfillRequest]:
+        """Every backfill request of this pipeline in its current state, oldest first
+        (cdc_core/backfill.py: ``latest_requests``)."""
+        return latest_requests(BackfillRequest.from_row(r) for r in self._read("backfill_requests"))
+
+    def save_backfill(self, request: BackfillRequest) -> None:
+        """Append a backfill request's new state (the stream and the CLI both write here)."""
+        self._append("backfill_requests", [request.to_row(self.pipeline)], BACKFILL_SCHEMA)
 
     def checkpoint(self) -> Checkpoint | None:
         """The latest stream checkpoint, or None before the stream first committed."""

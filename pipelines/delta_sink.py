@@ -155,10 +155,12 @@ def _sql_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def stream_commit_properties(pipeline: str, offset: StreamOffset) -> CommitProperties:
+def stream_commit_properties(pipeline: str, offset: StreamOffset, extra: dict[str, str] | None = None
+                             ) -> CommitProperties:
     """A stream commit's offset, atomic with its data: a Delta transaction identifier
-    (version = the applied position's seq) and the offset in the commit metadata."""
-    return CommitProperties(custom_metadata={OFFSET_KEY: offset.to_json()},
+    (version = the applied position's seq) and the offset in the commit metadata (with
+    ``extra`` metadata, e.g. the backfill chunk a merge carries)."""
+    return CommitProperties(custom_metadata={OFFSET_KEY: offset.to_json(), **(extra or {})},
                             app_transactions=[Transaction(app_id(pipeline), offset.applied.seq())])
 
 

@@ -47,6 +47,11 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
     last = max((e.position for e in history), default=None)
     backfill = {n for n in {e.table for e in history} if fold(n, history, last).needs_backfill}
     held = {p.table: p for p in pending_changes(store, history)}
+    requests = store.backfills()
+    backfilling: dict = {}
+    for r in requests:  # the oldest open request of each table
+        if not r.state.terminal:
+            backfilling.setdefault(r.table, r)
     names = sorted(set(names) | set(plans))
     now = time.time()
 
@@ -67,6 +72,9 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
         done = store.completed_chunks(n, t) if plan else {}
         if n in held:
             phase = f"held: schema change pending since {held[n].position} ({held[n].description})"
+        elif n in backfilling:
+            r = backfilling[n]
+            phase = f"backfill {r.progress()} ({r.describe_range()})"
         elif n in backfill:
             phase = "needs backfill" + (" (not streamed)" if key is None else "")
         elif key is not None or (cp is not None and (not plan or len(done) == len(plan))):
@@ -92,6 +100,10 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
               "source_end": str(end) if end else None}
     key = cp.offset.applied.key if cp else None
     stream["lag_seconds"], stream["lag_bytes"] = lag(key, cp.offset.event_time if cp else 0)
-    return {"pipeline": cfg.pipeline.name, "stream": stream, "tables": tables, "source_error": source_error,
-            "at": dt.datetime.now(dt.UTC).isoformat()}
+    backfills = [{"id": r.id, "table": r.table, "range": r.describe_range(), "reason": r.reason,
+                  "state": str(r.state), "chunks": len(r.chunks), "chunks_done": r.chunks_done, "rows": r.rows,
+                  "detail": r.detail, "updated_at": r.updated_at.isoformat() if r.updated_at else None}
+                 for r in requests]
+    return {"pipeline": cfg.pipeline.name, "stream": stream, "tables": tables, "backfills": backfills,
+            "source_error": source_error, "at": dt.datetime.now(dt.UTC).isoformat()}
 

@@ -4,6 +4,7 @@
     reader.py          the binlog reader process (cdc_core/stream_reader.py) and retries
     cdc_core/micro_batch.py + table_batch.py   row events folded into micro-batches
     schema_changes.py  DDL, table maps, capture changes, holds
+    backfill.py        online backfill: chunks read between watermarks, merged at their high watermark
     commit.py          one Delta commit per table per batch, carrying the offset
     (here)             the pipeline checkpoint, lifecycle and the loop
 
@@ -20,6 +21,11 @@ Invariants (tests/test_stream*.py; the parts' own docstrings state theirs):
 - Batches are cut at ``max_batch_rows`` / ``max_batch_seconds`` (and a byte bound), at
   every statement, when a table's columns change, before a stop and before a reconnect.
   Heartbeats advance the checkpoint when only other tables change.
+- Online backfill (cdc_core/backfill.py): a chunk in flight is merged right after the
+  batch holding every change up to its high watermark is committed, before any later
+  change; ``--until now`` also finishes every waiting backfill (and decides every table
+  entering the capture) before it stops. A table's row changes at or before its
+  baseline are already in what binlake read of it and are not applied.
 - Faults that pass (connection lost, server restart, the lake briefly unwritable)
   commit what was read and read again from the checkpoint with backoff; a purged
   position or a server_id in use stops the engine with an error saying what to do; a
@@ -61,6 +67,7 @@ from cdc_core.table_commit import TableCommit
 from cdc_core.table_schema import TableSchema, describe_table
 from cdc_core.transient import Retry, RetryPolicy
 from pipelines.control_store import ControlStore
+from pipelines.stream.backfill import Backfills
 from pipelines.stream.commit import Committer
 from pipelines.stream.reader import ReaderProcess, ReaderStopped
 from pipelines.stream.schema_changes import APPEARED, SchemaChanges, StopRequested
@@ -98,6 +105,7 @@ class StreamEngine:
         self.sinks = Sinks(cfg, self.router)
         self.committer = Committer(cfg.pipeline.name, self.router, self.sinks)
         self.reader: ReaderProcess | None = None
+        self.backfills: Backfills | None = None
         self.retry = Retry(retry or RetryPolicy())
         # Chunk keys in the server's order (the hand-off), on one connection made on first use.
         self.key_orders = KeyOrders(ServerSql(lambda: connect(self.conn)))
@@ -134,13 +142,6 @@ class StreamEngine:
             check_available(cur, plan.start)
             check_server_id(cur, self.cfg.source.server_id, own=self._report_as)
         self.until = plan.until
-        # A read timeout on the binlog connection: a stalled one fails, and is read again, instead of
-        # blocking forever (tests/test_stream_faults.py).
-        binlog_conn = dataclasses.replace(self.conn, read_timeout=self.retry.policy.binlog_silence_seconds)
-        self.reader = ReaderProcess(ReaderSpec(
-            binlog_conn, self.cfg.source.server_id, plan.start, plan.applied, plan.until, tuple(self.cfg.source.tables),
-            tuple(self.cfg.source.exclude_tables), tuple(self.cfg.source.exclude_columns),
-            report_as=self._report_as))
         s.summary.start = plan.start
         history = self.store.schema_history()
         self.recorder = HistoryRecorder(self.store, history)
@@ -151,6 +152,19 @@ class StreamEngine:
         s.skip = self.sinks.skip_filter(plan.applied)
         self.changes = SchemaChanges(self.cfg, self.router, s, self.sinks, self.store, self.recorder, self._commit,
                                      self._checkpoint, self._describe, self._stop)
+        self.backfills = Backfills(self.cfg, s, self.sinks, self.store, self.recorder, self.router, self.key_orders,
+                                   self.conn)
+        self.backfills.poll(force=True)
+        # --until now with backfills to finish (or tables still to decide, which may need one): the
+        # reader goes on past the end at start, and the loop stops once they are done.
+        self.bounded = plan.until is not None and not (self.until_now and (self.backfills.busy or s.undecided))
+        # A read timeout on the binlog connection: a stalled one fails, and is read again, instead of
+        # blocking forever (tests/test_stream_faults.py).
+        binlog_conn = dataclasses.replace(self.conn, read_timeout=self.retry.policy.binlog_silence_seconds)
+        self.reader = ReaderProcess(ReaderSpec(
+            binlog_conn, self.cfg.source.server_id, plan.start, plan.applied, plan.until if self.bounded else None,
+            tuple(self.cfg.source.tables), tuple(self.cfg.source.exclude_tables),
+            tuple(self.cfg.source.exclude_columns), report_as=self._report_as))
         if plan.applied is None:
             # The start point is durable before any table commit: a crash between the first
             # table commits and the first checkpoint must resume here, not at a new "latest".
@@ -182,6 +196,8 @@ class StreamEngine:
                 self.reader.stop()
             self.committer.close()
             self.key_orders.close()
+            if self.backfills is not None:
+                self.backfills.close()
             self._restore_signals(handlers)
             self.summary.seconds = time.monotonic() - started
             self.summary.end = self.state.offset.applied if self.state else None
@@ -200,10 +216,12 @@ class StreamEngine:
                 s.summary.stop_reason = "stop requested" if self._stop.is_set() else "max-seconds reached"
                 return
             self.changes.poll_holds()
-            if ended and not s.holds:
+            if (ended and not s.holds) or self._past_until():
                 self._commit()
                 s.summary.stop_reason = f"reached {self.until}"
                 return
+            self.backfills.poll()
+            self.backfills.step()
             records = []
             if ended or s.held_rows() >= self.cfg.stream.max_held_rows:
                 self._stop.wait(0.05)  # the reader blocks on the full queue: memory stays bounded
@@ -235,9 +253,18 @@ class StreamEngine:
             if s.undecided and s.position >= s.decide_at:
                 self.changes.decide(s.position)
 
+    def _past_until(self) -> bool:
+        """``--until now`` with an unbounded reader: past the end, nothing left to finish."""
+        s = self.state
+        return (not self.bounded and self.until is not None and s.position >= self.until and not s.undecided
+                and not s.holds and not self.backfills.busy)
+
     def _handle(self, rec) -> bool:
         """Apply one reader record to the state; True when the reader reached its end."""
         s = self.state
+        if self.backfills.due(rec):  # every change up to the chunk's high watermark is read: commit, merge
+            self._commit()
+            self.backfills.merge()
         if isinstance(rec, RowsEvent):
             self._on_rows(rec)
         elif isinstance(rec, TransactionEnd):
@@ -266,7 +293,7 @@ class StreamEngine:
             s.position = ev.position
             return
         sink = self.router.sink(name)
-        if s.skip.applied(sink, ev.position):
+        if s.skip.applied(sink, ev.position) or (t.baseline is not None and ev.position <= t.baseline):
             s.position = ev.position
             return
         key = (name, ev.layout)
@@ -284,6 +311,7 @@ class StreamEngine:
             self._commit()
             batch = s.batch
         s.position, s.event_time = ev.position, ev.timestamp or s.event_time
+        self.backfills.on_rows(name, schema, ev)
         f = s.filters.get(name)
         if f is not None:
             f.place_event(schema, ev.op, ev.rows, ev.position)

@@ -1,0 +1,202 @@
+"""Online backfill: a table (or a key range of it) read again in chunks while the stream
+runs, merged into the live stream so nothing the stream applied meanwhile is lost or
+reverted (the algorithm of Netflix's DBLog and Debezium's incremental snapshots, with
+binlog positions as watermarks: nothing is written to the source).
+
+For each chunk C of the request's range, one at a time, by the stream process (the only
+writer of the pipeline, pipelines/stream/backfill.py):
+  1. between two micro-batches: LW := binlog end; S := SELECT the rows of C (one
+     statement: its read view lies between LW and HW); HW := binlog end;
+  2. the stream goes on; every change of the table in (LW, HW] marks its row keys
+     (before and after images) as *touched*;
+  3. when the stream has applied every change up to HW and nothing after it (the next
+     record is past HW, or a heartbeat at HW), the batch is committed and then, in one
+     Delta commit, the rows of S whose key was not touched are upserted and the
+     *candidates* of C that are neither in S nor touched are deleted.
+
+Candidates are the row keys Delta held in the range when the backfill started (or
+resumed) with their chunk found in the server's order of the chunk key. A key Delta
+gained later was written by the stream, which applies every change of the table from
+the backfill's start on, so its row is MySQL's row (updates are applied as whole
+after-images, inserted when missing).
+
+Invariants (tests/test_backfill_parts.py, tests/test_backfill.py):
+- After C's merge, C's range in Delta equals C's range in MySQL as of HW: an untouched
+  key has the same row at the SELECT and at HW (so S's row, or S's absence, is right),
+  a touched key's last change in (LW, HW] was applied by the stream, and a key the
+  stream never wrote is a candidate.
+- Nothing the stream applied is reverted: a key changed after LW is touched (and never
+  written by the merge); a change after HW is applied after the merge.
+- A merge is correct whenever it happens exactly at its HW, so it may be repeated: a
+  crash between a merge and its progress record reads the chunk again (new watermarks)
+  and merges it again; a chunk read but not merged is simply read again. Progress is
+  recorded after the merge commit (at least once; never marked done before it is).
+- A DDL of the table between a chunk's read and its merge discards the read (its rows
+  have the old columns); the chunk is read again with the new schema.
+- A table entering the capture (created while the stream was stopped, renamed into a
+  captured name, or found changed by a DDL binlake did not see) starts streaming at a
+  *baseline* E, a binlog position its schema was described at: its changes at or
+  before E are not applied (every chunk is read after E and every key Delta held is a
+  candidate, so none is needed).
+- Requests are durable (``_binlake/backfill_requests``): every state change is a new
+  row, the latest row of a request wins, and a finished or cancelled request stays so.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import json
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from typing import Any
+
+from cdc_core.chunking import INTEGER_TYPES, Chunk, decode_value, encode_value
+from cdc_core.errors import BadInput
+from cdc_core.table_schema import Column
+
+
+class BackfillState(enum.StrEnum):
+    """Where a backfill request is."""
+
+    PENDING = "pending"  # waiting for the stream to take it
+    RUNNING = "running"  # chunks planned, being read and merged
+    PAUSED = "paused"  # kept, not worked on until resumed
+    DONE = "done"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (BackfillState.DONE, BackfillState.CANCELLED, BackfillState.FAILED)
+
+
+@dataclass(frozen=True)
+class BackfillRequest:
+    """One backfill: ``table`` (a captured source table), optionally only keys in
+    ``[lo, hi)`` of its chunk key; ``chunks`` is its plan once the stream took it, and
+    ``chunks_done`` how many of them (in order) are merged."""
+
+    id: str
+    table: str
+    lo: Any = None
+    hi: Any = None
+    reason: str = "requested"
+    state: BackfillState = BackfillState.PENDING
+    chunks: tuple[Chunk, ...] = ()
+    chunks_done: int = 0
+    rows: int = 0  # rows written by the merges so far
+    detail: str = ""
+    seq: int = 0  # this request's state changes, in order
+    updated_at: dt.datetime | None = None
+
+    @staticmethod
+    def new(table: str, lo: Any = None, hi: Any = None, reason: str = "requested") -> BackfillRequest:
+        """A new pending request with a fresh id."""
+        return BackfillRequest(uuid.uuid4().hex[:10], table, lo, hi, reason)
+
+    def next(self, **changes) -> BackfillRequest:
+        """This request's next state (``seq`` one higher)."""
+        return replace(self, seq=self.seq + 1, updated_at=dt.datetime.now(dt.UTC), **changes)
+
+    @property
+    def active(self) -> bool:
+        """Taken or waiting, neither paused nor finished."""
+        return self.state in (BackfillState.PENDING, BackfillState.RUNNING)
+
+    @property
+    def whole_table(self) -> bool:
+        return self.lo is None and self.hi is None
+
+    def describe_range(self) -> str:
+        if self.whole_table:
+            return "all rows"
+        return f"[{'-∞' if self.lo is None else self.lo}, {'∞' if self.hi is None else self.hi})"
+
+    def progress(self) -> str:
+        if not self.chunks:
+            return str(self.state)
+        return f"{self.state} {self.chunks_done}/{len(self.chunks)} chunks, {self.rows:,} rows"
+
+    def to_row(self, pipeline: str) -> dict:
+        return {"pipeline": pipeline, "id": self.id, "table": self.table,
+                "lo": json.dumps(encode_value(self.lo)), "hi": json.dumps(encode_value(self.hi)),
+                "reason": self.reason, "state": str(self.state),
+                "plan": json.dumps([{"index": c.index, "key": c.key, "lo": encode_value(c.lo),
+                                     "hi": encode_value(c.hi)} for c in self.chunks]),
+                "chunks_done": self.chunks_done, "rows": self.rows, "detail": self.detail, "seq": self.seq,
+                "updated_at": self.updated_at or dt.datetime.now(dt.UTC)}
+
+    @staticmethod
+    def from_row(r: dict) -> BackfillRequest:
+        chunks = tuple(Chunk(r["table"], c["index"], c["key"], decode_value(c["lo"]), decode_value(c["hi"]))
+                       for c in json.loads(r["plan"] or "[]"))
+        return BackfillRequest(r["id"], r["table"], decode_value(json.loads(r["lo"])),
+                               decode_value(json.loads(r["hi"])), r["reason"] or "", BackfillState(r["state"]),
+                               chunks, r["chunks_done"] or 0, r["rows"] or 0, r["detail"] or "", r["seq"] or 0,
+                               r["updated_at"])
+
+
+def latest_requests(rows: Iterable[BackfillRequest]) -> list[BackfillRequest]:
+    """Each request's current state: its latest row, except that a finished or cancelled
+    request stays so (a late progress row of the stream cannot revive a cancelled one).
+    Oldest request first."""
+    by_id: dict[str, BackfillRequest] = {}
+    first: dict[str, tuple] = {}
+    for r in sorted(rows, key=lambda r: r.seq):
+        first.setdefault(r.id, (r.updated_at or dt.datetime.min.replace(tzinfo=dt.UTC), r.id))
+        cur = by_id.get(r.id)
+        if cur is not None and cur.state.terminal:
+            continue
+        by_id[r.id] = r
+    return sorted(by_id.values(), key=lambda r: first[r.id])
+
+
+def key_value(col: Column, text: str) -> Any:
+    """A key bound given on the command line, as the chunk key column's Python value."""
+    t = col.data_type
+    try:
+        if t in INTEGER_TYPES:
+            return int(text)
+        if t == "decimal":
+            return Decimal(text)
+        if t == "date":
+            return dt.date.fromisoformat(text)
+        if t in ("datetime", "timestamp"):
+            return dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise BadInput(f"{text!r} is not a value of the chunk key column {col.name} ({col.column_type})") from None
+    if t in ("binary", "varbinary"):
+        return text.encode()
+    return text
+
+
+def clip(chunks: Sequence[Chunk], first: int, last: int, lo: Any, hi: Any) -> list[Chunk]:
+    """Chunks ``first..last`` of a plan (those holding ``lo`` and ``hi``), the first starting
+    at ``lo`` and the last ending at ``hi`` (None: that side unbounded), renumbered from 0."""
+    picked = list(chunks[first:last + 1])
+    if not picked:
+        return []
+    if lo is not None:
+        picked[0] = replace(picked[0], lo=lo)
+    if hi is not None:
+        picked[-1] = replace(picked[-1], hi=hi)
+    return [replace(c, index=i) for i, c in enumerate(picked)]
+
+
+@dataclass
+class ChunkMerge:
+    """What one chunk's merge writes: decided from the chunk's rows (by row key), the keys
+    touched between its watermarks and its candidates (see the module invariants)."""
+
+    touched: set[tuple] = field(default_factory=set)
+
+    def decide(self, chunk_keys: Sequence[tuple], candidates: Iterable[tuple]) -> tuple[list[int], list[tuple]]:
+        """Indexes of the chunk rows to upsert, and the keys to delete."""
+        touched = self.touched
+        upsert = [i for i, k in enumerate(chunk_keys) if k not in touched]
+        present = set(chunk_keys)
+        delete = [k for k in candidates if k not in present and k not in touched]
+        return upsert, delete

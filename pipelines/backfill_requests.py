@@ -1,0 +1,72 @@
+"""Backfill requests as the command line makes them: checked against the source, stored
+in ``_binlake/backfill_requests`` for the stream process (the pipeline's only writer) to
+work on, paused, resumed, cancelled and waited for (the algorithm: cdc_core/backfill.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from cdc_core.backfill import BackfillRequest, BackfillState, key_value
+from cdc_core.chunking import chunk_key
+from cdc_core.config import BinlakeConfig
+from cdc_core.errors import BadInput
+from cdc_core.routes import Router
+from cdc_core.source import connect, connection_settings, describe_captured
+from pipelines.control_store import ControlStore
+
+
+def request_backfill(cfg: BinlakeConfig, table: str, lo: str | None = None, hi: str | None = None
+                     ) -> BackfillRequest:
+    """Store a request to backfill ``table`` (keys in ``[lo, hi)`` of its chunk key when given);
+    bad input (a table not captured or missing, no row key, a routed table, a bound that is not
+    a value of the key) is refused before anything is stored."""
+    if not cfg.source.captures(table):
+        raise BadInput(f"{table} is not captured by this pipeline (source.tables / exclude_tables)")
+    router = Router(cfg.routes)
+    if router.routed(table):
+        raise BadInput(f"{table} is routed into {router.sink(table)}: routed tables cannot be backfilled online yet")
+    with connect(connection_settings(cfg)) as conn, conn.cursor() as cur:
+        schema = describe_captured(cur, [table], cfg.source).get(table)
+    if schema is None:
+        raise BadInput(f"{table} does not exist on the source")
+    if not schema.row_key:
+        raise BadInput(f"{table} has no row key (primary key, NOT NULL unique key or source.key_columns): it "
+                       "cannot be backfilled online")
+    col = schema.column(chunk_key(schema, cfg.source.snapshot.chunk_key_columns))
+    low = key_value(col, lo) if lo is not None else None
+    high = key_value(col, hi) if hi is not None else None
+    req = BackfillRequest.new(table, low, high).next()
+    ControlStore.of(cfg).save_backfill(req)
+    return req
+
+
+def change_state(cfg: BinlakeConfig, request_id: str, state: BackfillState) -> BackfillRequest:
+    """Pause, resume (back to pending) or cancel a request; a finished one cannot change."""
+    store = ControlStore.of(cfg)
+    req = next((r for r in store.backfills() if r.id == request_id), None)
+    if req is None:
+        raise BadInput(f"no backfill request {request_id!r} in pipeline {cfg.pipeline.name} "
+                       "(`binlake backfill --list` shows them)")
+    if req.state.terminal:
+        raise BadInput(f"backfill {request_id} is {req.state}: it cannot change any more")
+    if state == BackfillState.PENDING and req.state != BackfillState.PAUSED:
+        raise BadInput(f"backfill {request_id} is {req.state}, not paused")
+    # A resumed request starts over from its chunk plan's next chunk (its state says where).
+    target = BackfillState.RUNNING if state == BackfillState.PENDING and req.chunks else state
+    new = req.next(state=target)
+    store.save_backfill(new)
+    return new
+
+
+def wait_for(cfg: BinlakeConfig, request_id: str, on_progress: Callable[[BackfillRequest], None],
+             poll_seconds: float = 1.0) -> BackfillRequest:
+    """Wait until another process (the running stream) finished, failed or cancelled the
+    request; ``on_progress`` sees each state read."""
+    store = ControlStore.of(cfg)
+    while True:
+        req = next(r for r in store.backfills() if r.id == request_id)
+        on_progress(req)
+        if req.state.terminal:
+            return req
+        time.sleep(poll_seconds)

@@ -1,0 +1,346 @@
+"""The stream engine's online backfill part: requests taken from ``_binlake/``, chunks read
+between watermarks between micro-batches, merged when the stream reaches their high
+watermark (the algorithm and its invariants: cdc_core/backfill.py).
+
+One chunk is in flight at a time, for the oldest active request. The engine calls:
+- ``poll()`` and ``step()`` between batches: new, paused and cancelled requests are
+  seen, tables needing a backfill get a request, and the next chunk is read;
+- ``on_rows()`` for every row event it applies: keys of the chunk's table changed
+  between the watermarks are touched;
+- ``due(record)`` before handling a record: when it is past the chunk's high
+  watermark the engine commits its batch and calls ``merge()``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from cdc_core.backfill import BackfillRequest, BackfillState, ChunkMerge, clip
+from cdc_core.bulk_read import chunk_fetch
+from cdc_core.chunk_reader import CDC_OP, CDC_SEQ, ChunkReader, ChunkResult
+from cdc_core.chunking import ChunkKeyError, chunk_key, plan_chunks
+from cdc_core.config import BinlakeConfig
+from cdc_core.errors import is_transient
+from cdc_core.events import Heartbeat, RowsEvent
+from cdc_core.key_order import KeyOrders
+from cdc_core.schema_history import Status, TableState
+from cdc_core.source import ConnectionSettings, connect
+from cdc_core.startup import StartupError
+from cdc_core.table_schema import TableSchema
+from cdc_core.types import binlog_value
+from pipelines.control_store import ControlStore
+from pipelines.delta_sink import apply_changes, stream_commit_properties
+from pipelines.schema_applier import conform, delta_name, delta_schema
+from pipelines.stream.sinks import Sinks
+from pipelines.stream.start import stable_describe
+from pipelines.stream.state import EngineState, HistoryRecorder
+
+log = logging.getLogger(__name__)
+
+BACKFILL_KEY = "binlake.backfill"  # commit metadata of a merge: request id, chunk index, high watermark
+POLL_SECONDS = 2.0  # how often the stream looks for new, paused and cancelled requests
+READ_ATTEMPTS = 30  # consecutive failed chunk reads before a request fails
+
+
+@dataclass
+class InFlight:
+    """A chunk read and not yet merged."""
+
+    request: BackfillRequest
+    schema: TableSchema  # the columns it was read with
+    result: ChunkResult
+    merge: ChunkMerge
+
+    @property
+    def table(self) -> str:
+        return self.request.table
+
+
+class Backfills:
+    """Backfill requests worked on by the stream engine (see the module docstring)."""
+
+    def __init__(self, cfg: BinlakeConfig, state: EngineState, sinks: Sinks, store: ControlStore,
+                 recorder: HistoryRecorder, router, key_orders: KeyOrders, conn: ConnectionSettings):
+        self.cfg = cfg
+        self.state = state
+        self.sinks = sinks
+        self.store = store
+        self.recorder = recorder
+        self.router = router
+        self.key_orders = key_orders
+        self.conn = conn
+        self.requests: list[BackfillRequest] = []
+        self.inflight: InFlight | None = None
+        self._candidates: dict[str, dict[int, list[tuple]]] = {}  # request id -> chunk index -> row keys
+        self._control = None  # pymysql connection for watermarks, made on first use
+        self._polled = 0.0
+        self._failures = 0
+        self._retry_at = 0.0
+
+    def close(self) -> None:
+        if self._control is not None:
+            self._control.close()
+            self._control = None
+
+    @property
+    def busy(self) -> bool:
+        """Whether a request is waiting or running (``stream --until now`` finishes them first)."""
+        return any(r.active for r in self.requests)
+
+    # --- requests ----------------------------------------------------------------------------------
+
+    def poll(self, force: bool = False) -> None:
+        """Read the requests again (at most every ``POLL_SECONDS``); request a backfill of every
+        table that needs one; drop the chunk in flight if its request was paused or cancelled."""
+        now = time.monotonic()
+        if not force and now - self._polled < POLL_SECONDS:
+            return
+        self._polled = now
+        self.requests = self.store.backfills()
+        open_tables = {r.table for r in self.requests if not r.state.terminal}
+        for name, t in sorted(self.state.tables.items()):
+            if t.needs_backfill and name not in open_tables and self.cfg.source.captures(name) \
+                    and not self._cancelled(name):
+                req = BackfillRequest.new(name, reason="needed").next()
+                self.store.save_backfill(req)
+                self.requests.append(req)
+                log.warning("%s needs a backfill: requested (%s)", name, req.id)
+        f = self.inflight
+        if f is not None and not any(r.id == f.request.id and r.active for r in self.requests):
+            log.info("backfill %s of %s: paused or cancelled, chunk %d dropped", f.request.id, f.table,
+                     f.result.chunk.index)
+            self.inflight = None
+
+    def _cancelled(self, name: str) -> bool:
+        """The table's latest request was cancelled: the user chose not to backfill it (until
+        they request it again)."""
+        mine = [r for r in self.requests if r.table == name]
+        return bool(mine) and mine[-1].state == BackfillState.CANCELLED
+
+    def _save(self, req: BackfillRequest) -> BackfillRequest:
+        self.store.save_backfill(req)
+        self.requests = [req if r.id == req.id else r for r in self.requests]
+        return req
+
+    def _fail(self, req: BackfillRequest, why: str) -> None:
+        log.error("backfill %s of %s failed: %s", req.id, req.table, why)
+        self._save(req.next(state=BackfillState.FAILED, detail=why))
+        self._candidates.pop(req.id, None)
+        self._failures = 0
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def step(self) -> None:
+        """Between batches: read the next chunk when none is in flight."""
+        s = self.state
+        if self.inflight is not None or s.holds or time.monotonic() < self._retry_at:
+            return
+        req = next((r for r in self.requests if r.active), None)
+        if req is None:
+            return
+        try:
+            if req.state == BackfillState.PENDING:
+                req = self._begin(req)
+                if req is None:
+                    return
+            self._read_next(req)
+            self._failures = 0
+        except (StartupError, ChunkKeyError) as e:
+            self._fail(req, str(e))
+        except Exception as e:  # noqa: BLE001 - a read that fails is tried again, up to READ_ATTEMPTS
+            self._failures += 1
+            if self._control is not None and is_transient(e):
+                self.close()
+            if self._failures >= READ_ATTEMPTS:
+                self._fail(req, f"{type(e).__name__}: {e}")
+                return
+            log.warning("backfill %s of %s: reading failed (%s: %s); trying again", req.id, req.table,
+                        type(e).__name__, e)
+            self._retry_at = time.monotonic() + min(0.2 * self._failures, 5.0)
+
+    def _begin(self, req: BackfillRequest) -> BackfillRequest | None:
+        """Take a pending request: the table starts streaming if it did not (its baseline),
+        its range is planned in chunks, and the plan is recorded."""
+        s, name = self.state, req.table
+        problem = self._problem(name)
+        if problem:
+            self._fail(req, problem)
+            return None
+        t = s.tables.get(name)
+        with connect(self.conn) as c, c.cursor() as cur:
+            if t is None or not t.streamed or t.needs_backfill or t.schema is None:
+                # Described at a binlog position E with no DDL around it; its changes up to E are
+                # not applied (every chunk is read after E): see cdc_core/backfill.py.
+                at, schemas = stable_describe(self.conn, self.cfg.source.server_id + 1, cur, [name], self.cfg.source)
+                if name not in schemas:
+                    self._fail(req, f"{name} does not exist on the source")
+                    return None
+                schema = schemas[name]
+                if not schema.row_key:
+                    self._fail(req, _KEYLESS.format(name=name))
+                    return None
+                self.recorder.entry(name, at, 0, "baseline", Status.BASELINE, schema=schema,
+                                    description="schema at backfill start", detail=f"backfill {req.id}")
+                s.tables[name] = TableState(name, schema, at, streamed=True)
+                s.set_schema(name, schema)
+                self.sinks.open(name, schema, s.streamed())
+            schema = s.tables[name].schema
+            key = chunk_key(schema, self.cfg.source.snapshot.chunk_key_columns)
+            plan = plan_chunks(cur, schema, key, self.cfg.source.snapshot.chunk_size)
+        chunks = self._restrict(schema, plan, req)
+        req = self._save(req.next(state=BackfillState.RUNNING, chunks=tuple(chunks),
+                                  detail=f"{len(chunks)} chunks on {key}"))
+        log.info("backfill %s of %s (%s): %d chunks", req.id, name, req.describe_range(), len(chunks))
+        if not chunks:
+            self._save(req.next(state=BackfillState.DONE))
+        return req
+
+    def _problem(self, name: str) -> str | None:
+        if not self.cfg.source.captures(name):
+            return f"{name} is not captured by this pipeline's config"
+        if self.router.routed(name):
+            return f"{name} is routed into {self.router.sink(name)}: routed tables cannot be backfilled online yet"
+        return None
+
+    def _restrict(self, schema: TableSchema, plan, req: BackfillRequest):
+        """The plan's chunks holding ``[req.lo, req.hi)``, clipped to it."""
+        if req.whole_table:
+            return plan
+        part = self._order(schema, plan[0].key).partition([c.lo for c in plan[1:]])
+        first = part.locate([req.lo])[0] if req.lo is not None else 0
+        last = part.locate([req.hi])[0] if req.hi is not None else len(plan) - 1
+        return clip(plan, first, last, req.lo, req.hi)
+
+    def _order(self, schema: TableSchema, key: str):
+        return self.key_orders.for_column(schema.column(key))
+
+    def _read_next(self, req: BackfillRequest) -> None:
+        s = self.state
+        schema = s.tables[req.table].schema
+        chunk = req.chunks[req.chunks_done]
+        if req.id not in self._candidates:
+            self._candidates[req.id] = self._find_candidates(req, schema)
+        if self._control is None:
+            self._control = connect(self.conn)
+        reader = ChunkReader(self.conn, self._control, chunk_fetch(self.conn, schema), self.cfg.source.server_id + 1)
+        result = reader.select(schema, chunk)
+        self.inflight = InFlight(req, schema, result, ChunkMerge())
+        log.info("backfill %s of %s: chunk %d/%d read (%d rows) between %s and %s", req.id, req.table,
+                 chunk.index + 1, len(req.chunks), result.table.num_rows, result.low_watermark,
+                 result.high_watermark)
+
+    def _find_candidates(self, req: BackfillRequest, schema: TableSchema) -> dict[int, list[tuple]]:
+        """Row keys Delta holds in each chunk of ``req`` not merged yet (cdc_core/backfill.py)."""
+        dt = self.sinks.tables.get(self.router.sink(req.table)) or self.sinks.open(req.table, schema,
+                                                                                    self.state.streamed())
+        dt.update_incremental()
+        names = delta_schema(dt).names
+        ckey = req.chunks[0].key
+        wanted = list(dict.fromkeys([*schema.row_key, ckey]))
+        cols = [delta_name(names, k) for k in wanted]
+        if any(c is None for c in cols):
+            return {}
+        data = dt.to_pyarrow_dataset().to_table(columns=cols)
+        values = {k: data.column(c).to_pylist() for k, c in zip(wanted, cols)}
+        keys = list(zip(*(values[k] for k in schema.row_key))) if data.num_rows else []
+        pending = req.chunks[req.chunks_done:]
+        bounds = ([pending[0].lo] if pending[0].lo is not None else []) + [c.lo for c in pending[1:]] + \
+            ([pending[-1].hi] if pending[-1].hi is not None else [])
+        offset = 1 if pending[0].lo is not None else 0
+        ranks = self._order(schema, ckey).partition(bounds).locate(values[ckey])  # Delta's values are canonical
+        out: dict[int, list[tuple]] = {c.index: [] for c in pending}
+        for k, r in zip(keys, ranks, strict=True):
+            i = r - offset
+            if 0 <= i < len(pending):
+                out[pending[i].index].append(k)
+        return out
+
+    # --- the stream's side ---------------------------------------------------------------------------
+
+    def on_rows(self, name: str, schema: TableSchema, ev: RowsEvent) -> None:
+        """A row event the stream applies: keys of the chunk's table changed between its
+        watermarks are touched."""
+        f = self.inflight
+        if f is None or name != f.table or not (f.result.low_watermark < ev.position <= f.result.high_watermark):
+            return
+        names = [c.name.lower() for c in schema.columns]  # the event's columns, in its layout's order
+        idx = [names.index(k.lower()) for k in f.schema.row_key]
+        cols = [schema.columns[i] for i in idx]
+        images = [img for r in ev.rows for img in (r if ev.op == "u" else (r,))]
+        f.merge.touched.update(tuple(binlog_value(c, img[i]) for c, i in zip(cols, idx)) for img in images)
+
+    def due(self, rec) -> bool:
+        """Whether ``rec`` shows the stream has read everything up to the chunk's high watermark."""
+        f = self.inflight
+        if f is None:
+            return False
+        hw = f.result.high_watermark
+        if isinstance(rec, Heartbeat):
+            return self.state.resume == self.state.position and rec.position >= hw
+        position = getattr(rec, "position", None)
+        return position is not None and position > hw
+
+    def merge(self) -> None:
+        """The chunk in flight merged at its high watermark (the engine committed every change up
+        to it): one Delta commit, then the request's progress."""
+        f, self.inflight = self.inflight, None
+        s = self.state
+        t = s.tables.get(f.table)
+        if t is None or not t.streamed or t.schema != f.schema or s.holds:
+            log.info("backfill %s of %s: the table changed under chunk %d; reading it again", f.request.id, f.table,
+                     f.result.chunk.index)
+            return
+        req = next(r for r in self.requests if r.id == f.request.id)
+        chunk = f.result.chunk
+        rows = f.result.table
+        pk = f.schema.row_key
+        keys = list(zip(*(rows.column(k).to_pylist() for k in pk))) if rows.num_rows else []
+        upsert_idx, deletes = f.merge.decide(keys, self._candidates.get(req.id, {}).get(chunk.index, []))
+        sink = self.router.sink(f.table)
+        target = self.sinks.schemas[sink]
+        upsert = conform(rows.take(pa.array(upsert_idx, pa.int64())), target, f.table, pk)
+        delete = conform(_deletions(rows.schema, pk, deletes, f.result.high_watermark.seq()), target, f.table, pk)
+        key = tuple(delta_name(target.names, k) or k for k in pk)
+        marker = {BACKFILL_KEY: json.dumps({"id": req.id, "table": f.table, "chunk": chunk.index,
+                                            "high_watermark": f.result.high_watermark.to_dict()})}
+        applied = apply_changes(self.sinks.tables[sink], key, upsert.slice(0, 0), upsert, delete,
+                                stream_commit_properties(self.cfg.pipeline.name, s.offset, marker))
+        done = req.chunks_done + 1
+        finished = done == len(req.chunks)
+        self._save(req.next(chunks_done=done, rows=req.rows + applied.inserted + applied.updated,
+                            state=BackfillState.DONE if finished else BackfillState.RUNNING))
+        self._candidates.get(req.id, {}).pop(chunk.index, None)
+        if finished:
+            self._candidates.pop(req.id, None)
+            log.warning("backfill %s of %s (%s) is done", req.id, f.table, req.describe_range())
+        log.info("backfill %s of %s: chunk %d merged (%d upserted, %d deleted, %d keys left to the stream)",
+                 req.id, f.table, chunk.index, len(upsert_idx), len(deletes), len(f.merge.touched))
+
+
+_KEYLESS = ("{name} has no row key (primary key, NOT NULL unique key or source.key_columns): it cannot be "
+            "backfilled online; give it one, or re-snapshot it")
+
+
+
+
+def _deletions(schema: pa.Schema, pk: tuple[str, ...], keys: list[tuple], seq: int) -> pa.Table:
+    """Rows deleting ``keys``: key columns set, ``_cdc_op`` 'd', the rest NULL."""
+    n = len(keys)
+    cols = {k: [k_[i] for k_ in keys] for i, k in enumerate(pk)}
+    arrays = []
+    for f in schema:
+        if f.name in cols:
+            arrays.append(pa.array(cols[f.name], f.type))
+        elif f.name == CDC_OP:
+            arrays.append(pa.array(["d"] * n, f.type))
+        elif f.name == CDC_SEQ:
+            arrays.append(pa.array([seq] * n, f.type))
+        else:
+            arrays.append(pa.nulls(n, f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
