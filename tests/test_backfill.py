@@ -15,6 +15,7 @@ Every test ends comparing Delta with MySQL row by row.
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from pipelines.backfill_requests import request_backfill
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import table_uri
 from pipelines.stream import StreamEngine
+from pipelines.stream.backfill import BACKFILL_KEY
 from tests.helpers import assert_equal, diff_tables, snapshot, write_config_file
 from tests.test_stream_crash import Stream, _env, wait_for
 
@@ -146,6 +148,119 @@ def test_backfill_under_writes_hands_off_to_the_running_stream(db, spark, make_c
     finally:
         assert stream.terminate() == 0, stream.describe()
     assert_equal(cfg, [table, f"{name}.other"])
+    merges = _merges(cfg, table)
+    assert merges and sum(m["left_to_stream"] for m in merges) > 0, merges  # the writer hit the windows
+
+
+def _merges(cfg, table: str) -> list[dict]:
+    """The backfill merges committed to ``table`` (their commit metadata), oldest first."""
+    out = []
+    for commit in reversed(DeltaTable(table_uri(cfg.sink.path, table)).history()):
+        raw = commit.get(BACKFILL_KEY)
+        if raw:
+            out.append(json.loads(raw) if isinstance(raw, str) else raw)
+    return out
+
+
+def test_table_added_to_the_capture_list_is_backfilled_while_another_streams(db, spark, make_config, tmp_path):
+    name, conn = db
+    with conn.cursor() as cur:
+        _table(cur, "other", 1000)
+        _table(cur, "big", 100_000)
+    first = make_config(name, chunk_size=20_000, source={"tables": [rf"{name}\.other"]},
+                        stream={"max_batch_rows": 2000, "max_batch_seconds": 0.3})
+    snapshot(first, spark)
+    StreamEngine(first, until_now=True).run()
+    # The config now captures big too: a restart backfills it, without a re-snapshot.
+    cfg = first.model_copy(update={"source": first.source.model_copy(update={"tables": [rf"{name}\..*"]})})
+    config = write_config_file(cfg, tmp_path / "binlake.yaml")
+    settings = connection_settings(cfg)
+    stop = threading.Event()
+    touched: dict[str, list[int]] = {}
+    writers = [threading.Thread(target=lambda t=t, hi=hi, s=s: touched.setdefault(
+        t, _writer(settings, name, t, hi, stop, s))) for t, hi, s in (("big", 100_000, 3), ("other", 1000, 4))]
+    stream = Stream(config, tmp_path / "logs", password=cfg.source.password.get_secret_value())
+    big = f"{name}.big"
+    try:
+        for w in writers:
+            w.start()
+        wait_for(lambda: any(r.table == big and r.state == BackfillState.DONE for r in _requests(cfg)), 240,
+                 "the backfill of the added table", interval=0.5)
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        for w in writers:
+            w.join()
+    try:
+        wait_for(lambda: all(d.equal for d in diff_tables(cfg, [big, f"{name}.other"])), 90,
+                 "Delta to catch up with MySQL", interval=1.0)
+    finally:
+        assert stream.terminate() == 0, stream.describe()
+    assert_equal(cfg, [big, f"{name}.other"])
+    assert len(touched["big"]) > 100
+    status = subprocess.run([sys.executable, "-m", "pipelines.cli", "status", "-c", config],
+                            capture_output=True, text=True, timeout=120, env={**_env(
+                                cfg.source.password.get_secret_value()), "COLUMNS": "250"})
+    assert "needs backfill" not in status.stdout and "big" in status.stdout, status.stdout
+
+
+def test_tables_renamed_in_or_created_while_stopped_are_backfilled(db, spark, make_config):
+    name, conn = db
+    with conn.cursor() as cur:
+        _table(cur, "acct", 3000)
+        _table(cur, "staging", 0)
+    cfg = make_config(name, chunk_size=1000, source={"exclude_tables": [rf"{name}\.staging"]})
+    snapshot(cfg, spark)
+    StreamEngine(cfg, until_now=True).run()
+    with conn.cursor() as cur:
+        cur.execute(ROWS_SQL.format(t="staging", n=2500))
+        cur.execute("RENAME TABLE staging TO loaded")  # enters the capture with rows Delta never saw
+        _table(cur, "early", 0)
+        cur.execute(ROWS_SQL.format(t="early", n=1200))
+    StreamEngine(cfg, until_now=True).run()  # sees the RENAME and early's CREATE: early is captured from it
+    with conn.cursor() as cur:
+        cur.execute("UPDATE loaded SET v = v + 1 WHERE id % 3 = 0")
+        cur.execute("DELETE FROM loaded WHERE id % 11 = 0")
+    summary = StreamEngine(cfg, until_now=True).run()
+    assert summary.stop_reason.startswith("reached")
+    tables = [f"{name}.{t}" for t in ("acct", "loaded", "early")]
+    assert_equal(cfg, tables)
+    # Created while the stream was stopped: its CREATE is read from the binlog, captured from creation.
+    with conn.cursor() as cur:
+        _table(cur, "later", 1500)
+    StreamEngine(cfg, until_now=True).run()
+    assert_equal(cfg, [*tables, f"{name}.later"])
+    reasons = {r.table: r.reason for r in _requests(cfg) if r.state == BackfillState.DONE}
+    assert f"{name}.loaded" in reasons and f"{name}.acct" not in reasons, reasons
+
+
+def test_a_ddl_between_a_chunk_read_and_its_merge_reads_it_again(db, spark, make_config):
+    name, conn = db
+    with conn.cursor() as cur:
+        _table(cur, "acct", 4000)
+    cfg = make_config(name, chunk_size=1000)
+    snapshot(cfg, spark)
+    StreamEngine(cfg, until_now=True).run()
+    table = f"{name}.acct"
+    _damage(cfg, table, range(1, 4000))
+    request_backfill(cfg, table)
+    engine = StreamEngine(cfg, until_now=True)
+    original = engine._start
+
+    def start_then_alter():
+        original()
+        engine.backfills.poll(force=True)
+        engine.backfills.step()  # the first chunk is read; then a DDL and writes before its high watermark
+        assert engine.backfills.inflight is not None
+        with conn.cursor() as cur:
+            cur.execute("ALTER TABLE acct ADD COLUMN extra INT DEFAULT 5")
+            cur.execute("UPDATE acct SET extra = id WHERE id < 600")
+
+    engine._start = start_then_alter
+    engine.run()
+    assert_equal(cfg, [table])
+    merged = [m["chunk"] for m in _merges(cfg, table)]
+    assert sorted(set(merged)) == list(range(len(set(merged)))) and merged.count(0) == 1, merged
 
 
 def test_cli_lists_pauses_resumes_and_cancels(db, make_config, tmp_path):

@@ -306,8 +306,9 @@ class Backfills:
         upsert = conform(rows.take(pa.array(upsert_idx, pa.int64())), target, f.table, pk)
         delete = conform(_deletions(rows.schema, pk, deletes, f.result.high_watermark.seq()), target, f.table, pk)
         key = tuple(delta_name(target.names, k) or k for k in pk)
-        marker = {BACKFILL_KEY: json.dumps({"id": req.id, "table": f.table, "chunk": chunk.index,
-                                            "high_watermark": f.result.high_watermark.to_dict()})}
+        marker = {BACKFILL_KEY: json.dumps({
+            "id": req.id, "table": f.table, "chunk": chunk.index, "high_watermark": f.result.high_watermark.to_dict(),
+            "upserted": len(upsert_idx), "deleted": len(deletes), "left_to_stream": len(f.merge.touched)})}
         applied = apply_changes(self.sinks.tables[sink], key, upsert.slice(0, 0), upsert, delete,
                                 stream_commit_properties(self.cfg.pipeline.name, s.offset, marker))
         done = req.chunks_done + 1
