@@ -44,13 +44,13 @@ def _table(cur, name: str, rows: int) -> None:
         cur.execute(ROWS_SQL.format(t=name, n=rows))
 
 
-def _damage(cfg, name: str, ids: range) -> None:
+def _damage(cfg, name: str, ids: range, salt: int = 0) -> None:
     """Delete every 7th row of ``ids`` from Delta, change every 5th, and add rows MySQL never had."""
     dt = DeltaTable(table_uri(cfg.sink.path, name))
     dt.delete(f"id % 7 = 0 AND id >= {ids.start} AND id < {ids.stop}")
     dt.update(updates={"v": "-1"}, predicate=f"id % 5 = 0 AND id >= {ids.start} AND id < {ids.stop}")
     extra = dt.to_pyarrow_table().slice(0, 3)
-    ids_extra = [ids.stop - 1_000_000 * (i + 1) for i in range(3)]  # negative keys: rows MySQL never had
+    ids_extra = [ids.stop - 1_000_000 * (i + 1) - 10 * salt for i in range(3)]  # negative keys: rows MySQL never had
     extra = extra.set_column(extra.schema.get_field_index("id"), "id",
                              pa.array(ids_extra, extra.schema.field("id").type))
     write_deltalake(dt, extra, mode="append")
@@ -295,3 +295,41 @@ def test_cli_lists_pauses_resumes_and_cancels(db, make_config, tmp_path):
                         (("--cancel", "nope"), "no backfill request")):
         r = cli(*args)
         assert r.returncode == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+
+
+def test_sigkill_during_backfills_loses_and_doubles_nothing(db, spark, make_config, tmp_path):
+    """Ten kills at random instants of backfills under writes (chunk reads, between a chunk and
+    its merge, merge commits), each followed by a restart; then Delta equals MySQL."""
+    name, conn = db
+    with conn.cursor() as cur:
+        _table(cur, "acct", 30_000)
+    cfg = make_config(name, chunk_size=1500, stream={"max_batch_rows": 300, "max_batch_seconds": 0.2})
+    config = write_config_file(cfg, tmp_path / "binlake.yaml")
+    snapshot(cfg, spark)
+    table = f"{name}.acct"
+    rng = random.Random(20261123)
+    settings = connection_settings(cfg)
+    stop = threading.Event()
+    writer = threading.Thread(target=_writer, args=(settings, name, "acct", 30_000, stop, 5))
+    writer.start()
+    kills = 0
+    try:
+        for round_ in range(3):
+            _damage(cfg, table, range(1, 30_000), round_)
+            request_backfill(cfg, table)
+            for _ in range(4):
+                if kills == 10:
+                    break
+                stream = Stream(config, tmp_path / "logs", password=cfg.source.password.get_secret_value())
+                wait_for(lambda s=stream: not s.alive() or any(r.state == BackfillState.RUNNING
+                                                               for r in _requests(cfg)), 60, "a running backfill")
+                time.sleep(rng.uniform(0.2, 2.5))
+                stream.kill()
+                kills += 1
+    finally:
+        stop.set()
+        writer.join()
+    assert kills == 10
+    StreamEngine(cfg, until_now=True).run()
+    assert all(r.state == BackfillState.DONE for r in _requests(cfg)), _requests(cfg)
+    assert_equal(cfg, [table])

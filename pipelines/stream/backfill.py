@@ -254,7 +254,11 @@ class Backfills:
         offset = 1 if pending[0].lo is not None else 0
         ranks = self._order(schema, ckey).partition(bounds).locate(values[ckey])  # Delta's values are canonical
         out: dict[int, list[tuple]] = {c.index: [] for c in pending}
+        seen: set[tuple] = set()
         for k, r in zip(keys, ranks, strict=True):
+            if k in seen:  # a key Delta holds twice (a hand-made copy): one deletion removes both
+                continue
+            seen.add(k)
             i = r - offset
             if 0 <= i < len(pending):
                 out[pending[i].index].append(k)

@@ -1,0 +1,85 @@
+"""The online backfill's pure parts (cdc_core/backfill.py), no server needed: the merge
+decision, request states, key bounds and range clipping."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+
+from cdc_core.backfill import BackfillRequest, BackfillState, ChunkMerge, clip, key_value, latest_requests
+from cdc_core.chunking import Chunk
+from cdc_core.errors import BadInput
+from cdc_core.table_schema import Column
+
+
+def test_merge_writes_untouched_rows_and_deletes_untouched_candidates_absent_from_the_chunk():
+    m = ChunkMerge(touched={(2,), (4,), (9,)})
+    chunk = [(1,), (2,), (3,)]
+    upsert, delete = m.decide(chunk, [(1,), (3,), (4,), (5,), (9,)])
+    assert upsert == [0, 2]  # key 2 was changed between the watermarks: the stream's row stays
+    assert delete == [(5,)]  # 4 and 9 were touched (the stream applied their fate); 1 and 3 are in the chunk
+
+
+def test_merge_reverts_nothing_the_stream_wrote_and_restores_what_it_did_not():
+    """Simulate a range: Delta holds stale rows; the source changes keys between the
+    watermarks; after the merge plus the stream's changes the range equals the source."""
+    delta = {1: "stale", 2: "old", 3: "old", 7: "gone-in-mysql"}
+    chunk = {1: "a", 2: "b-at-select", 3: "c", 5: "e"}  # the SELECT, somewhere between LW and HW
+    window = [(2, "b-final"), (5, None), (6, "f")]  # changes in (LW, HW], applied by the stream
+    source_at_hw = {1: "a", 2: "b-final", 3: "c", 6: "f"}
+    for k, v in window:  # the stream applies the window first (it reaches HW before the merge)
+        if v is None:
+            delta.pop(k, None)
+        else:
+            delta[k] = v
+    m = ChunkMerge(touched={(k,) for k, _ in window})
+    keys = [(k,) for k in chunk]
+    upsert, delete = m.decide(keys, [(k,) for k in (1, 2, 3, 7)])
+    for i in upsert:
+        delta[keys[i][0]] = chunk[keys[i][0]]
+    for (k,) in delete:
+        delta.pop(k, None)
+    assert delta == source_at_hw
+
+
+def _req(**kw) -> BackfillRequest:
+    return BackfillRequest(**{"id": "r1", "table": "d.t", **kw})
+
+
+def test_latest_state_wins_and_a_finished_request_stays_finished():
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    rows = [_req(seq=1, updated_at=t0), _req(seq=2, state=BackfillState.RUNNING, updated_at=t0),
+            _req(seq=3, state=BackfillState.CANCELLED, updated_at=t0),
+            _req(seq=4, state=BackfillState.RUNNING, chunks_done=3, updated_at=t0),  # the stream, late
+            _req(id="r2", seq=1, updated_at=t0 + dt.timedelta(seconds=1))]
+    got = latest_requests(reversed(rows))
+    assert [r.id for r in got] == ["r1", "r2"]
+    assert got[0].state == BackfillState.CANCELLED and got[1].state == BackfillState.PENDING
+
+
+def test_request_round_trips_through_its_control_row():
+    chunks = (Chunk("d.t", 0, "k", None, Decimal("1.50")), Chunk("d.t", 1, "k", Decimal("1.50"), None))
+    r = BackfillRequest.new("d.t", Decimal("0.5"), None).next(state=BackfillState.RUNNING, chunks=chunks,
+                                                                chunks_done=1, rows=10)
+    back = BackfillRequest.from_row(r.to_row("p"))
+    assert back == r
+    assert back.progress() == "running 1/2 chunks, 10 rows"
+    assert back.describe_range() == "[0.5, ∞)"
+
+
+def test_key_bounds_take_the_chunk_key_columns_type():
+    assert key_value(Column("k", "bigint", "bigint(20)"), "42") == 42
+    assert key_value(Column("k", "decimal", "decimal(10,2)"), "1.25") == Decimal("1.25")
+    assert key_value(Column("k", "date", "date"), "2024-02-29") == dt.date(2024, 2, 29)
+    assert key_value(Column("k", "varchar", "varchar(10)"), "abc") == "abc"
+    with pytest.raises(BadInput, match="not a value of the chunk key column k"):
+        key_value(Column("k", "int", "int(11)"), "ten")
+
+
+def test_clip_keeps_the_chunks_holding_the_range_and_bounds_them_by_it():
+    plan = [Chunk("d.t", i, "k", lo, hi) for i, (lo, hi) in enumerate([(None, 10), (10, 20), (20, 30), (30, None)])]
+    got = clip(plan, 1, 2, 12, 25)
+    assert [(c.index, c.lo, c.hi) for c in got] == [(0, 12, 20), (1, 20, 25)]
+    assert [(c.lo, c.hi) for c in clip(plan, 0, 3, None, None)] == [(None, 10), (10, 20), (20, 30), (30, None)]
