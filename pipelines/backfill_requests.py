@@ -60,13 +60,19 @@ def change_state(cfg: BinlakeConfig, request_id: str, state: BackfillState) -> B
 
 
 def wait_for(cfg: BinlakeConfig, request_id: str, on_progress: Callable[[BackfillRequest], None],
-             poll_seconds: float = 1.0) -> BackfillRequest:
-    """Wait until another process (the running stream) finished, failed or cancelled the
-    request; ``on_progress`` sees each state read."""
+             seconds: float, poll_seconds: float = 1.0) -> BackfillRequest:
+    """Wait up to ``seconds`` for another process (the running stream) to finish, fail or cancel
+    the request; ``on_progress`` sees each state read. Returns the last state read."""
     store = ControlStore.of(cfg)
+    deadline = time.monotonic() + seconds
     while True:
         req = next(r for r in store.backfills() if r.id == request_id)
         on_progress(req)
-        if req.state.terminal:
+        if req.state.terminal or req.state == BackfillState.PAUSED or time.monotonic() >= deadline:
             return req
         time.sleep(poll_seconds)
+
+
+def current(cfg: BinlakeConfig, request_id: str) -> BackfillRequest:
+    """The request's current state."""
+    return next(r for r in ControlStore.of(cfg).backfills() if r.id == request_id)

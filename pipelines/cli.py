@@ -190,7 +190,7 @@ def cmd_run(args) -> int:
 
 def cmd_backfill(args) -> int:
     from cdc_core.backfill import BackfillState
-    from pipelines.backfill_requests import change_state, request_backfill, wait_for
+    from pipelines.backfill_requests import change_state, current, request_backfill, wait_for
 
     cfg = _load(args.config)
     if args.list:
@@ -210,32 +210,33 @@ def cmd_backfill(args) -> int:
     if args.no_wait:
         out.print("the stream works on it (a running one within seconds, else the next `binlake stream`)")
         return EXIT_OK
-    with _sole_writer(cfg, args, refuse=False) as lock:
-        if lock is not None:  # no stream running: stream until the backfill (and the binlog up to now) is done
-            if _problems(cfg):
-                return EXIT_BAD_INPUT
-            _stream(cfg, until_now=True)
-    if lock is None:
+    while True:
+        with _sole_writer(cfg, args, refuse=False) as lock:
+            if lock is not None:  # no stream running: stream until the backfill (and the binlog up to now) is done
+                if _problems(cfg):
+                    return EXIT_BAD_INPUT
+                _stream(cfg, until_now=True)
+                req = current(cfg, req.id)
+                break
+        # Another process writes the pipeline: a running stream does the work; if it stops first
+        # (a bounded run), the next round takes the lock and finishes it here.
         with err.status(f"waiting for the running stream to backfill {req.table}") as status:
-            req = wait_for(cfg, req.id, lambda r: status.update(f"backfill {r.id} of {r.table}: {r.progress()}"))
-    else:
-        req = next(r for r in _store(cfg).backfills() if r.id == req.id)
+            req = wait_for(cfg, req.id, lambda r: status.update(f"backfill {r.id} of {r.table}: {r.progress()}"),
+                           seconds=10)
+        if req.state.terminal or req.state == BackfillState.PAUSED:
+            break
     out.print(f"backfill {req.id} of {req.table}: {req.progress()}{': ' + req.detail if req.detail else ''}",
               soft_wrap=True, highlight=False)
     return EXIT_OK if req.state == BackfillState.DONE else EXIT_RUNTIME
-
-
-def _store(cfg: BinlakeConfig):
-    from pipelines.control_store import ControlStore
-
-    return ControlStore.of(cfg)
 
 
 def _backfill_list(cfg: BinlakeConfig) -> None:
     t = Table(title=f"backfills of {cfg.pipeline.name}")
     for col in ("id", "table", "range", "reason", "state", "updated"):
         t.add_column(col, no_wrap=True)
-    for r in _store(cfg).backfills():
+    from pipelines.control_store import ControlStore
+
+    for r in ControlStore.of(cfg).backfills():
         t.add_row(r.id, r.table, escape(r.describe_range()), r.reason, escape(r.progress()),
                   r.updated_at.strftime("%Y-%m-%d %H:%M:%S") if r.updated_at else "-")
     out.print(t)

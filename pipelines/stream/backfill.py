@@ -105,7 +105,7 @@ class Backfills:
         open_tables = {r.table for r in self.requests if not r.state.terminal}
         for name, t in sorted(self.state.tables.items()):
             if t.needs_backfill and name not in open_tables and self.cfg.source.captures(name) \
-                    and not self._cancelled(name):
+                    and not self._declined(name):
                 req = BackfillRequest.new(name, reason="needed").next()
                 self.store.save_backfill(req)
                 self.requests.append(req)
@@ -116,11 +116,11 @@ class Backfills:
                      f.result.chunk.index)
             self.inflight = None
 
-    def _cancelled(self, name: str) -> bool:
-        """The table's latest request was cancelled: the user chose not to backfill it (until
-        they request it again)."""
+    def _declined(self, name: str) -> bool:
+        """The table's latest request was cancelled (the user chose not to backfill it) or failed
+        (its error says why): not requested again until the user does."""
         mine = [r for r in self.requests if r.table == name]
-        return bool(mine) and mine[-1].state == BackfillState.CANCELLED
+        return bool(mine) and mine[-1].state in (BackfillState.CANCELLED, BackfillState.FAILED)
 
     def _save(self, req: BackfillRequest) -> BackfillRequest:
         self.store.save_backfill(req)
@@ -146,8 +146,11 @@ class Backfills:
         try:
             if req.state == BackfillState.PENDING:
                 req = self._begin(req)
-                if req is None:
+                if req is None or req.state == BackfillState.DONE:
                     return
+            if req.chunks_done >= len(req.chunks):  # planned empty, stopped before it was marked done
+                self._save(req.next(state=BackfillState.DONE))
+                return
             self._read_next(req)
             self._failures = 0
         except (StartupError, ChunkKeyError) as e:
@@ -197,7 +200,7 @@ class Backfills:
                                   detail=f"{len(chunks)} chunks on {key}"))
         log.info("backfill %s of %s (%s): %d chunks", req.id, name, req.describe_range(), len(chunks))
         if not chunks:
-            self._save(req.next(state=BackfillState.DONE))
+            req = self._save(req.next(state=BackfillState.DONE))
         return req
 
     def _problem(self, name: str) -> str | None:

@@ -1,0 +1,163 @@
+"""Online backfill benchmark: throughput against the initial snapshot of the same table, and
+the stream's lag for other tables while a backfill runs.
+
+    .venv/bin/python bench/backfill.py [--rows N] [--chunk-size N] [--lag-seconds S]
+
+One run starts a throwaway MariaDB (pipelines.local_mariadb), loads bench/snapshot.py's
+7-column table (N rows, default 1,000,000) and bench/stream.py's latency table, and:
+
+1. Throughput (whole processes, as a user runs them): ``binlake snapshot`` on a fresh lake
+   (Spark starts, every chunk read) is the baseline; after ``binlake stream --until now``,
+   ``binlake backfill --table bench.t`` (no stream running: it streams until the backfill is
+   done) reads the same table again. Reported: seconds and rows/s of each, the ratio of the
+   backfill's rate to the snapshot's (goal >= 0.7), and the same ratio in-session (the
+   snapshot's own timer against the backfill request's first "running" and "done" rows).
+2. Lag: ``binlake stream`` runs as a subprocess; bench/stream.py's paced writer inserts
+   2,000 rows/s into ``lat.events``; once the stream is up, a backfill of ``bench.t`` is
+   requested (``--no-wait``) and the writer keeps writing while it runs. Latency = when a
+   row became visible to a Delta reader (a poller every 50 ms) minus its MySQL COMMIT, for
+   rows committed while the backfill ran; p50/p99/max reported (goal p99 <= 5 s).
+
+Figures go to bench/out/backfill.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import yaml  # noqa: E402
+
+from bench.snapshot import DB, TABLE, load_table  # noqa: E402
+from bench.stream import DDL, LAT_DB, LAT_TABLE, DeltaPoller, PacedWriter, percentile  # noqa: E402
+from cdc_core.backfill import BackfillState  # noqa: E402
+from cdc_core.config import load_config  # noqa: E402
+from pipelines.control_store import ControlStore  # noqa: E402
+from pipelines.local_mariadb import LocalMariaDB  # noqa: E402
+
+OUT = REPO / "bench" / "out" / "backfill.json"
+PASSWORD_VAR = "BINLAKE_BENCH_PASSWORD"
+TARGET_RATIO, TARGET_P99_S = 0.7, 5.0
+
+
+def cli(config: Path, password: str, *args: str, timeout: float = 1800) -> tuple[float, str]:
+    """Seconds of one ``binlake`` process and its output; fails on a non-zero exit."""
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "pipelines.cli", *args, "-c", str(config)], cwd=REPO,
+                       capture_output=True, text=True, timeout=timeout, env={**os.environ, PASSWORD_VAR: password})
+    if r.returncode != 0:
+        raise AssertionError(f"binlake {' '.join(args)} exited {r.returncode}: {r.stdout[-2000:]}{r.stderr[-2000:]}")
+    return time.perf_counter() - t0, r.stdout
+
+
+def in_session_seconds(store: ControlStore, request_id: str) -> float:
+    """From the request's first "running" row to its "done" row."""
+    rows = [r for r in store._read("backfill_requests") if r["id"] == request_id]
+    running = min(r["updated_at"] for r in rows if r["state"] == BackfillState.RUNNING)
+    done = max(r["updated_at"] for r in rows if r["state"] == BackfillState.DONE)
+    return (done - running).total_seconds()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--chunk-size", type=int, default=50_000)
+    ap.add_argument("--lag-seconds", type=float, default=20.0, help="writing time during the lag backfill")
+    args = ap.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="binlake-backfill-bench-"))
+    server = LocalMariaDB(server_id=1)
+    doc: dict = {"rows": args.rows, "chunk_size": args.chunk_size}
+    try:
+        server.start()
+        load_table(server, args.rows)
+        with server.connect() as conn, conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{LAT_DB}`")
+            cur.execute(DDL.format(db=LAT_DB, table=LAT_TABLE))
+        config = work / "binlake.yaml"
+        config.write_text(yaml.safe_dump({
+            "pipeline": {"name": "bench_backfill"},
+            "source": {"host": server.host, "port": server.port, "user": server.user,
+                       "password": "${" + PASSWORD_VAR + "}", "server_id": 7100,
+                       "tables": [rf"{DB}\.{TABLE}", rf"{LAT_DB}\.{LAT_TABLE}"],
+                       "snapshot": {"chunk_size": args.chunk_size}},
+            "sink": {"path": str(work / "lake")}}))
+        os.environ[PASSWORD_VAR] = server.password
+        store = ControlStore.of(load_config(str(config)))
+        full = f"{DB}.{TABLE}"
+
+        # 1. throughput
+        snap_s, snap_out = cli(config, server.password, "snapshot")
+        m = [line for line in snap_out.splitlines() if "snapshot of" in line]
+        snap_session = float(m[0].split("(")[1].split("s)")[0]) if m else float("nan")
+        cli(config, server.password, "stream", "--until", "now")
+        back_s, _ = cli(config, server.password, "backfill", "--table", full)
+        req = next(r for r in store.backfills() if r.table == full)
+        assert req.state == BackfillState.DONE, req
+        back_session = in_session_seconds(store, req.id)
+        doc["throughput"] = {
+            "snapshot_s": snap_s, "snapshot_in_session_s": snap_session, "backfill_s": back_s,
+            "backfill_in_session_s": back_session, "chunks": len(req.chunks),
+            "ratio_whole_process": snap_s / back_s, "ratio_in_session": snap_session / back_session}
+        t = doc["throughput"]
+        print(f"1. throughput, {args.rows:,} rows, chunk_size {args.chunk_size:,} ({len(req.chunks)} chunks)")
+        print(f"   binlake snapshot   {snap_s:7.2f} s ({args.rows / snap_s:,.0f} rows/s), in session "
+              f"{snap_session:.2f} s")
+        print(f"   binlake backfill   {back_s:7.2f} s ({args.rows / back_s:,.0f} rows/s), request running -> done "
+              f"{back_session:.2f} s")
+        print(f"   backfill/snapshot rate: whole process {t['ratio_whole_process']:.2f}, in session "
+              f"{t['ratio_in_session']:.2f} (goal >= {TARGET_RATIO})")
+
+        # 2. lag of another table while a backfill runs
+        log = open(work / "stream.log", "wb")
+        proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "stream", "-c", str(config)], cwd=REPO,
+                                stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy(), start_new_session=True)
+        poller = DeltaPoller(str(work / "lake" / LAT_DB / LAT_TABLE), 0.05).start()
+        writer = PacedWriter(server, 20, 100)
+        try:
+            warm = writer.transaction()
+            if not poller.wait_for(lambda: warm, 120):
+                raise RuntimeError("the stream did not start")
+            _, out = cli(config, server.password, "backfill", "--table", full, "--no-wait")
+            rid = out.split()[1]
+            started = time.time()
+            ids, write_s = writer.run(args.lag_seconds)
+            while next(r for r in store.backfills() if r.id == rid).state != BackfillState.DONE:
+                ids += writer.transaction()
+                time.sleep(0.01)
+            finished = time.time()
+            poller.wait_for(lambda: ids, 60)
+        finally:
+            poller.stop()
+            writer.close()
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(60)
+        during = sorted(poller.visible[i] - writer.committed[i] for i in ids
+                        if i in poller.visible and started <= writer.committed[i] <= finished)
+        missing = sum(1 for i in ids if i not in poller.visible)
+        doc["lag"] = {"rows_during_backfill": len(during), "backfill_s": finished - started, "missing": missing,
+                      "p50_s": percentile(during, 50), "p99_s": percentile(during, 99), "max_s": during[-1]}
+        lag = doc["lag"]
+        print(f"2. lag of lat.events (2,000 rows/s) during a backfill of {full} ({finished - started:.1f} s, "
+              f"{len(during):,} rows): p50 {lag['p50_s']:.2f} s, p99 {lag['p99_s']:.2f} s, max {lag['max_s']:.2f} s "
+              f"(goal p99 <= {TARGET_P99_S} s); {missing} rows never seen")
+    finally:
+        server.stop()
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(doc, indent=2, default=str))
+    print(f"figures written to {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
