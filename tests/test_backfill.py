@@ -234,6 +234,29 @@ def test_tables_renamed_in_or_created_while_stopped_are_backfilled(db, spark, ma
     assert f"{name}.loaded" in reasons and f"{name}.acct" not in reasons, reasons
 
 
+def test_a_ddl_binlake_never_read_is_found_at_start_and_backfilled(db, spark, make_config):
+    """A DDL run while the stream was stopped, with ``sql_log_bin=0`` (so not in the binlog):
+    the table's live schema differs from its schema where the stream resumes; it is adopted
+    and the table backfilled, so the existing rows get the new column's values."""
+    name, conn = db
+    with conn.cursor() as cur:
+        _table(cur, "acct", 2000)
+        _table(cur, "quiet", 50)
+    cfg = make_config(name, chunk_size=700)
+    snapshot(cfg, spark)
+    StreamEngine(cfg, until_now=True).run()
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute("ALTER TABLE acct ADD COLUMN extra INT NOT NULL DEFAULT 7")
+        cur.execute("SET SESSION sql_log_bin = 1")
+    StreamEngine(cfg, until_now=True).run()
+    tables = [f"{name}.acct", f"{name}.quiet"]
+    assert_equal(cfg, tables)
+    assert [r.table for r in _requests(cfg)] == [f"{name}.acct"]
+    history = ControlStore.of(cfg).schema_history()
+    assert any(e.table == f"{name}.acct" and e.status == "diverged" and e.needs_backfill for e in history)
+
+
 def test_a_ddl_between_a_chunk_read_and_its_merge_reads_it_again(db, spark, make_config):
     name, conn = db
     with conn.cursor() as cur:

@@ -26,7 +26,7 @@ from cdc_core.chunk_reader import CDC_OP, CDC_SEQ, ChunkReader, ChunkResult
 from cdc_core.chunking import ChunkKeyError, chunk_key, plan_chunks
 from cdc_core.config import BinlakeConfig
 from cdc_core.errors import is_transient
-from cdc_core.events import Heartbeat, RowsEvent
+from cdc_core.events import RowsEvent
 from cdc_core.key_order import KeyOrders
 from cdc_core.schema_history import Status, TableState
 from cdc_core.source import ConnectionSettings, connect
@@ -284,13 +284,7 @@ class Backfills:
     def due(self, rec) -> bool:
         """Whether ``rec`` shows the stream has read everything up to the chunk's high watermark."""
         f = self.inflight
-        if f is None:
-            return False
-        hw = f.result.high_watermark
-        if isinstance(rec, Heartbeat):
-            return self.state.resume == self.state.position and rec.position >= hw
-        position = getattr(rec, "position", None)
-        return position is not None and position > hw
+        return f is not None and self.state.passed(rec, f.result.high_watermark)
 
     def merge(self) -> None:
         """The chunk in flight merged at its high watermark (the engine committed every change up

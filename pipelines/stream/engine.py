@@ -142,6 +142,7 @@ class StreamEngine:
             check_available(cur, plan.start)
             check_server_id(cur, self.cfg.source.server_id, own=self._report_as)
         self.until = plan.until
+        self._live, self._live_at = plan.live, plan.live_at  # checked once the stream reaches live_at
         s.summary.start = plan.start
         history = self.store.schema_history()
         self.recorder = HistoryRecorder(self.store, history)
@@ -216,6 +217,18 @@ class StreamEngine:
                 s.summary.stop_reason = "stop requested" if self._stop.is_set() else "max-seconds reached"
                 return
             self.changes.poll_holds()
+            if ended and not s.holds and self._live_at is not None:
+                # No record passed live_at: nothing of the captured tables after it was read.
+                self.changes.check_live(self._live, self._live_at)
+                self._live_at = None
+                self.backfills.poll(force=True)
+            if ended and not s.holds and self.until_now and self.backfills.busy:
+                # --until now with a backfill to finish (one found at the end): read on, unbounded.
+                self._commit()
+                self.bounded, ended = False, False
+                self.reader.spec = dataclasses.replace(self.reader.spec, until=None)
+                self._restart_reader()
+                continue
             if (ended and not s.holds) or self._past_until():
                 self._commit()
                 s.summary.stop_reason = f"reached {self.until}"
@@ -265,6 +278,9 @@ class StreamEngine:
         if self.backfills.due(rec):  # every change up to the chunk's high watermark is read: commit, merge
             self._commit()
             self.backfills.merge()
+        if self._live_at is not None and s.passed(rec, self._live_at):
+            self.changes.check_live(self._live, self._live_at)  # a change binlake never read: backfilled
+            self._live_at = None
         if isinstance(rec, RowsEvent):
             self._on_rows(rec)
         elif isinstance(rec, TransactionEnd):
@@ -358,12 +374,18 @@ class StreamEngine:
             return
         s.batch = MicroBatch()  # everything it held is after the checkpoint: read again
         self.changes.drop_holds()  # their DDLs and rows are read again from the checkpoint
+        self._restart_reader()
+        self.life.to(State.STREAMING)
+
+    def _restart_reader(self) -> None:
+        """A new reader process from the checkpoint (its table-map ids are new)."""
+        s = self.state
+        self.reader.stop()
         s.layouts.clear()
         s.conversions.clear()
         s.skip = self.sinks.skip_filter(s.offset.applied)
         s.resume, s.position = s.offset.resume, s.offset.applied
         self.reader.start(s.offset.resume, s.offset.applied)
-        self.life.to(State.STREAMING)
 
     # --- commit and checkpoint ------------------------------------------------------------------------
 

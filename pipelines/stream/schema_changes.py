@@ -355,6 +355,19 @@ class SchemaChanges:
             self._reconcile(name, schema)
         return schema
 
+    def check_live(self, live: dict[str, TableSchema], position: BinlogPosition) -> None:
+        """At the position the live schemas were described at: a streamed table whose schema
+        there differs from its live one changed without a DDL binlake read (stream/start.py)."""
+        s = self.state
+        for name, schema in sorted(s.streamed().items()):
+            if name not in live:
+                continue
+            _, d = conversion_schema(schema, live[name], position)
+            if d is not None:
+                self.wait_for_holds([name])
+                self.commit()
+                self._diverged(name, live[name], d)
+
     def _diverged(self, name: str, schema: TableSchema, d: Divergence) -> None:
         s = self.state
         if self.behavior == "exception":

@@ -18,6 +18,11 @@ Invariants (tests/test_stream.py, tests/test_schema_at_position.py):
   Delta does not have, and it is recorded as needing a backfill — never half-captured.
   On a first start from a past position (``earliest``, ``specific``, ``timestamp``) a
   table's schema is taken from its first table map instead (Delta starts empty there).
+- The live schemas are described at ``live_at``, a binlog position with no DDL on the
+  captured tables around the description. When the stream reaches it, each streamed
+  table's schema there (the history plus every DDL read since) must be the live one; a
+  difference is a change binlake never read (a DDL run with ``sql_log_bin=0`` while it
+  was stopped): the table diverged, and it is backfilled (pipelines/stream/schema_changes.py).
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ class StartPlan:
     undecided: set[str] = field(default_factory=set)
     baselines: list[HistoryEntry] = field(default_factory=list)  # to record before streaming
     live: dict[str, TableSchema] = field(default_factory=dict)  # captured tables as they are now (route checks)
+    live_at: BinlogPosition | None = None  # a position ``live`` is the schemas at (no DDL around the describe)
 
 
 def _handoff_filters(cfg: BinlakeConfig, store: ControlStore, router, schemas: dict[str, TableSchema],
@@ -108,7 +114,10 @@ def resolve_start(cfg: BinlakeConfig, store: ControlStore, router, conn: Connect
     live: dict[str, TableSchema] = {}
     if cp is None and mode == "latest":
         latest, live = stable_describe(conn, cfg.source.server_id, cur, names, cfg.source)
-    described = live or describe_captured(cur, names, cfg.source)
+    if live:
+        live_at, described = latest, live
+    else:  # server_id + 1: the stream's own id may still be registered by a process being replaced
+        live_at, described = stable_describe(conn, cfg.source.server_id + 1, cur, names, cfg.source)
     filters, low_watermark = _handoff_filters(cfg, store, router, described, key_orders)
     if cp is not None:
         start, applied = cp.offset.resume, cp.offset.applied
@@ -136,7 +145,7 @@ def resolve_start(cfg: BinlakeConfig, store: ControlStore, router, conn: Connect
     if mode == "snapshot" and filters:
         hw = max(f.max_high_watermark for f in filters.values())
         until = hw if until is None else min(until, hw)
-    plan = StartPlan(start, applied, until, end, filters, live=described)
+    plan = StartPlan(start, applied, until, end, filters, live=described, live_at=live_at)
     _known_tables(plan, store.schema_history(), names, live, cfg.source, first_from_past=cp is None and mode in (
         "earliest", "specific", "timestamp"))
     _legacy_baselines(plan, names)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from cdc_core.events import TableLayout
+from cdc_core.events import Heartbeat, TableLayout
 from cdc_core.handoff import HandoffFilter
 from cdc_core.micro_batch import MicroBatch
 from cdc_core.offsets import SkipFilter, StreamOffset
@@ -83,6 +83,15 @@ class EngineState:
         state.schema = schema
         for key in [k for k in self.conversions if k[0] == table]:
             del self.conversions[key]
+
+    def passed(self, rec, position: BinlogPosition) -> bool:
+        """Whether reader record ``rec`` shows every change up to ``position`` is read (and,
+        handled before ``rec``, nothing after it): a later event, or a heartbeat at or past it
+        between transactions."""
+        if isinstance(rec, Heartbeat):
+            return self.resume == self.position and rec.position >= position
+        at = getattr(rec, "position", None)
+        return at is not None and at > position
 
     def held_rows(self) -> int:
         return sum(h.batch.rows for h in self.holds.values())
