@@ -14,8 +14,10 @@ writer of the pipeline, pipelines/stream/backfill.py):
      Delta commit, the rows of S whose key was not touched are upserted and the
      *candidates* of C that are neither in S nor touched are deleted.
 
-Candidates are the row keys Delta held in the range when the backfill started (or
-resumed) with their chunk found in the server's order of the chunk key. A key Delta
+Candidates are the row keys Delta held in the range at some instant after the backfill
+started and before the chunk's LW: for an integer chunk key, read by a range filter right
+before the chunk is read; otherwise when the backfill started (or resumed), each key's
+chunk found in the server's order of the chunk key. A key Delta
 gained later was written by the stream, which applies every change of the table from
 the backfill's start on, so its row is MySQL's row (updates are applied as whole
 after-images, inserted when missing).
