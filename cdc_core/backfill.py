@@ -33,6 +33,8 @@ Invariants (tests/test_backfill_parts.py, tests/test_backfill.py):
   crash between a merge and its progress record reads the chunk again (new watermarks)
   and merges it again; a chunk read but not merged is simply read again. Progress is
   recorded after the merge commit (at least once; never marked done before it is).
+- A key Delta holds more than once (a hand-made copy) is left once, in the same commit
+  position (one MERGE before the chunk's): the merge then writes or keeps it like any key.
 - A DDL of the table between a chunk's read and its merge discards the read (its rows
   have the old columns); the chunk is read again with the new schema.
 - A table entering the capture (created while the stream was stopped, renamed into a

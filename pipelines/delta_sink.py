@@ -201,6 +201,32 @@ def apply_changes(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upsert
                        metrics.get("num_target_rows_deleted", 0))
 
 
+def deduplicate(dt: DeltaTable, key: tuple[str, ...], keys: list[tuple], props: CommitProperties) -> int:
+    """One commit leaving a single row (the latest ``_cdc_seq``) of each of ``keys``, which
+    ``dt`` holds more than once (a hand-made copy): one MERGE deletes every copy and inserts
+    the kept one (as :func:`apply_keyless` does). Returns the rows removed."""
+    wanted = set(keys)
+    table = dt.to_pyarrow_dataset().to_table(filter=pc.field(key[0]).isin([k[0] for k in wanted]))
+    rows = table.to_pylist()
+    best: dict[tuple, dict] = {}
+    for r in rows:
+        k = tuple(r[c] for c in key)
+        if k in wanted and (k not in best or r[CDC_SEQ] > best[k][CDC_SEQ]):
+            best[k] = r
+    target = table.schema
+    removal = pa.Table.from_pylist([{**{c: k[i] for i, c in enumerate(key)}, CDC_OP: "d"} for k in best],
+                                   schema=target)
+    kept = pa.Table.from_pylist(list(best.values()), schema=target)
+    same = " AND ".join(f"t.{_sql_ident(c)} = s.{_sql_ident(c)}" for c in key)
+    names = {_sql_ident(c): f"s.{_sql_ident(c)}" for c in target.names}
+    metrics = (dt.merge(pa.concat_tables([removal, kept]), f"s.{CDC_OP} = 'd' AND {same}", source_alias="s",
+                        target_alias="t", commit_properties=props, post_commithook_properties=post_commit_hooks(dt))
+               .when_matched_delete()
+               .when_not_matched_insert(names, f"s.{CDC_OP} <> 'd'")
+               .execute())
+    return metrics.get("num_target_rows_deleted", 0) - kept.num_rows
+
+
 def apply_keyless(dt: DeltaTable, columns: tuple[str, ...], append: pa.Table, delete: pa.Table,
                   props: CommitProperties) -> RowsApplied:
     """One Delta commit with the batch of a table without a row key, whose rows are identified

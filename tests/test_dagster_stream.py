@@ -68,3 +68,46 @@ def test_bounded_run_records_offsets_per_batch(db, make_config, spark, tmp_path)
     b = [m for m in mats if m.asset_key == AssetKey([name, "b"])]
     assert [m.description for m in b] == ["idle: stream checkpoint heartbeat"]  # bounded rate: once per run here
     assert_equal(cfg, [f"{name}.a", f"{name}.b"])
+
+
+def test_backfill_job_waits_for_the_stream_job_to_do_it(db, make_config, spark, tmp_path):
+    """The backfill job requests a backfill and waits; the (bounded) stream run does it and
+    Delta, damaged by hand before, equals MySQL again."""
+    import threading
+
+    from deltalake import write_deltalake
+
+    from pipelines.control_store import ControlStore
+
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE a (id INT PRIMARY KEY, v INT)")
+        cur.execute("INSERT INTO a SELECT seq, seq FROM seq_1_to_500")
+    cfg = make_config(name, chunk_size=120)
+    snapshot(cfg, spark)
+    dt = DeltaTable(table_uri(cfg.sink.path, f"{name}.a"))
+    dt.delete("id % 3 = 0")
+    write_deltalake(dt, dt.to_pyarrow_table().slice(0, 1), mode="append")  # a key twice
+    path = write_config_file(cfg, tmp_path / "binlake.yaml")
+    discover(cfg).write(tmp_path / "tables.json")
+    defs = build_binlake_definitions(path, tmp_path / "tables.json")
+    instance = DagsterInstance.ephemeral()
+    results = []
+    waiter = threading.Thread(target=lambda: results.append(defs.resolve_job_def("binlake_backfill").execute_in_process(
+        instance=instance, run_config={"ops": {"backfill_table": {"config": {"table": f"{name}.a"}}}})))
+    waiter.start()
+    store = ControlStore.of(cfg)
+    for _ in range(300):
+        if store.backfills():
+            break
+        waiter.join(0.1)
+    assert store.backfills(), "the backfill job did not request a backfill"
+    stream = defs.resolve_job_def("binlake_stream").execute_in_process(
+        instance=instance, run_config={"ops": {"stream_binlog": {"config": {"continuous": False}}}})
+    assert stream.success
+    waiter.join(120)
+    assert results and results[0].success
+    output = next(e for e in results[0].all_node_events if e.event_type_value == "STEP_OUTPUT")
+    md = output.event_specific_data.metadata
+    assert md["binlake/chunks"].value >= 4 and md["binlake/table"].value == f"{name}.a"
+    assert_equal(cfg, [f"{name}.a"])

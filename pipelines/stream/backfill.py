@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -35,7 +36,7 @@ from cdc_core.startup import StartupError
 from cdc_core.table_schema import TableSchema
 from cdc_core.types import binlog_value
 from pipelines.control_store import ControlStore
-from pipelines.delta_sink import apply_changes, stream_commit_properties
+from pipelines.delta_sink import apply_changes, deduplicate, stream_commit_properties
 from pipelines.schema_applier import conform, delta_name, delta_schema
 from pipelines.stream.sinks import Sinks
 from pipelines.stream.start import stable_describe
@@ -63,6 +64,20 @@ class InFlight:
         return self.request.table
 
 
+@dataclass
+class Candidates:
+    """Row keys Delta holds in a chunk's range (cdc_core/backfill.py), and those it holds
+    more than once (a hand-made copy: the merge leaves one)."""
+
+    keys: list[tuple] = field(default_factory=list)
+    twice: list[tuple] = field(default_factory=list)
+
+    @staticmethod
+    def of(keys) -> Candidates:
+        counts = Counter(keys)
+        return Candidates(list(counts), [k for k, n in counts.items() if n > 1])
+
+
 class Backfills:
     """Backfill requests worked on by the stream engine (see the module docstring)."""
 
@@ -78,7 +93,7 @@ class Backfills:
         self.conn = conn
         self.requests: list[BackfillRequest] = []
         self.inflight: InFlight | None = None
-        self._candidates: dict[str, dict[int, list[tuple]]] = {}  # request id -> chunk index -> row keys
+        self._candidates: dict[str, dict[int, Candidates]] = {}  # request id -> chunk index -> Delta's keys
         self._control = None  # pymysql connection for watermarks, made on first use
         self._polled = 0.0
         self._failures = 0
@@ -253,20 +268,20 @@ class Backfills:
         wanted = list(dict.fromkeys([*schema.row_key, req.chunks[0].key]))
         return dt, wanted, [delta_name(names, k) for k in wanted]
 
-    def _keys_in(self, req: BackfillRequest, schema: TableSchema, chunk) -> list[tuple]:
+    def _keys_in(self, req: BackfillRequest, schema: TableSchema, chunk) -> Candidates:
         """Row keys Delta holds in ``chunk``'s range of an integer chunk key."""
         dt, wanted, cols = self._delta_columns(req, schema)
         if any(c is None for c in cols):
-            return []
-        field = pc.field(cols[wanted.index(chunk.key)])
+            return Candidates()
+        column = pc.field(cols[wanted.index(chunk.key)])
         cond = None
-        for bound in (chunk.lo is not None and field >= chunk.lo, chunk.hi is not None and field < chunk.hi):
+        for bound in (chunk.lo is not None and column >= chunk.lo, chunk.hi is not None and column < chunk.hi):
             if bound is not False:
                 cond = bound if cond is None else cond & bound
         data = dt.to_pyarrow_dataset().to_table(columns=cols, filter=cond)
-        return list(dict.fromkeys(zip(*(data.column(cols[wanted.index(k)]).to_pylist() for k in schema.row_key))))
+        return Candidates.of(zip(*(data.column(cols[wanted.index(k)]).to_pylist() for k in schema.row_key)))
 
-    def _find_candidates(self, req: BackfillRequest, schema: TableSchema) -> dict[int, list[tuple]]:
+    def _find_candidates(self, req: BackfillRequest, schema: TableSchema) -> dict[int, Candidates]:
         """Row keys Delta holds in each chunk of ``req`` not merged yet (cdc_core/backfill.py)."""
         dt, wanted, cols = self._delta_columns(req, schema)
         ckey = req.chunks[0].key
@@ -280,16 +295,12 @@ class Backfills:
             ([pending[-1].hi] if pending[-1].hi is not None else [])
         offset = 1 if pending[0].lo is not None else 0
         ranks = self._order(schema, ckey).partition(bounds).locate(values[ckey])  # Delta's values are canonical
-        out: dict[int, list[tuple]] = {c.index: [] for c in pending}
-        seen: set[tuple] = set()
+        found: dict[int, list[tuple]] = {c.index: [] for c in pending}
         for k, r in zip(keys, ranks, strict=True):
-            if k in seen:  # a key Delta holds twice (a hand-made copy): one deletion removes both
-                continue
-            seen.add(k)
             i = r - offset
             if 0 <= i < len(pending):
-                out[pending[i].index].append(k)
-        return out
+                found[pending[i].index].append(k)
+        return {i: Candidates.of(ks) for i, ks in found.items()}
 
     # --- the stream's side ---------------------------------------------------------------------------
 
@@ -326,7 +337,8 @@ class Backfills:
         rows = f.result.table
         pk = f.schema.row_key
         keys = list(zip(*(rows.column(k).to_pylist() for k in pk))) if rows.num_rows else []
-        upsert_idx, deletes = f.merge.decide(keys, self._candidates.get(req.id, {}).get(chunk.index, []))
+        found = self._candidates.get(req.id, {}).get(chunk.index) or Candidates()
+        upsert_idx, deletes = f.merge.decide(keys, found.keys)
         sink = self.router.sink(f.table)
         target = self.sinks.schemas[sink]
         upsert = conform(rows.take(pa.array(upsert_idx, pa.int64())), target, f.table, pk)
@@ -336,8 +348,10 @@ class Backfills:
             "id": req.id, "table": f.table, "chunk": chunk.index, "high_watermark": f.result.high_watermark.to_dict(),
             "upserted": len(upsert_idx), "deleted": len(deletes), "left_to_stream": len(f.merge.touched),
             "read_seconds": round(f.read_seconds, 3), "merge_seconds": round(time.monotonic() - merging, 3)})}
-        applied = apply_changes(self.sinks.tables[sink], key, upsert.slice(0, 0), upsert, delete,
-                                stream_commit_properties(self.cfg.pipeline.name, s.offset, marker))
+        props = stream_commit_properties(self.cfg.pipeline.name, s.offset, marker)
+        if found.twice:  # first one copy of each: a MERGE would update every copy alike
+            deduplicate(self.sinks.tables[sink], key, found.twice, props)
+        applied = apply_changes(self.sinks.tables[sink], key, upsert.slice(0, 0), upsert, delete, props)
         done = req.chunks_done + 1
         finished = done == len(req.chunks)
         self._save(req.next(chunks_done=done, rows=req.rows + applied.inserted + applied.updated,
