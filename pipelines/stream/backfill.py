@@ -347,15 +347,17 @@ class Backfills:
         marker = {BACKFILL_KEY: json.dumps({
             "id": req.id, "table": f.table, "chunk": chunk.index, "high_watermark": f.result.high_watermark.to_dict(),
             "upserted": len(upsert_idx), "deleted": len(deletes), "left_to_stream": len(f.merge.touched),
-            "read_seconds": round(f.read_seconds, 3), "merge_seconds": round(time.monotonic() - merging, 3)})}
+            "read_seconds": round(f.read_seconds, 3)})}
         props = stream_commit_properties(self.cfg.pipeline.name, s.offset, marker)
         if found.twice:  # first one copy of each: a MERGE would update every copy alike
             deduplicate(self.sinks.tables[sink], key, found.twice, props)
         applied = apply_changes(self.sinks.tables[sink], key, upsert.slice(0, 0), upsert, delete, props)
         done = req.chunks_done + 1
         finished = done == len(req.chunks)
+        merge_s = time.monotonic() - merging
         self._save(req.next(chunks_done=done, rows=req.rows + applied.inserted + applied.updated,
-                            state=BackfillState.DONE if finished else BackfillState.RUNNING))
+                            state=BackfillState.DONE if finished else BackfillState.RUNNING,
+                            detail=f"chunk {chunk.index}: read {f.read_seconds:.2f} s, merged {merge_s:.2f} s"))
         self._candidates.get(req.id, {}).pop(chunk.index, None)
         if finished:
             self._candidates.pop(req.id, None)
