@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from cdc_core.backfill import BackfillRequest, BackfillState, key_value
 from cdc_core.chunking import chunk_key
@@ -13,14 +14,34 @@ from cdc_core.config import BinlakeConfig
 from cdc_core.errors import BadInput
 from cdc_core.routes import Router
 from cdc_core.source import connect, connection_settings, describe_captured
+from cdc_core.table_schema import TableSchema
 from pipelines.control_store import ControlStore
 
 
 def request_backfill(cfg: BinlakeConfig, table: str, lo: str | None = None, hi: str | None = None
                      ) -> BackfillRequest:
-    """Store a request to backfill ``table`` (keys in ``[lo, hi)`` of its chunk key when given);
-    bad input (a table not captured or missing, no row key, a routed table, a bound that is not
-    a value of the key) is refused before anything is stored."""
+    """Store a request to backfill ``table`` (keys in ``[lo, hi)`` of its chunk key when given, as
+    typed on a command line); bad input (a table not captured or missing, no row key, a routed
+    table, a bound that is not a value of the key) is refused before anything is stored."""
+    schema = _backfillable(cfg, table)
+    col = schema.column(chunk_key(schema, cfg.source.snapshot.chunk_key_columns))
+    return request_ranges(cfg, table, [(key_value(col, lo) if lo is not None else None,
+                                        key_value(col, hi) if hi is not None else None)])[0]
+
+
+def request_ranges(cfg: BinlakeConfig, table: str, ranges: list[tuple[Any, Any]], reason: str = "requested"
+                   ) -> list[BackfillRequest]:
+    """Store one request per key range ``[lo, hi)`` of ``table`` (values of its chunk key, e.g.
+    the chunks a reconciliation found different; None: unbounded)."""
+    _backfillable(cfg, table)
+    store = ControlStore.of(cfg)
+    requests = [BackfillRequest.new(table, lo, hi, reason).next() for lo, hi in ranges]
+    for req in requests:
+        store.save_backfill(req)
+    return requests
+
+
+def _backfillable(cfg: BinlakeConfig, table: str) -> TableSchema:
     if not cfg.source.captures(table):
         raise BadInput(f"{table} is not captured by this pipeline (source.tables / exclude_tables)")
     router = Router(cfg.routes)
@@ -33,12 +54,7 @@ def request_backfill(cfg: BinlakeConfig, table: str, lo: str | None = None, hi: 
     if not schema.row_key:
         raise BadInput(f"{table} has no row key (primary key, NOT NULL unique key or source.key_columns): it "
                        "cannot be backfilled online")
-    col = schema.column(chunk_key(schema, cfg.source.snapshot.chunk_key_columns))
-    low = key_value(col, lo) if lo is not None else None
-    high = key_value(col, hi) if hi is not None else None
-    req = BackfillRequest.new(table, low, high).next()
-    ControlStore.of(cfg).save_backfill(req)
-    return req
+    return schema
 
 
 def change_state(cfg: BinlakeConfig, request_id: str, state: BackfillState) -> BackfillRequest:
