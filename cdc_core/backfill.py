@@ -14,10 +14,13 @@ writer of the pipeline, pipelines/stream/backfill.py):
      Delta commit, the rows of S whose key was not touched are upserted and the
      *candidates* of C that are neither in S nor touched are deleted.
 
-Candidates are the row keys Delta held in the range at some instant after the backfill
+Candidates are the row keys Delta held in the range at some instant P after the backfill
 started and before the chunk's LW: for an integer chunk key, read by a range filter right
-before the chunk is read; otherwise when the backfill started (or resumed), each key's
-chunk found in the server's order of the chunk key. A key Delta
+before the chunk is read, with every change up to P committed (so Delta's rows of the
+range as of P are known exactly, and keys are touched from P on, not only from LW: then a
+key neither touched nor a candidate is not in Delta, and is appended; a candidate's row
+that equals the chunk's is not written again); otherwise when the backfill started (or
+resumed), each key's chunk found in the server's order of the chunk key. A key Delta
 gained later was written by the stream, which applies every change of the table from
 the backfill's start on, so its row is MySQL's row (updates are applied as whole
 after-images, inserted when missing).
@@ -204,3 +207,21 @@ class ChunkMerge:
         present = set(chunk_keys)
         delete = [k for k in candidates if k not in present and k not in touched]
         return upsert, delete
+
+
+def split_writes(chunk_keys: Sequence[tuple], chunk_values: Sequence[tuple], writes: Sequence[int],
+                 delta_rows: dict[tuple, tuple], twice: Iterable[tuple] = ()) -> tuple[list[int], list[int]]:
+    """With ``delta_rows``, Delta's rows of the range exactly as of the chunk's read (by key),
+    the rows ``writes`` (indexes into the chunk) split into those to append (Delta does not
+    hold the key) and those to upsert (Delta's row differs, or Delta holds the key twice);
+    a row Delta already holds as it is is not written again."""
+    twice = set(twice)
+    append, upsert = [], []
+    for i in writes:
+        k = chunk_keys[i]
+        held = delta_rows.get(k)
+        if held is None:
+            append.append(i)
+        elif k in twice or held != chunk_values[i]:
+            upsert.append(i)
+    return append, upsert

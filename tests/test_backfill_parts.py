@@ -8,7 +8,15 @@ from decimal import Decimal
 
 import pytest
 
-from cdc_core.backfill import BackfillRequest, BackfillState, ChunkMerge, clip, key_value, latest_requests
+from cdc_core.backfill import (
+    BackfillRequest,
+    BackfillState,
+    ChunkMerge,
+    clip,
+    key_value,
+    latest_requests,
+    split_writes,
+)
 from cdc_core.chunking import Chunk
 from cdc_core.errors import BadInput
 from cdc_core.table_schema import Column
@@ -83,3 +91,13 @@ def test_clip_keeps_the_chunks_holding_the_range_and_bounds_them_by_it():
     got = clip(plan, 1, 2, 12, 25)
     assert [(c.index, c.lo, c.hi) for c in got] == [(0, 12, 20), (1, 20, 25)]
     assert [(c.lo, c.hi) for c in clip(plan, 0, 3, None, None)] == [(None, 10), (10, 20), (20, 30), (30, None)]
+
+
+def test_exact_rows_append_new_keys_upsert_changed_ones_and_skip_equal_ones():
+    keys = [(1,), (2,), (3,), (4,)]
+    values = [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
+    held = {(1,): (1, "a"), (2,): (2, "stale"), (4,): (4, "d")}
+    append, upsert = split_writes(keys, values, [0, 1, 2, 3], held, twice=[(4,)])
+    assert append == [2]  # Delta does not hold key 3
+    assert upsert == [1, 3]  # 2 differs; 4 is held twice (one copy stays, with the chunk's row)
+    assert split_writes(keys, values, [0], held) == ([], [])  # equal: not written again

@@ -17,12 +17,13 @@ import json
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc_core.backfill import BackfillRequest, BackfillState, ChunkMerge, clip
+from cdc_core.backfill import BackfillRequest, BackfillState, ChunkMerge, clip, split_writes
 from cdc_core.bulk_read import chunk_fetch
 from cdc_core.chunk_reader import CDC_OP, CDC_SEQ, ChunkReader, ChunkResult
 from cdc_core.chunking import INTEGER_TYPES, ChunkKeyError, chunk_key, plan_chunks
@@ -30,9 +31,11 @@ from cdc_core.config import BinlakeConfig
 from cdc_core.errors import is_transient
 from cdc_core.events import RowsEvent
 from cdc_core.key_order import KeyOrders
+from cdc_core.positions import BinlogPosition
 from cdc_core.schema_history import Status, TableState
 from cdc_core.source import ConnectionSettings, connect
 from cdc_core.startup import StartupError
+from cdc_core.table_commit import RowsApplied
 from cdc_core.table_schema import TableSchema
 from cdc_core.types import binlog_value
 from pipelines.control_store import ControlStore
@@ -58,6 +61,7 @@ class InFlight:
     result: ChunkResult
     merge: ChunkMerge
     read_seconds: float  # its candidates and its SELECT between the watermarks
+    since: BinlogPosition  # changes after it touch keys (the candidates' instant, else the LW)
 
     @property
     def table(self) -> str:
@@ -71,19 +75,24 @@ class Candidates:
 
     keys: list[tuple] = field(default_factory=list)
     twice: list[tuple] = field(default_factory=list)
+    rows: dict[tuple, tuple] | None = None  # exact: Delta's values of ``columns`` by key, as of the read
+    columns: tuple[str, ...] = ()
 
     @staticmethod
-    def of(keys) -> Candidates:
+    def of(keys, rows: dict[tuple, tuple] | None = None, columns: tuple[str, ...] = ()) -> Candidates:
+        keys = list(keys)
         counts = Counter(keys)
-        return Candidates(list(counts), [k for k, n in counts.items() if n > 1])
+        return Candidates(list(counts), [k for k, n in counts.items() if n > 1], rows, columns)
 
 
 class Backfills:
     """Backfill requests worked on by the stream engine (see the module docstring)."""
 
     def __init__(self, cfg: BinlakeConfig, state: EngineState, sinks: Sinks, store: ControlStore,
-                 recorder: HistoryRecorder, router, key_orders: KeyOrders, conn: ConnectionSettings):
+                 recorder: HistoryRecorder, router, key_orders: KeyOrders, conn: ConnectionSettings,
+                 commit: Callable[[], None]):
         self.cfg = cfg
+        self.commit = commit  # the engine's: commits the open batch and checkpoints
         self.state = state
         self.sinks = sinks
         self.store = store
@@ -244,17 +253,21 @@ class Backfills:
         schema = s.tables[req.table].schema
         chunk = req.chunks[req.chunks_done]
         started = time.monotonic()
+        since = None
         if schema.column(chunk.key).data_type in INTEGER_TYPES:
-            # Delta's keys of this chunk alone, by a range filter (Python's order is the server's):
-            # read now, right before the chunk, which is as good as at the start (module invariants).
-            self._candidates[req.id] = {chunk.index: self._keys_in(req, schema, chunk)}
+            # Delta's rows of this chunk alone, by a range filter (Python's order is the server's),
+            # exactly as of now: the open batch committed first (cdc_core/backfill.py).
+            self.commit()
+            since = s.position
+            self._candidates[req.id] = {chunk.index: self._rows_in(req, schema, chunk)}
         elif req.id not in self._candidates:
             self._candidates[req.id] = self._find_candidates(req, schema)
         if self._control is None:
             self._control = connect(self.conn)
         reader = ChunkReader(self.conn, self._control, chunk_fetch(self.conn, schema), self.cfg.source.server_id + 1)
         result = reader.select(schema, chunk)
-        self.inflight = InFlight(req, schema, result, ChunkMerge(), time.monotonic() - started)
+        self.inflight = InFlight(req, schema, result, ChunkMerge(), time.monotonic() - started,
+                                 since or result.low_watermark)
         log.info("backfill %s of %s: chunk %d/%d read (%d rows) between %s and %s", req.id, req.table,
                  chunk.index + 1, len(req.chunks), result.table.num_rows, result.low_watermark,
                  result.high_watermark)
@@ -268,8 +281,8 @@ class Backfills:
         wanted = list(dict.fromkeys([*schema.row_key, req.chunks[0].key]))
         return dt, wanted, [delta_name(names, k) for k in wanted]
 
-    def _keys_in(self, req: BackfillRequest, schema: TableSchema, chunk) -> Candidates:
-        """Row keys Delta holds in ``chunk``'s range of an integer chunk key."""
+    def _rows_in(self, req: BackfillRequest, schema: TableSchema, chunk) -> Candidates:
+        """Delta's rows in ``chunk``'s range of an integer chunk key, by row key."""
         dt, wanted, cols = self._delta_columns(req, schema)
         if any(c is None for c in cols):
             return Candidates()
@@ -278,8 +291,11 @@ class Backfills:
         for bound in (chunk.lo is not None and column >= chunk.lo, chunk.hi is not None and column < chunk.hi):
             if bound is not False:
                 cond = bound if cond is None else cond & bound
-        data = dt.to_pyarrow_dataset().to_table(columns=cols, filter=cond)
-        return Candidates.of(zip(*(data.column(cols[wanted.index(k)]).to_pylist() for k in schema.row_key)))
+        data = dt.to_pyarrow_dataset().to_table(filter=cond)
+        columns = tuple(n for n in data.column_names if n not in (CDC_OP, CDC_SEQ))
+        keys = list(zip(*(data.column(cols[wanted.index(k)]).to_pylist() for k in schema.row_key)))
+        values = zip(*(data.column(n).to_pylist() for n in columns)) if data.num_rows else ()
+        return Candidates.of(keys, dict(zip(keys, values)), columns)
 
     def _find_candidates(self, req: BackfillRequest, schema: TableSchema) -> dict[int, Candidates]:
         """Row keys Delta holds in each chunk of ``req`` not merged yet (cdc_core/backfill.py)."""
@@ -308,7 +324,7 @@ class Backfills:
         """A row event the stream applies: keys of the chunk's table changed between its
         watermarks are touched."""
         f = self.inflight
-        if f is None or name != f.table or not (f.result.low_watermark < ev.position <= f.result.high_watermark):
+        if f is None or name != f.table or not (f.since < ev.position <= f.result.high_watermark):
             return
         names = [c.name.lower() for c in schema.columns]  # the event's columns, in its layout's order
         idx = [names.index(k.lower()) for k in f.schema.row_key]
@@ -341,17 +357,25 @@ class Backfills:
         upsert_idx, deletes = f.merge.decide(keys, found.keys)
         sink = self.router.sink(f.table)
         target = self.sinks.schemas[sink]
-        upsert = conform(rows.take(pa.array(upsert_idx, pa.int64())), target, f.table, pk)
+        shaped = conform(rows, target, f.table, pk)
+        append_idx = []
+        if found.rows is not None:  # exact: rows Delta holds as they are are not written again
+            values = list(zip(*(shaped.column(n).to_pylist() for n in found.columns))) if rows.num_rows else []
+            append_idx, upsert_idx = split_writes(keys, values, upsert_idx, found.rows, found.twice)
+        append, upsert = (shaped.take(pa.array(idx, pa.int64())) for idx in (append_idx, upsert_idx))
         delete = conform(_deletions(rows.schema, pk, deletes, f.result.high_watermark.seq()), target, f.table, pk)
         key = tuple(delta_name(target.names, k) or k for k in pk)
         marker = {BACKFILL_KEY: json.dumps({
             "id": req.id, "table": f.table, "chunk": chunk.index, "high_watermark": f.result.high_watermark.to_dict(),
-            "upserted": len(upsert_idx), "deleted": len(deletes), "left_to_stream": len(f.merge.touched),
-            "read_seconds": round(f.read_seconds, 3)})}
+            "appended": len(append_idx), "upserted": len(upsert_idx), "deleted": len(deletes),
+            "left_to_stream": len(f.merge.touched), "read_seconds": round(f.read_seconds, 3)})}
         props = stream_commit_properties(self.cfg.pipeline.name, s.offset, marker)
         if found.twice:  # first one copy of each: a MERGE would update every copy alike
             deduplicate(self.sinks.tables[sink], key, found.twice, props)
-        applied = apply_changes(self.sinks.tables[sink], key, upsert.slice(0, 0), upsert, delete, props)
+        if append.num_rows or upsert.num_rows or delete.num_rows:
+            applied = apply_changes(self.sinks.tables[sink], key, append, upsert, delete, props)
+        else:  # the range already equals MySQL: nothing to commit
+            applied = RowsApplied()
         done = req.chunks_done + 1
         finished = done == len(req.chunks)
         merge_s = time.monotonic() - merging
@@ -362,8 +386,9 @@ class Backfills:
         if finished:
             self._candidates.pop(req.id, None)
             log.warning("backfill %s of %s (%s) is done", req.id, f.table, req.describe_range())
-        log.info("backfill %s of %s: chunk %d merged (%d upserted, %d deleted, %d keys left to the stream)",
-                 req.id, f.table, chunk.index, len(upsert_idx), len(deletes), len(f.merge.touched))
+        log.info("backfill %s of %s: chunk %d merged (%d appended, %d upserted, %d deleted, %d keys left to the "
+                 "stream)", req.id, f.table, chunk.index, len(append_idx), len(upsert_idx), len(deletes),
+                 len(f.merge.touched))
 
 
 _KEYLESS = ("{name} has no row key (primary key, NOT NULL unique key or source.key_columns): it cannot be "

@@ -154,7 +154,7 @@ class StreamEngine:
         self.changes = SchemaChanges(self.cfg, self.router, s, self.sinks, self.store, self.recorder, self._commit,
                                      self._checkpoint, self._describe, self._stop)
         self.backfills = Backfills(self.cfg, s, self.sinks, self.store, self.recorder, self.router, self.key_orders,
-                                   self.conn)
+                                   self.conn, self._commit)
         self.backfills.poll(force=True)
         # --until now with backfills to finish (or tables still to decide, which may need one): the
         # reader goes on past the end at start, and the loop stops once they are done.
