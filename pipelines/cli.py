@@ -3,7 +3,9 @@ prerequisites, another process writing the pipeline), 1 runtime failure.
 
 The writing commands (``snapshot``, ``stream``, ``run``) hold the pipeline's writer lock
 (pipelines/writer_lock.py) for their whole life, taken before anything else is done; the
-read-only ones (``validate``, ``status``) never take it (tests/test_writer_lock.py).
+read-only ones (``validate``, ``status``, ``reconcile``) never take it (tests/test_writer_lock.py).
+``reconcile`` exits 0 when every chunk is equal, 1 when chunks still differ after their
+re-checks, 2 on bad input (an unknown ``--table``).
 """
 
 from __future__ import annotations
@@ -214,6 +216,48 @@ def cmd_status(args) -> int:
     return EXIT_OK
 
 
+def cmd_reconcile(args) -> int:
+    import json
+
+    from pipelines.reconcile_checksum import reconcile_tables
+
+    cfg = _load(args.config)
+    # Read-only: no writer lock (it would stop the stream); the only write is _binlake/reconcile_runs.
+    with Progress(TextColumn("reconcile {task.fields[table]}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("chunks"), TimeElapsedColumn(), console=err, transient=True) as progress:
+        bars: dict[str, object] = {}
+
+        def update(table: str, done: int, total: int) -> None:
+            if table not in bars:
+                bars[table] = progress.add_task("chunks", total=total, table=table)
+            progress.update(bars[table], completed=done, total=total)
+
+        report = reconcile_tables(cfg, args.table or None, rechecks=args.rechecks, recheck_wait=args.recheck_wait,
+                                  progress=update)
+    if args.json:
+        out.print_json(json.dumps(report.to_json(), default=str))
+        return EXIT_OK if report.equal else EXIT_RUNTIME
+    t = Table(title=f"reconcile of {cfg.pipeline.name} ({report.seconds:.1f}s)")
+    for col in ("table", "chunks", "differing", "MySQL rows", "Delta rows", "result"):
+        t.add_column(col, justify="left" if col in ("table", "result") else "right", no_wrap=col == "table")
+    for r in report.tables:
+        t.add_row(r.table, str(r.chunks_checked), str(len(r.mismatches)), f"{r.mysql_rows:,}", f"{r.delta_rows:,}",
+                  "[green]equal[/green]" if r.equal else "[red]differs[/red]")
+    out.print(t)
+    for r in report.tables:
+        if r.excluded:
+            out.print(f"{escape(r.table)}: not in the checksum (counted only): " + "; ".join(
+                f"{escape(c)} ({escape(why)})" for c, why in r.excluded.items()), soft_wrap=True, highlight=False)
+        for m in r.mismatches:
+            where = "whole table" if m.key is None else f"{m.key} in [{m.lo!r}, {m.hi!r})"
+            out.print(f"{escape(r.table)}: chunk {m.index} differs ({escape(where)}): MySQL {m.mysql_rows:,} rows, "
+                      f"Delta {m.delta_rows:,}", soft_wrap=True, highlight=False)
+        if r.mismatches:
+            out.print(f"{escape(r.table)}: checked {r.rechecks} more times; server at {r.server_position}, stream "
+                      f"committed at {r.stream_position or '-'}", soft_wrap=True, highlight=False)
+    return EXIT_OK if report.equal else EXIT_RUNTIME
+
+
 def _lag(r: dict) -> str:
     if r.get("lag_bytes") is None:
         return "unknown"
@@ -231,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         ("stream", cmd_stream, "stream the binlog into Delta from the committed offsets"),
         ("run", cmd_run, "snapshot where needed, then stream until stopped (SIGINT/SIGTERM)"),
         ("status", cmd_status, "per table: phase, rows, committed position, lag"),
+        ("reconcile", cmd_reconcile, "compare each table with MySQL by per-chunk counts and checksums "
+                                     "(exit 1 when chunks differ)"),
     ):
         p = sub.add_parser(name, help=help_)
         p.add_argument("-c", "--config", required=True, help="binlake YAML config file")
@@ -238,8 +284,15 @@ def main(argv: list[str] | None = None) -> int:
         if name == "stream":
             p.add_argument("--until", choices=["now"], help="stop after applying the binlog up to its end at start")
             p.add_argument("--max-seconds", type=float, help="stop cleanly after this many seconds")
-        if name == "status":
+        if name in ("status", "reconcile"):
             p.add_argument("--json", action="store_true", help="machine-readable output")
+        if name == "reconcile":
+            p.add_argument("--table", action="append", metavar="DB.TABLE",
+                           help="only this captured table (repeatable); default: every captured table")
+            p.add_argument("--rechecks", type=int, default=3,
+                           help="times a differing chunk is checked again before it is reported (default 3)")
+            p.add_argument("--recheck-wait", type=float, default=2.0,
+                           help="seconds between the checks of a differing chunk (default 2)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
