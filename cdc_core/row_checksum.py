@@ -26,9 +26,10 @@ How each type is rendered (server SQL → DataFusion over the Delta column):
   near powers of two: FLOOR(LOG2(max double)) is 1024 on MariaDB 10.11). Both sides print
   floats differently (``1e15`` / ``1000000000000000.0``), so no float text is compared.
   FLOAT is widened to DOUBLE first (exact) on both sides.
-- DATE, DATETIME(n): ``%Y-%m-%d[ %H:%M:%S.ffffff]``; zero and impossible dates are NULL as
-  binlake stores them. TIMESTAMP(n): epoch microseconds (the zero TIMESTAMP NULL). TIME:
-  signed microseconds. YEAR: the year (YEAR(2): the stored four-digit year; 0000 is 0).
+- DATE: days since 1970-01-01; DATETIME(n): microseconds since 1970-01-01 00:00:00 (wall
+  clock); zero and impossible dates are NULL as binlake stores them. TIMESTAMP(n): epoch
+  microseconds (the zero TIMESTAMP NULL). TIME: signed microseconds. YEAR: the year
+  (YEAR(2): the stored four-digit year; 0000 is 0).
 - BIT(1): 0/1; BIT(n): hex of its ⌈n/8⌉ big-endian bytes.
 - CHAR, VARCHAR, TINYTEXT, ENUM, SET: ``<utf8 byte length>:<utf8 text>`` (the server
   converts to utf8mb4 and to binary, so columns of different collations can be joined);
@@ -63,6 +64,7 @@ _LONG_TEXT = {"text", "mediumtext", "longtext", "json"}
 _SHORT_BINARY = {"binary", "varbinary", "tinyblob"}
 _LONG_BINARY = {"blob", "mediumblob", "longblob"}
 _TEXT_FORMS = {"inet4", "inet6", "uuid"}
+_EPOCH_DAYS = 719528  # TO_DAYS('1970-01-01')
 
 
 @dataclass(frozen=True)
@@ -157,11 +159,6 @@ def renders_alike(mapped: pa.DataType, delta: pa.DataType) -> bool:
 
 # --- the server's side -----------------------------------------------------------------------
 
-def _valid_date(q: str) -> str:
-    # As cdc_core.types.select_expr: zero and impossible dates are NULL in Delta.
-    return f"YEAR({q}) > 0 AND MONTH({q}) > 0 AND DAYOFMONTH({q}) BETWEEN 1 AND DAYOFMONTH(LAST_DAY({q}))"
-
-
 def _mysql_float(x: str) -> str:
     """Exact ``[-]m p k`` text of a double: see the module docstring."""
     a = f"ABS({x})"
@@ -170,6 +167,11 @@ def _mysql_float(x: str) -> str:
     k = f"GREATEST({e} - 52, -1074)"
     return (f"IF({a} = 0, '0', CONCAT(IF({x} < 0, '-', ''), CAST({a} / POW(2, {k}) AS UNSIGNED), 'p', "
             f"CAST({k} AS SIGNED)))")
+
+
+def _utf8(col: Column, q: str) -> str:
+    """The column's text in utf8mb4 (converted only when it is in another charset)."""
+    return q if (col.collation or "").startswith("utf8mb4_") else f"CONVERT({q} USING utf8mb4)"
 
 
 def mysql_value(col: Column) -> str:
@@ -182,10 +184,14 @@ def mysql_value(col: Column) -> str:
         return f"CAST(CAST({q} AS DECIMAL({col.precision or 10},{col.scale or 0})) AS CHAR)"
     if t in ("float", "double"):
         return _mysql_float(f"CAST({q} AS DOUBLE)")
+    # Date arithmetic gives NULL for exactly the zero and impossible dates (a zero year, month
+    # or day, a day past the month's end), which binlake stores as NULL. Numbers, not text: a
+    # third of the server's time of DATE_FORMAT with YEAR/MONTH/DAYOFMONTH/LAST_DAY checks, and
+    # DataFusion's to_char costs more than its casts. Both sides count proleptic Gregorian days.
     if t == "date":
-        return f"IF({_valid_date(q)}, DATE_FORMAT({q}, '%Y-%m-%d'), NULL)"
+        return f"TO_DAYS({q} + INTERVAL 0 DAY) - {_EPOCH_DAYS}"
     if t == "datetime":
-        return f"IF({_valid_date(q)}, DATE_FORMAT({q}, '%Y-%m-%d %H:%i:%s.%f'), NULL)"
+        return f"TIMESTAMPDIFF(MICROSECOND, TIMESTAMP'1970-01-01 00:00:00', {q} + INTERVAL 0 DAY)"
     if t == "timestamp":
         return f"CAST(NULLIF(UNIX_TIMESTAMP({q}), 0) * 1000000 AS SIGNED)"
     if t == "time":
@@ -200,10 +206,10 @@ def mysql_value(col: Column) -> str:
     if t in _SHORT_TEXT:
         # utf8mb4 then binary: the bytes Delta's UTF-8 holds, and no collation to clash with
         # another column's in CONCAT.
-        x = f"CAST(CONVERT({q} USING utf8mb4) AS BINARY)"
+        x = f"CAST({_utf8(col, q)} AS BINARY)"
         return f"CONCAT(LENGTH({x}), ':', {x})"
     if t in _LONG_TEXT:
-        return f"MD5(CONVERT({q} USING utf8mb4))"
+        return f"MD5({_utf8(col, q)})"
     if t in _SHORT_BINARY:
         return f"LOWER(HEX({q}))"
     if t in _LONG_BINARY:
@@ -241,11 +247,9 @@ def delta_value(col: Column, r: str) -> str:
     if t in ("float", "double"):
         return _delta_float(f"CAST({r} AS DOUBLE)")
     if t == "date":
-        return f"to_char({r}, '%Y-%m-%d')"
-    if t == "datetime":
-        return f"to_char({r}, '%Y-%m-%d %H:%M:%S%.6f')"
-    if t == "timestamp":
-        return f"CAST(CAST({r} AS BIGINT) AS VARCHAR)"
+        return f"CAST(CAST({r} AS INT) AS VARCHAR)"  # days since 1970-01-01
+    if t in ("datetime", "timestamp"):
+        return f"CAST(CAST({r} AS BIGINT) AS VARCHAR)"  # microseconds since 1970-01-01 (UTC for TIMESTAMP)
     if t == "bit":
         return f"CASE WHEN {r} THEN '1' ELSE '0' END" if col.precision == 1 else f"encode({r}, 'hex')"
     if t in _SHORT_TEXT:

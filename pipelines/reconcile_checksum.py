@@ -48,10 +48,12 @@ come back to numpy for the per-chunk sums.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import datetime as dt
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -82,6 +84,7 @@ log = logging.getLogger(__name__)
 MOD = 1 << 64
 DEFAULT_RECHECKS = 3
 DEFAULT_RECHECK_WAIT = 2.0  # seconds between checks of a differing chunk
+MAX_SERVER_QUERIES = 4  # concurrent checksum queries on the server, at most
 
 Progress = Callable[[str, int, int], None]  # (table, chunks checked on the server, chunks)
 
@@ -198,14 +201,20 @@ def reconcile_tables(cfg: BinlakeConfig, tables: Sequence[str] | None = None, *,
     settings = connection_settings(cfg)
     store = ControlStore.of(cfg)
     results = []
-    with connect(settings) as conn, connect(settings) as sums_conn:
+    with contextlib.ExitStack() as stack:
+        conn = stack.enter_context(connect(settings))
         with conn.cursor() as cur:
             captured = captured_tables(cfg, cur)
             names = _chosen(cfg, captured, tables)
             cur.execute("SELECT VERSION()")
             mariadb = "mariadb" in cur.fetchone()[0].lower()
+        # The checksum queries run on their own connections, as many as the snapshot may read
+        # with at once (pipeline.parallelism, at most MAX_SERVER_QUERIES): each keeps one
+        # server core busy.
+        sums_conns = [stack.enter_context(connect(settings))
+                      for _ in range(max(1, min(cfg.pipeline.parallelism, MAX_SERVER_QUERIES)))]
         orders = KeyOrders(ServerSql.on(conn))
-        checker = _TableCheck(cfg, conn, sums_conn, store, orders, mariadb, rechecks, recheck_wait, progress)
+        checker = _TableCheck(cfg, conn, sums_conns, store, orders, mariadb, rechecks, recheck_wait, progress)
         for name in names:
             result = checker.run(name)
             log.info("reconcile %s: %d chunks, %d differ, %d columns left out, %.2f s", name,
@@ -244,9 +253,9 @@ def reconcile_record(pipeline: str, r: TableReconcile) -> dict:
 class _TableCheck:
     """Checks one table at a time: plan, server sums, Delta sums, rechecks."""
 
-    def __init__(self, cfg: BinlakeConfig, conn, sums_conn, store: ControlStore, orders: KeyOrders, mariadb: bool,
-                 rechecks: int, recheck_wait: float, progress: Progress | None):
-        self.cfg, self.conn, self.sums_conn, self.store, self.orders = cfg, conn, sums_conn, store, orders
+    def __init__(self, cfg: BinlakeConfig, conn, sums_conns: list, store: ControlStore, orders: KeyOrders,
+                 mariadb: bool, rechecks: int, recheck_wait: float, progress: Progress | None):
+        self.cfg, self.conn, self.sums_conns, self.store, self.orders = cfg, conn, sums_conns, store, orders
         self.mariadb, self.rechecks, self.recheck_wait, self.progress = mariadb, rechecks, recheck_wait, progress
         self.router = Router(cfg.routes)
 
@@ -307,38 +316,52 @@ class _TableCheck:
 
     def _both(self, result: TableReconcile, schema: TableSchema, render: Rendering, chunks: list[Chunk],
               side: _DeltaSide, which: list[int], first: bool = False) -> tuple[_Sums, _Sums]:
-        """Server and Delta sums of the chunks ``which``: the server's on the second connection
-        in a thread (the server works while DataFusion does), Delta's here. Records both
-        positions as of the end of this check."""
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            server_job = pool.submit(self._server_sums, result.table, schema, render, chunks, which, first)
-            t0 = time.monotonic()
+        """Server and Delta sums of the chunks ``which``: the server's in threads, one per
+        checksum connection (the server works while DataFusion does), Delta's here. Records
+        both positions as of the end of this check."""
+        t0 = time.monotonic()
+        out = _Sums.zeros(len(chunks))
+        done = [0]
+        lock = threading.Lock()
+
+        def report() -> None:
+            with lock:
+                done[0] += 1
+                if first and self.progress is not None:
+                    self.progress(result.table, done[0], len(which))
+
+        n = len(self.sums_conns)
+        with concurrent.futures.ThreadPoolExecutor(n) as pool:
+            # Interleaved shares: neighbouring chunks (similar sizes) go to different connections.
+            jobs = [pool.submit(self._server_sums, conn, schema, render, chunks, which[k::n], out, report)
+                    for k, conn in enumerate(self.sums_conns)]
+            t1 = time.monotonic()
             delta = side.sums(which)
-            result.delta_seconds += time.monotonic() - t0
-            server, seconds = server_job.result()
-        result.server_seconds += seconds
+            result.delta_seconds += time.monotonic() - t1
+            finished = max(job.result() for job in jobs)
+        result.server_seconds += finished - t0
         with self.conn.cursor() as cur:
             result.server_position = master_position(cur)
         cp = self.store.checkpoint()
         result.stream_position = cp.offset.applied if cp is not None else None
-        return server, delta
+        return out, delta
 
-    def _server_sums(self, table: str, schema: TableSchema, render: Rendering, chunks: list[Chunk],
-                     which: list[int], report: bool) -> tuple[_Sums, float]:
-        t0 = time.monotonic()
-        out = _Sums.zeros(len(chunks))
+    @staticmethod
+    def _server_sums(conn, schema: TableSchema, render: Rendering, chunks: list[Chunk], which: list[int],
+                     out: _Sums, report: Callable[[], None]) -> float:
+        """Count and sum the chunks ``which`` on ``conn`` into ``out``; returns when it finished
+        (``time.monotonic``)."""
         sql = (f"SELECT COUNT(*), SUM({render.mysql_hash(schema)}) FROM "
                f"{quote_ident(schema.database)}.{quote_ident(schema.table)} WHERE ").replace("%", "%%")  # pymysql's
-        with self.sums_conn.cursor() as cur:
-            for done, i in enumerate(which, 1):
+        with conn.cursor() as cur:
+            for i in which:
                 where, params = chunks[i].where()
                 cur.execute(sql + where, params)
                 rows, total = cur.fetchone()
-                out.rows[i] = rows
+                out.rows[i] = rows  # each index is written by one thread only
                 out.sums[i] = int(total or 0) % MOD
-                if report and self.progress is not None:
-                    self.progress(table, done, len(which))
-        return out, time.monotonic() - t0
+                report()
+        return time.monotonic()
 
 
 def _differing(server: _Sums, delta: _Sums, which: list[int]) -> list[int]:
