@@ -32,6 +32,7 @@ from cdc_core.routes import CDC_SOURCE
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import table_uri
 from pipelines.reconcile_checksum import ChunkMismatch, reconcile_tables
+from pipelines.writer_lock import writer_lock
 from tests.helpers import PASSWORD_VAR, snapshot, write_config_file
 from tests.test_types import _create_types_table, _insert, _write_rows
 
@@ -175,7 +176,12 @@ def test_corrupted_delta_reports_exactly_its_chunks(snapshotted_items, tmp_path)
     # The CLI: exit 1, JSON with the ranges; recorded in _binlake/ and shown by status.
     path = write_config_file(cfg, tmp_path / "binlake.yaml")
     os.environ[PASSWORD_VAR] = cfg.source.password.get_secret_value()
-    r = cli("reconcile", "-c", path, "--json", "--rechecks", "0")
+    lock = writer_lock(cfg.sink.path, cfg.pipeline.name, "a stream", cfg.sink.storage_options)
+    lock.acquire()  # a writer running: reconcile is read-only and does not wait for or take the lock
+    try:
+        r = cli("reconcile", "-c", path, "--json", "--rechecks", "0")
+    finally:
+        lock.release()
     assert r.returncode == 1, r.stderr
     out = json.loads(r.stdout)
     (shown,) = out["tables"]
