@@ -38,7 +38,7 @@ def backfill_table(context: OpExecutionContext, config: BackfillRunConfig, binla
         if waited >= config.timeout_seconds:
             raise Failure(f"backfill {req.id} of {req.table} not done after {config.timeout_seconds:.0f} s: "
                           f"{req.progress()} (is the binlake_stream job running?)")
-        req = wait_for(cfg, req.id, lambda _: None, seconds=30)
+        req, = wait_for(cfg, [req.id], lambda _: None, seconds=30)
         waited += 30
         context.log.info(f"backfill {req.id} of {req.table}: {req.progress()}")
     if req.state != BackfillState.DONE:

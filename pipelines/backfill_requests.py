@@ -75,20 +75,24 @@ def change_state(cfg: BinlakeConfig, request_id: str, state: BackfillState) -> B
     return new
 
 
-def wait_for(cfg: BinlakeConfig, request_id: str, on_progress: Callable[[BackfillRequest], None],
-             seconds: float, poll_seconds: float = 1.0) -> BackfillRequest:
+def wait_for(cfg: BinlakeConfig, request_ids: list[str], on_progress: Callable[[list[BackfillRequest]], None],
+             seconds: float, poll_seconds: float = 1.0) -> list[BackfillRequest]:
     """Wait up to ``seconds`` for another process (the running stream) to finish, fail or cancel
-    the request; ``on_progress`` sees each state read. Returns the last state read."""
+    the requests (or for one to be paused); ``on_progress`` sees each state read. Returns the
+    last states read."""
     store = ControlStore.of(cfg)
     deadline = time.monotonic() + seconds
     while True:
-        req = next(r for r in store.backfills() if r.id == request_id)
-        on_progress(req)
-        if req.state.terminal or req.state == BackfillState.PAUSED or time.monotonic() >= deadline:
-            return req
+        by_id = {r.id: r for r in store.backfills()}
+        reqs = [by_id[i] for i in request_ids]
+        on_progress(reqs)
+        if all(r.state.terminal for r in reqs) or any(r.state == BackfillState.PAUSED for r in reqs) \
+                or time.monotonic() >= deadline:
+            return reqs
         time.sleep(poll_seconds)
 
 
-def current(cfg: BinlakeConfig, request_id: str) -> BackfillRequest:
-    """The request's current state."""
-    return next(r for r in ControlStore.of(cfg).backfills() if r.id == request_id)
+def current(cfg: BinlakeConfig, request_ids: list[str]) -> list[BackfillRequest]:
+    """The requests' current states."""
+    by_id = {r.id: r for r in ControlStore.of(cfg).backfills()}
+    return [by_id[i] for i in request_ids]

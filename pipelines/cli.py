@@ -3,7 +3,10 @@ prerequisites, another process writing the pipeline), 1 runtime failure.
 
 The writing commands (``snapshot``, ``stream``, ``run``) hold the pipeline's writer lock
 (pipelines/writer_lock.py) for their whole life, taken before anything else is done; the
-read-only ones (``validate``, ``status``) never take it (tests/test_writer_lock.py).
+read-only ones (``validate``, ``status``, ``reconcile``) never take it (tests/test_writer_lock.py).
+``reconcile`` exits 0 when every chunk is equal, 1 when chunks still differ after their
+re-checks, 2 on bad input (an unknown ``--table``); with ``--repair`` it requests a backfill of
+each chunk that differs (exit 0 once they are done).
 ``backfill`` stores its request, then takes the lock and streams until the request is done;
 when another process holds the lock (a running stream) it hands the request to it and waits.
 """
@@ -190,7 +193,7 @@ def cmd_run(args) -> int:
 
 def cmd_backfill(args) -> int:
     from cdc_core.backfill import BackfillState
-    from pipelines.backfill_requests import change_state, current, request_backfill, wait_for
+    from pipelines.backfill_requests import change_state, request_backfill
 
     cfg = _load(args.config)
     if args.list:
@@ -210,24 +213,33 @@ def cmd_backfill(args) -> int:
     if args.no_wait:
         out.print("the stream works on it (a running one within seconds, else the next `binlake stream`)")
         return EXIT_OK
-    while True:
-        with _sole_writer(cfg, args, refuse=False) as lock:
-            if lock is not None:  # no stream running: stream until the backfill (and the binlog up to now) is done
-                if _problems(cfg):
-                    return EXIT_BAD_INPUT
-                _stream(cfg, until_now=True)
-                req = current(cfg, req.id)
-                break
-        # Another process writes the pipeline: a running stream does the work; if it stops first
-        # (a bounded run), the next round takes the lock and finishes it here.
-        with err.status(f"waiting for the running stream to backfill {req.table}") as status:
-            req = wait_for(cfg, req.id, lambda r: status.update(f"backfill {r.id} of {r.table}: {r.progress()}"),
-                           seconds=10)
-        if req.state.terminal or req.state == BackfillState.PAUSED:
-            break
+    req, = _carry_out(cfg, args, [req.id])
     out.print(f"backfill {req.id} of {req.table}: {req.progress()}{': ' + req.detail if req.detail else ''}",
               soft_wrap=True, highlight=False)
     return EXIT_OK if req.state == BackfillState.DONE else EXIT_RUNTIME
+
+
+def _carry_out(cfg: BinlakeConfig, args, request_ids: list[str]) -> list:
+    """Backfill requests done: by this process (it takes the writer lock and streams until they
+    and the binlog up to now are done) when no other writes the pipeline, else by the running
+    stream, waited for. Their final states (one paused: as it is)."""
+    from cdc_core.backfill import BackfillState
+    from pipelines.backfill_requests import current, wait_for
+
+    while True:
+        with _sole_writer(cfg, args, refuse=False) as lock:
+            if lock is not None:
+                if _problems(cfg):
+                    raise SystemExit(EXIT_BAD_INPUT)
+                _stream(cfg, until_now=True)
+                return current(cfg, request_ids)
+        # Another process writes the pipeline: a running stream does the work; if it stops first
+        # (a bounded run), the next round takes the lock and finishes it here.
+        with err.status("waiting for the running stream to backfill") as status:
+            reqs = wait_for(cfg, request_ids, lambda rs: status.update(
+                "; ".join(f"backfill {r.id} of {r.table}: {r.progress()}" for r in rs)), seconds=10)
+        if all(r.state.terminal for r in reqs) or any(r.state == BackfillState.PAUSED for r in reqs):
+            return reqs
 
 
 def _backfill_list(cfg: BinlakeConfig) -> None:
@@ -273,6 +285,75 @@ def cmd_status(args) -> int:
     return EXIT_OK
 
 
+def cmd_reconcile(args) -> int:
+    import json
+
+    from pipelines.reconcile_checksum import reconcile_tables
+
+    cfg = _load(args.config)
+    # Read-only: no writer lock (it would stop the stream); the only write is _binlake/reconcile_runs.
+    with Progress(TextColumn("reconcile {task.fields[table]}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("chunks"), TimeElapsedColumn(), console=err, transient=True) as progress:
+        bars: dict[str, object] = {}
+
+        def update(table: str, done: int, total: int) -> None:
+            if table not in bars:
+                bars[table] = progress.add_task("chunks", total=total, table=table)
+            progress.update(bars[table], completed=done, total=total)
+
+        report = reconcile_tables(cfg, args.table or None, rechecks=args.rechecks, recheck_wait=args.recheck_wait,
+                                  progress=update)
+    if args.json:
+        out.print_json(json.dumps(report.to_json(), default=str))
+        return EXIT_OK if report.equal else EXIT_RUNTIME
+    t = Table(title=f"reconcile of {cfg.pipeline.name} ({report.seconds:.1f}s)")
+    for col in ("table", "chunks", "differing", "MySQL rows", "Delta rows", "result"):
+        t.add_column(col, justify="left" if col in ("table", "result") else "right", no_wrap=col == "table")
+    for r in report.tables:
+        t.add_row(r.table, str(r.chunks_checked), str(len(r.mismatches)), f"{r.mysql_rows:,}", f"{r.delta_rows:,}",
+                  "[green]equal[/green]" if r.equal else "[red]differs[/red]")
+    out.print(t)
+    for r in report.tables:
+        if r.excluded:
+            out.print(f"{escape(r.table)}: not in the checksum (counted only): " + "; ".join(
+                f"{escape(c)} ({escape(why)})" for c, why in r.excluded.items()), soft_wrap=True, highlight=False)
+        for m in r.mismatches:
+            where = "whole table" if m.key is None else f"{m.key} in [{m.lo!r}, {m.hi!r})"
+            out.print(f"{escape(r.table)}: chunk {m.index} differs ({escape(where)}): MySQL {m.mysql_rows:,} rows, "
+                      f"Delta {m.delta_rows:,}", soft_wrap=True, highlight=False)
+        if r.mismatches:
+            out.print(f"{escape(r.table)}: checked {r.rechecks} more times; server at {r.server_position}, stream "
+                      f"committed at {r.stream_position or '-'}", soft_wrap=True, highlight=False)
+    if report.equal or not args.repair:
+        return EXIT_OK if report.equal else EXIT_RUNTIME
+    return _repair(cfg, args, report)
+
+
+def _repair(cfg: BinlakeConfig, args, report) -> int:
+    """``reconcile --repair``: a backfill of each differing chunk, carried out (or handed to the
+    running stream) and waited for; exit 0 once every one is done."""
+    from cdc_core.backfill import BackfillState
+    from pipelines.backfill_requests import request_ranges
+
+    ids, refused = [], False
+    for r in report.tables:
+        if not r.mismatches:
+            continue
+        try:
+            reqs = request_ranges(cfg, r.table, [(m.lo, m.hi) for m in r.mismatches], reason="reconcile --repair")
+        except BinlakeError as e:
+            _line("[red]✗[/red]", f"{r.table} cannot be repaired by a backfill: {e}")
+            refused = True
+            continue
+        ids += [q.id for q in reqs]
+        out.print(f"{escape(r.table)}: backfill of {len(reqs)} differing chunks requested", highlight=False)
+    done = _carry_out(cfg, args, ids) if ids else []
+    for q in done:
+        out.print(f"backfill {q.id} of {q.table} ({escape(q.describe_range())}): {q.progress()}", soft_wrap=True,
+                  highlight=False)
+    return EXIT_OK if not refused and all(q.state == BackfillState.DONE for q in done) else EXIT_RUNTIME
+
+
 def _lag(r: dict) -> str:
     if r.get("lag_bytes") is None:
         return "unknown"
@@ -291,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         ("run", cmd_run, "snapshot where needed, then stream until stopped (SIGINT/SIGTERM)"),
         ("status", cmd_status, "per table: phase, rows, committed position, lag"),
         ("backfill", cmd_backfill, "read a table (or a key range) again while the stream runs"),
+        ("reconcile", cmd_reconcile, "compare each table with MySQL by per-chunk counts and checksums "
+                                     "(exit 1 when chunks differ)"),
     ):
         p = sub.add_parser(name, help=help_)
         p.add_argument("-c", "--config", required=True, help="binlake YAML config file")
@@ -298,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         if name == "stream":
             p.add_argument("--until", choices=["now"], help="stop after applying the binlog up to its end at start")
             p.add_argument("--max-seconds", type=float, help="stop cleanly after this many seconds")
-        if name == "status":
+        if name in ("status", "reconcile"):
             p.add_argument("--json", action="store_true", help="machine-readable output")
         if name == "backfill":
             p.add_argument("--table", help="the captured source table (db.table)")
@@ -309,6 +392,15 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--cancel", metavar="ID", help="cancel a request")
             p.add_argument("--pause", metavar="ID", help="pause a request")
             p.add_argument("--resume", metavar="ID", help="resume a paused request")
+        if name == "reconcile":
+            p.add_argument("--table", action="append", metavar="DB.TABLE",
+                           help="only this captured table (repeatable); default: every captured table")
+            p.add_argument("--rechecks", type=int, default=3,
+                           help="times a differing chunk is checked again before it is reported (default 3)")
+            p.add_argument("--recheck-wait", type=float, default=2.0,
+                           help="seconds between the checks of a differing chunk (default 2)")
+            p.add_argument("--repair", action="store_true",
+                           help="backfill each chunk that differs (by the running stream, else here) and wait")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

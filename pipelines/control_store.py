@@ -1,6 +1,6 @@
 """Control state under ``<sink>/_binlake/`` in Delta tables: snapshot chunk plans and
-completed chunks with their watermarks, the schema history, the stream checkpoint and
-backfill requests.
+completed chunks with their watermarks, the schema history, the stream checkpoint,
+backfill requests and reconcile results (``reconcile_runs``, written only by ``binlake reconcile``).
 
 Invariants (tests/test_snapshot_resume.py, tests/test_table_batch.py):
 - A chunk is complete iff its rows are committed in its data table; the data commit
@@ -47,6 +47,14 @@ HISTORY_SCHEMA = pa.schema([
     ("change_index", pa.int32()), ("kind", pa.string()), ("description", pa.string()), ("ddl", pa.string()),
     ("schema_json", pa.string()), ("status", pa.string()), ("detail", pa.string()), ("held_ms", pa.float64()),
     ("recorded_at", pa.timestamp("us", tz="UTC")), ("needs_backfill", pa.bool_()),
+])
+RECONCILE_SCHEMA = pa.schema([
+    ("pipeline", pa.string()), ("table", pa.string()), ("sink", pa.string()),
+    ("started_at", pa.timestamp("us", tz="UTC")), ("seconds", pa.float64()), ("equal", pa.bool_()),
+    ("chunks_checked", pa.int64()), ("mismatched_chunks", pa.int64()), ("mismatches", pa.string()),
+    ("excluded_columns", pa.string()), ("mysql_rows", pa.int64()), ("delta_rows", pa.int64()),
+    ("server_file", pa.string()), ("server_pos", pa.int64()), ("stream_file", pa.string()), ("stream_pos", pa.int64()),
+    ("rechecks", pa.int32()), ("delta_version", pa.int64()),
 ])
 CHUNKS_SCHEMA = pa.schema([
     ("pipeline", pa.string()), ("table", pa.string()), ("chunk_index", pa.int32()), ("rows", pa.int64()),
@@ -173,6 +181,21 @@ class ControlStore:
     def save_backfill(self, request: BackfillRequest) -> None:
         """Append a backfill request's new state (the stream and the CLI both write here)."""
         self._append("backfill_requests", [request.to_row(self.pipeline)], BACKFILL_SCHEMA)
+
+    def record_reconcile(self, rows: list[dict]) -> None:
+        """Append reconcile results, one row per table (pipelines/reconcile_checksum.py:
+        ``reconcile_record``), in one commit."""
+        self._append("reconcile_runs", rows, RECONCILE_SCHEMA)
+
+    def latest_reconcile(self) -> dict[str, dict]:
+        """The latest reconcile result of each table (by ``started_at``), ``mismatches`` and
+        ``excluded_columns`` decoded from their JSON."""
+        latest: dict[str, dict] = {}
+        for r in self._read("reconcile_runs"):
+            if r["table"] not in latest or r["started_at"] >= latest[r["table"]]["started_at"]:
+                latest[r["table"]] = r
+        return {t: {**r, "mismatches": json.loads(r["mismatches"] or "[]"),
+                    "excluded_columns": json.loads(r["excluded_columns"] or "{}")} for t, r in latest.items()}
 
     def checkpoint(self) -> Checkpoint | None:
         """The latest stream checkpoint, or None before the stream first committed."""

@@ -27,6 +27,21 @@ def _position_name(key: tuple[int, int], like: str | None) -> str:
     return f"{_file_name(key[0], like)}:{key[1]}"
 
 
+def _reconcile_summary(r: dict | None) -> dict | None:
+    """A table's latest ``binlake reconcile`` result (``_binlake/reconcile_runs``), or None."""
+    if r is None:
+        return None
+
+    def position(file, pos):
+        return str(BinlogPosition(file, pos)) if file else None
+
+    return {"at": r["started_at"].isoformat(), "equal": r["equal"], "chunks_checked": r["chunks_checked"],
+            "mismatched_chunks": r["mismatched_chunks"], "mismatches": r["mismatches"],
+            "excluded_columns": r["excluded_columns"], "mysql_rows": r["mysql_rows"], "delta_rows": r["delta_rows"],
+            "server_position": position(r["server_file"], r["server_pos"]),
+            "stream_position": position(r["stream_file"], r["stream_pos"]), "seconds": r["seconds"]}
+
+
 def pipeline_status(cfg: BinlakeConfig) -> dict:
     """The status of every captured table and of the stream (JSON-ready). Each table names
     its ``sink`` (the Delta table it is written to: itself, or its route's sink); a routed
@@ -53,6 +68,7 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
         if not r.state.terminal:
             backfilling.setdefault(r.table, r)
     names = sorted(set(names) | set(plans))
+    reconciled = store.latest_reconcile()
     now = time.time()
 
     def lag(applied_key: tuple[int, int] | None, event_time: int) -> tuple[float | None, int | None]:
@@ -91,7 +107,7 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
         lag_s, lag_b = lag(key, cp.offset.event_time if cp else 0)
         tables.append({"table": n, "sink": sink, "phase": phase, "rows": rows,
                        "committed_position": _position_name(key, end.file if end else None) if key else None,
-                       "lag_seconds": lag_s, "lag_bytes": lag_b})
+                       "lag_seconds": lag_s, "lag_bytes": lag_b, "reconcile": _reconcile_summary(reconciled.get(n))})
     stream = {"state": cp.state if cp else "not started",
               "committed_position": str(cp.offset.applied) if cp else None,
               "resume_position": str(cp.offset.resume) if cp else None,

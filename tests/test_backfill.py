@@ -181,6 +181,44 @@ def test_backfill_under_writes_hands_off_to_the_running_stream(db, spark, make_c
     assert merges and sum(m["left_to_stream"] for m in merges) > 0, merges  # the writer hit the windows
 
 
+def test_reconcile_repair_restores_damaged_delta_while_the_stream_runs_under_writes(db, spark, make_config,
+                                                                                     tmp_path):
+    name, conn = db
+    with conn.cursor() as cur:
+        _table(cur, "acct", 12_000)
+    cfg = make_config(name, chunk_size=1000, stream={"max_batch_rows": 500, "max_batch_seconds": 0.3})
+    config = write_config_file(cfg, tmp_path / "binlake.yaml")
+    snapshot(cfg, spark)
+    table = f"{name}.acct"
+    _damage(cfg, table, range(3000, 5000))  # chunks 3 and 4 of 12 (and the extra keys' first chunk)
+    env = {**_env(cfg.source.password.get_secret_value()), "COLUMNS": "200"}
+    settings = connection_settings(cfg)
+    stream = Stream(config, tmp_path / "logs", password=cfg.source.password.get_secret_value())
+    stop = threading.Event()
+    writer = threading.Thread(target=_writer, args=(settings, name, "acct", 12_000, stop, 9))
+    try:
+        wait_for(lambda: ControlStore.of(cfg).checkpoint() is not None, 60, "the stream's first checkpoint")
+        writer.start()
+        r = subprocess.run([sys.executable, "-m", "pipelines.cli", "reconcile", "-c", config, "--repair"],
+                           capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "differing chunks requested" in r.stdout, r.stdout
+    finally:
+        stop.set()
+        if writer.is_alive():
+            writer.join()
+    try:
+        wait_for(lambda: diff_tables(cfg, [table])[0].equal, 60, "Delta to catch up with MySQL", interval=0.5)
+    finally:
+        assert stream.terminate() == 0, stream.describe()
+    assert_equal(cfg, [table])
+    repaired = {m["chunk"] for m in _merges(cfg, table)}
+    assert repaired and all(r.reason == "reconcile --repair" for r in _requests(cfg))
+    again = subprocess.run([sys.executable, "-m", "pipelines.cli", "reconcile", "-c", config], capture_output=True,
+                           text=True, timeout=300, env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+
+
 def _merges(cfg, table: str) -> list[dict]:
     """The backfill merges committed to ``table`` (their commit metadata), oldest first."""
     out = []
