@@ -381,7 +381,7 @@ class ProfiledSnapshotJob(SnapshotJob):
         p["submit_to_task_start_s"] = p.pop("wall_start") - submitted
         p["task_end_to_result_s"] = returned - p.pop("wall_end")
         p["chunks"] = len(task.chunks)
-        p["rows"] = sum(r["rows"] for r in result["records"])
+        p["rows"] = sum(r.rows for r in result["records"])
         with self._lock:
             self.tasks.append(p)
         return result
