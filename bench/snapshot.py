@@ -386,10 +386,11 @@ class ProfiledSnapshotJob(SnapshotJob):
             self.tasks.append(p)
         return result
 
-    def _commit(self, name, dt_, schema, result):
+    def _commit(self, table, schema, result):
         t0 = time.perf_counter()
-        super()._commit(name, dt_, schema, result)
+        records = super()._commit(table, schema, result)
         self._add("commit_total_s", time.perf_counter() - t0)
+        return records
 
 
 def spark_empty_job_seconds(spark, n: int = 10) -> float:
