@@ -381,15 +381,16 @@ class ProfiledSnapshotJob(SnapshotJob):
         p["submit_to_task_start_s"] = p.pop("wall_start") - submitted
         p["task_end_to_result_s"] = returned - p.pop("wall_end")
         p["chunks"] = len(task.chunks)
-        p["rows"] = sum(r["rows"] for r in result["records"])
+        p["rows"] = sum(r.rows for r in result["records"])
         with self._lock:
             self.tasks.append(p)
         return result
 
-    def _commit(self, name, dt_, schema, result):
+    def _commit(self, table, schema, result):
         t0 = time.perf_counter()
-        super()._commit(name, dt_, schema, result)
+        records = super()._commit(table, schema, result)
         self._add("commit_total_s", time.perf_counter() - t0)
+        return records
 
 
 def spark_empty_job_seconds(spark, n: int = 10) -> float:

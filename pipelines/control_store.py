@@ -23,6 +23,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 from cdc_core.backfill import BackfillRequest, latest_requests
+from cdc_core.chunk_record import ChunkRecord
 from cdc_core.chunking import Chunk, decode_value
 from cdc_core.offsets import StreamOffset
 from cdc_core.positions import BinlogPosition
@@ -82,6 +83,8 @@ class ControlStore:
         # another writer changed them (on an object store a fresh open costs several requests,
         # a check one LIST).
         self._cache: dict[str, _Read] = {}
+        # snapshot_chunks rows as records, parsed once per read of the table (see chunk_records).
+        self._chunk_records: tuple[_Read | None, list[ChunkRecord]] = (None, [])
 
     @classmethod
     def of(cls, cfg) -> ControlStore:
@@ -136,28 +139,35 @@ class ControlStore:
             {"pipeline": self.pipeline, "table": c.table, "chunk_index": c.index, "chunk_key": c.key,
              "bounds": c.to_json(), "planned_at": now} for c in chunks], PLAN_SCHEMA)
 
-    def completed_chunks(self, table: str, data_table) -> dict[int, dict]:
+    def completed_chunks(self, table: str, data_table) -> dict[int, ChunkRecord]:
         """Completed chunks of ``table`` by index: the mirror table united with the commits of
         its data table (None when it has none yet), both since the table's last snapshot reset."""
         return self.completed_in(table, snapshot_commits(data_table) if data_table is not None else None)
 
-    def completed_in(self, table: str, commits: SnapshotCommits | None) -> dict[int, dict]:
+    def completed_in(self, table: str, commits: SnapshotCommits | None) -> dict[int, ChunkRecord]:
         """:meth:`completed_chunks` with the data table's commits already read."""
         reset = commits.resets.get(table, -1) if commits else -1
-        done = {r["chunk_index"]: r for r in self.chunk_records()
-                if r["table"] == table and (r["delta_version"] if r["delta_version"] is not None else -1) > reset}
+        done = {r.chunk_index: r for r in self.chunk_records()
+                if r.table == table and (r.delta_version if r.delta_version is not None else -1) > reset}
         for r in commits.records if commits else ():
-            if r.get("pipeline") == self.pipeline and r["table"] == table and r["delta_version"] > reset:
-                done.setdefault(r["chunk_index"], r)
+            if r.pipeline == self.pipeline and r.table == table and r.delta_version > reset:
+                done.setdefault(r.chunk_index, r)
         return done
 
-    def chunk_records(self) -> list[dict]:
-        """Rows of the ``snapshot_chunks`` mirror for this pipeline."""
-        return self._read("snapshot_chunks")
+    def chunk_records(self) -> list[ChunkRecord]:
+        """Records in the ``snapshot_chunks`` mirror for this pipeline."""
+        rows = self._read("snapshot_chunks")
+        read = self._cache.get("snapshot_chunks")
+        if self._chunk_records[0] is not read:  # read anew: parse every row again
+            self._chunk_records = (read, [])
+        parsed = self._chunk_records[1]
+        # The same read only grows (rows this store appended): parse just the rows new to it.
+        parsed.extend(ChunkRecord.from_row(r) for r in rows[len(parsed):])
+        return list(parsed)
 
-    def record_chunks(self, records: list[dict]) -> None:
+    def record_chunks(self, records: list[ChunkRecord]) -> None:
         """Mirror chunk records (already committed with their data) into ``snapshot_chunks``."""
-        self._append("snapshot_chunks", records, CHUNKS_SCHEMA)
+        self._append("snapshot_chunks", [r.to_row() for r in records], CHUNKS_SCHEMA)
 
     def schema_history(self) -> list[HistoryEntry]:
         """Every recorded schema change of this pipeline, in binlog order."""
@@ -252,15 +262,6 @@ class Checkpoint:
     rows_applied: int
     committed_at: dt.datetime
     seq: int = 0
-
-
-def chunk_record(pipeline: str, chunk: Chunk, rows: int, lw: BinlogPosition, hw: BinlogPosition,
-                 window_changes: int) -> dict:
-    """The durable record of one completed chunk (delta_version filled in at commit)."""
-    return {"pipeline": pipeline, "table": chunk.table, "chunk_index": chunk.index, "rows": rows,
-            "lw_file": lw.file, "lw_pos": lw.pos, "hw_file": hw.file, "hw_pos": hw.pos,
-            "window_changes": window_changes, "delta_version": None,
-            "completed_at": dt.datetime.now(dt.UTC).isoformat()}
 
 
 def _entry(r: dict) -> HistoryEntry:

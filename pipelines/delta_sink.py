@@ -8,7 +8,7 @@ import json
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -19,6 +19,7 @@ from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import AddAction
 
 from cdc_core.chunk_reader import CDC_OP, CDC_SEQ
+from cdc_core.chunk_record import ChunkRecord
 from cdc_core.offsets import OFFSET_KEY, StreamOffset, app_id, position_key_of_version
 from cdc_core.routes import CDC_SOURCE
 from cdc_core.table_commit import RowsApplied
@@ -116,14 +117,14 @@ class SnapshotCommits:
     (each with the ``delta_version`` of the commit carrying it, newest first) and, per source
     table, the version of its last reset and of its last verification."""
 
-    records: list[dict]
+    records: list[ChunkRecord]
     resets: dict[str, int]
     verified: dict[str, int]
     version: int = -1
 
     def is_verified(self, table: str) -> bool:
         """Whether ``table``'s snapshot was checked after its last chunk and reset."""
-        last = max([self.resets.get(table, -1)] + [r["delta_version"] for r in self.records if r["table"] == table])
+        last = max([self.resets.get(table, -1)] + [r.delta_version for r in self.records if r.table == table])
         return self.verified.get(table, -1) > last
 
 
@@ -143,7 +144,7 @@ def snapshot_commits(dt: DeltaTable, known: SnapshotCommits | None = None) -> Sn
         raw = commit.get(SNAPSHOT_CHUNKS_KEY)
         if raw:
             for r in json.loads(raw) if isinstance(raw, str) else raw:
-                records.append({**r, "delta_version": commit["version"]})
+                records.append(replace(ChunkRecord.from_row(r), delta_version=commit["version"]))
         for key, latest in ((SNAPSHOT_RESET_KEY, resets), (SNAPSHOT_VERIFIED_KEY, verified)):
             raw = commit.get(key)
             for table in (json.loads(raw) if isinstance(raw, str) else raw) if raw else ():

@@ -29,7 +29,6 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
 import logging
 import math
@@ -51,6 +50,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from cdc_core.binlog import read_statements
 from cdc_core.bulk_read import chunk_fetch
 from cdc_core.chunk_reader import ChunkReader, output_schema
+from cdc_core.chunk_record import ChunkRecord
 from cdc_core.chunking import INTEGER_TYPES, Chunk, chunk_key, plan_chunks
 from cdc_core.column_filter import captured_schema
 from cdc_core.config import BinlakeConfig
@@ -62,7 +62,7 @@ from cdc_core.schema_history import HistoryEntry, Status
 from cdc_core.source import ConnectionSettings, captured_tables, connect, connection_settings, describe_captured
 from cdc_core.table_schema import TableSchema, describe_table, quote_ident
 from cdc_core.transient import Retry, RetryBudgetExceeded, RetryPolicy
-from pipelines.control_store import ControlStore, chunk_record
+from pipelines.control_store import ControlStore
 from pipelines.delta_sink import (
     SNAPSHOT_CHUNKS_KEY,
     SNAPSHOT_RESET_KEY,
@@ -149,8 +149,8 @@ def run_group(task: GroupTask) -> dict:
     return {
         "file": written,
         "rows": table.num_rows,
-        "records": [chunk_record(task.pipeline, ch, n, result.low_watermark, result.high_watermark,
-                                 result.window_changes) for ch, n in zip(task.chunks, counts)],
+        "records": [ChunkRecord.for_chunk(task.pipeline, ch, n, result.low_watermark, result.high_watermark,
+                                          result.window_changes) for ch, n in zip(task.chunks, counts)],
         "task_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
@@ -309,7 +309,7 @@ class SnapshotJob:
         self.slots = max(1, min(cfg.pipeline.parallelism, spark.sparkContext.defaultParallelism))
         self._slots: list[int] = list(range(self.slots))
         self._slot_lock = threading.Lock()
-        self._unmirrored: list[dict] = []
+        self._unmirrored: list[ChunkRecord] = []
         self._retries = 0
         self._abort = threading.Event()  # the driver gave up: no group starts another attempt
         # Snapshot commits of each sink table read so far (by table URI): later reads only read
@@ -405,7 +405,7 @@ class SnapshotJob:
             if commits is not None and commits.is_verified(name):
                 continue
             done = self.store.completed_in(name, commits) if commits is not None else {}
-            hws = [BinlogPosition(r["hw_file"], r["hw_pos"]) for r in done.values()]
+            hws = [r.high_watermark for r in done.values()]
             plan_done = done and len(done) == len(plans.get(name, ()))
             if name in baselines:
                 windows[name] = (baselines[name], max(hws) if plan_done else end)
@@ -493,9 +493,10 @@ class SnapshotJob:
                 task = futures[fut]
                 result = fut.result()
                 name = task.schema.qualified_name
-                self._commit(tables[self.router.sink(name)], task.target or output_schema(task.schema), result)
+                records = self._commit(tables[self.router.sink(name)], task.target or output_schema(task.schema),
+                                       result)
                 if self.on_commit:
-                    self.on_commit(name, result["records"])
+                    self.on_commit(name, records)
                 s = by_table[name]
                 rows = result["rows"]
                 s.rows_written += rows
@@ -568,7 +569,8 @@ class SnapshotJob:
             with self._slot_lock:
                 self._slots.append(slot)
 
-    def _commit(self, table, schema: pa.Schema, result: dict) -> None:
+    def _commit(self, table, schema: pa.Schema, result: dict) -> list[ChunkRecord]:
+        """Commit a group's files with its chunk records; returns the records as committed."""
         # Called on the driver's main thread only: commits never race each other (also
         # those of several routed sources into one sink table).
         records = result["records"]
@@ -579,15 +581,14 @@ class SnapshotJob:
             raise UnsafeSink(f"sink.path {self.cfg.sink.path} is a local folder the Spark executors do not share "
                              f"with the driver ({files[0].path} written by an executor is missing here); use an "
                              "object-store URI, or a folder mounted at the same path on every host")
-        version = commit_files(table, files, schema, {SNAPSHOT_CHUNKS_KEY: records})
-        for r in records:
-            r["delta_version"] = version
-            r["completed_at"] = dt.datetime.fromisoformat(r["completed_at"])
+        version = commit_files(table, files, schema, {SNAPSHOT_CHUNKS_KEY: [r.to_json_row() for r in records]})
+        records = [replace(r, delta_version=version) for r in records]
         # The data commit already holds these records; the mirror table is appended in
         # batches (recovery unites both, see pipelines/control_store.py).
         self._unmirrored.extend(records)
         if len(self._unmirrored) >= MIRROR_BATCH_RECORDS:
             self._flush_mirror()
+        return records
 
     def _flush_mirror(self) -> None:
         if self._unmirrored:

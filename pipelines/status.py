@@ -101,7 +101,7 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
             phase = f"snapshot {len(done)}/{len(plan)} chunks"
         elif plan:
             phase = "snapshot done"
-            key = max((BinlogPosition(r["hw_file"], r["hw_pos"]).key for r in done.values()), default=None)
+            key = max((r.high_watermark.key for r in done.values()), default=None)
         else:
             phase = "not started"
         lag_s, lag_b = lag(key, cp.offset.event_time if cp else 0)

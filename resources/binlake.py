@@ -31,6 +31,7 @@ from dagster import (
 )
 from dagster_pyspark import LazyPySparkResource
 
+from cdc_core.chunk_record import ChunkRecord
 from cdc_core.config import BinlakeConfig, load_config
 from cdc_core.lifecycle import State
 from cdc_core.offsets import StreamOffset
@@ -62,13 +63,13 @@ def spark_resource(cfg: BinlakeConfig) -> LazyPySparkResource:
     return LazyPySparkResource(spark_config=spark_settings(cfg.spark.master, cfg.spark.conf))
 
 
-def _chunk_metadata(record: dict) -> dict:
+def _chunk_metadata(record: ChunkRecord) -> dict:
     """A chunk record as partition metadata (rows are unknown for a chunk read in a group on a non-integer key)."""
-    metadata = {"dagster/row_count": record["rows"], "binlake/chunk_index": record["chunk_index"],
-                "binlake/low_watermark": f"{record['lw_file']}:{record['lw_pos']}",
-                "binlake/high_watermark": f"{record['hw_file']}:{record['hw_pos']}",
-                "binlake/window_changes": record["window_changes"],
-                "binlake/delta_version": record["delta_version"]}
+    metadata = {"dagster/row_count": record.rows, "binlake/chunk_index": record.chunk_index,
+                "binlake/low_watermark": str(record.low_watermark),
+                "binlake/high_watermark": str(record.high_watermark),
+                "binlake/window_changes": record.window_changes,
+                "binlake/delta_version": record.delta_version}
     return {k: v for k, v in metadata.items() if v is not None}
 
 
@@ -113,11 +114,11 @@ class BinlakeResource(ConfigurableResource):
         def progress(done: int, total: int, rows: int) -> None:
             context.log.info(f"snapshot {table}: {done}/{total} chunks read, {rows:,} rows")
 
-        def on_commit(name: str, records: list[dict]) -> None:
+        def on_commit(name: str, records: list[ChunkRecord]) -> None:
             for r in records:
-                reported.add(r["chunk_index"])
+                reported.add(r.chunk_index)
                 context.log_event(AssetMaterialization(
-                    asset_key=asset_key(name), partition=chunk_partition_key(r["chunk_index"]),
+                    asset_key=asset_key(name), partition=chunk_partition_key(r.chunk_index),
                     description="snapshot chunk committed", metadata=_chunk_metadata(r)))
 
         summary = SnapshotJob(cfg, spark, progress, only={table}, chunks=set(chunks), on_commit=on_commit).run()

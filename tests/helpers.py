@@ -58,7 +58,7 @@ def replay_handoff(cfg: BinlakeConfig, names: list[str]) -> dict[str, dict]:
     from cdc_core.binlog import read_changes
     from cdc_core.handoff import HandoffFilter
     from cdc_core.key_order import KeyOrders, ServerSql
-    from cdc_core.positions import BinlogPosition, master_position
+    from cdc_core.positions import master_position
     from cdc_core.types import binlog_value
     from pipelines.control_store import ControlStore
     from pipelines.delta_sink import open_table
@@ -75,9 +75,9 @@ def replay_handoff(cfg: BinlakeConfig, names: list[str]) -> dict[str, dict]:
         for n, schema in schemas.items():
             uri = table_uri(cfg.sink.path, n)
             done = store.completed_chunks(n, open_table(uri, cfg.sink.storage_options))
-            lows += [BinlogPosition(r["lw_file"], r["lw_pos"]) for r in done.values()]
+            lows += [r.low_watermark for r in done.values()]
             filters[n] = HandoffFilter.for_table(schema, plans[n], {
-                i: BinlogPosition(r["hw_file"], r["hw_pos"]) for i, r in done.items()}, orders)
+                i: r.high_watermark for i, r in done.items()}, orders)
             idx = [c.name for c in schema.columns]
             pk = [idx.index(k) for k in schema.primary_key]
             rows = delta_rows(uri, schema, storage_options=cfg.sink.storage_options)

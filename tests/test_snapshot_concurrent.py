@@ -65,7 +65,7 @@ def test_snapshot_during_writes_hands_off_exactly(db, spark, make_config):
     names = [f"{name}.{x}" for x in ("a", "b", "c")]
     assert counts["ops"] > 100, "the writer barely ran during the snapshot"
     store = ControlStore(cfg.sink.path, cfg.pipeline.name)
-    window = sum(r["window_changes"] for r in store.chunk_records())
+    window = sum(r.window_changes for r in store.chunk_records())
     assert window > 0, "no chunk saw changes between its watermarks: the test exercised nothing"
     assert sum(s.chunks for s in summary.tables) >= 50
 

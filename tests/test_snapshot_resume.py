@@ -4,20 +4,21 @@ standalone cluster runs in tests/test_object_store.py, writing to S3.)"""
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from cdc_core.chunk_record import ChunkRecord
 from cdc_core.chunking import Chunk
 from cdc_core.positions import BinlogPosition
-from pipelines.control_store import ControlStore, chunk_record
+from pipelines.control_store import ControlStore
 from pipelines.delta_sink import (
     SNAPSHOT_CHUNKS_KEY,
     SNAPSHOT_RESET_KEY,
@@ -68,23 +69,21 @@ def test_control_store_reads_what_another_writer_appended(tmp_path):
     """A control table read once is read again only when it changed: rows another process
     appended are seen, also when this store appended after them without reading."""
     a, b = ControlStore(str(tmp_path), "p"), ControlStore(str(tmp_path), "p")
-    record = chunk_record("p", Chunk("d.t", 0, "id", None, 5), 5, BinlogPosition("b.000001", 4),
-                          BinlogPosition("b.000001", 9), 0)
+    record = ChunkRecord.for_chunk("p", Chunk("d.t", 0, "id", None, 5), 5, BinlogPosition("b.000001", 4),
+                                   BinlogPosition("b.000001", 9), 0)
 
-    def rec(i: int) -> dict:
-        r = {**record, "chunk_index": i, "delta_version": i}
-        r["completed_at"] = dt.datetime.fromisoformat(r["completed_at"])
-        return r
+    def rec(i: int) -> ChunkRecord:
+        return replace(record, chunk_index=i, delta_version=i)
 
     assert a.chunk_records() == []
     a.record_chunks([rec(0)])
-    assert [r["chunk_index"] for r in a.chunk_records()] == [0]
+    assert [r.chunk_index for r in a.chunk_records()] == [0]
     b.record_chunks([rec(1)])  # another writer
-    assert sorted(r["chunk_index"] for r in a.chunk_records()) == [0, 1]
+    assert sorted(r.chunk_index for r in a.chunk_records()) == [0, 1]
     b.record_chunks([rec(2)])
     a.record_chunks([rec(3)])  # appended after b's, unread: a must not take its cache + its own rows as the table
-    assert sorted(r["chunk_index"] for r in a.chunk_records()) == [0, 1, 2, 3]
-    assert sorted(r["chunk_index"] for r in b.chunk_records()) == [0, 1, 2, 3]
+    assert sorted(r.chunk_index for r in a.chunk_records()) == [0, 1, 2, 3]
+    assert sorted(r.chunk_index for r in b.chunk_records()) == [0, 1, 2, 3]
 
 
 def test_snapshot_commits_read_incrementally_equal_a_full_read(tmp_path):

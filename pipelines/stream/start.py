@@ -82,8 +82,8 @@ def _handoff_filters(cfg: BinlakeConfig, store: ControlStore, router, schemas: d
             raise StartupError(f"the snapshot of {n} is not complete ({len(missing)} of {len(plans[n])} chunks "
                                "to go): run `binlake snapshot` (or `binlake run`) first")
         filters[n] = HandoffFilter.for_table(schema, plans[n], {
-            i: BinlogPosition(r["hw_file"], r["hw_pos"]) for i, r in done.items()}, key_orders)
-        lws = [BinlogPosition(r["lw_file"], r["lw_pos"]) for r in done.values()]
+            i: r.high_watermark for i, r in done.items()}, key_orders)
+        lws = [r.low_watermark for r in done.values()]
         low = min([low, *lws] if low else lws)
     return filters, low
 
