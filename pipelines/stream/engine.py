@@ -221,18 +221,19 @@ class StreamEngine:
                 # No record passed live_at: nothing of the captured tables after it was read.
                 self.changes.check_live(self._live, self._live_at)
                 self._live_at = None
-                self.backfills.poll(force=True)
-            if ended and not s.holds and self.until_now and self.backfills.busy:
-                # --until now with a backfill to finish (one found at the end): read on, unbounded.
-                self._commit()
-                self.bounded, ended = False, False
-                self.reader.spec = dataclasses.replace(self.reader.spec, until=None)
-                self._restart_reader()
-                continue
             if (ended and not s.holds) or self._past_until():
-                self._commit()
-                s.summary.stop_reason = f"reached {self.until}"
-                return
+                if self.until_now:
+                    self.backfills.poll(force=True)  # tables found needing one on the way get their request
+                if not (self.until_now and self.backfills.busy):
+                    self._commit()
+                    s.summary.stop_reason = f"reached {self.until}"
+                    return
+                if ended:  # --until now with a backfill to finish: read on past the end, unbounded
+                    self._commit()
+                    self.bounded, ended = False, False
+                    self.reader.spec = dataclasses.replace(self.reader.spec, until=None)
+                    self._restart_reader()
+                    continue
             self.backfills.poll()
             self.backfills.step()
             records = []
