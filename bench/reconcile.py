@@ -35,7 +35,7 @@ if str(REPO) not in sys.path:
 
 import psutil  # noqa: E402
 
-from bench.snapshot import DB, TABLE, binlake_config  # noqa: E402
+from bench.snapshot import binlake_config, load_table  # noqa: E402
 from pipelines.local_mariadb import LocalMariaDB  # noqa: E402
 from pipelines.reconcile_checksum import reconcile_tables  # noqa: E402
 from pipelines.snapshot_job import SnapshotJob  # noqa: E402
@@ -54,28 +54,9 @@ DDL = """CREATE TABLE `{db}`.`{table}` (
 ) ENGINE=InnoDB"""
 
 
-def load_table(server: LocalMariaDB, rows: int) -> float:
-    """Create ``bench.t`` in the issue-13 shape and load ``rows`` rows; returns seconds."""
-    t0 = time.perf_counter()
-    conn = server.connect()
-    with conn, conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE `{DB}` DEFAULT CHARSET utf8mb4")
-        cur.execute(DDL.format(db=DB, table=TABLE))
-        conn.select_db(DB)  # seq_M_to_N (Sequence engine) resolves in the current database
-        cur.execute("SET SESSION sql_log_bin = 0")  # the load is not part of any measurement
-        step = 1_000_000
-        for lo in range(1, rows + 1, step):
-            hi = min(lo + step - 1, rows)
-            cur.execute(
-                f"INSERT INTO `{DB}`.`{TABLE}` "
-                "SELECT seq, seq % 100000, CONCAT('user-', seq), (seq % 10000000) / 100, "
-                "IF(seq % 7 = 0, NULL, MD5(seq)), "
-                "TIMESTAMP'2020-01-01 00:00:00' + INTERVAL seq * 1001000 MICROSECOND "
-                f"FROM seq_{lo}_to_{hi}"
-            )
-        cur.execute(f"ANALYZE TABLE `{DB}`.`{TABLE}`")
-        cur.fetchall()
-    return time.perf_counter() - t0
+# Row ``seq`` in that shape.
+VALUES = ("seq, seq % 100000, CONCAT('user-', seq), (seq % 10000000) / 100, IF(seq % 7 = 0, NULL, MD5(seq)), "
+          "TIMESTAMP'2020-01-01 00:00:00' + INTERVAL seq * 1001000 MICROSECOND")
 
 
 def cpu_seconds(proc: psutil.Process) -> float:
@@ -105,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server.start()
         print(f"MariaDB on port {server.port}; loading {args.rows:,} rows ...", flush=True)
-        env["load_s"] = load_table(server, args.rows)
+        env["load_s"] = load_table(server, args.rows, DDL, VALUES)
         cfg = binlake_config(server, str(work / "lake"), "bench_reconcile", 2, args.chunk_size)
         spark = get_spark("local[*]")
         t0 = time.perf_counter()

@@ -75,25 +75,25 @@ DDL = """CREATE TABLE `{db}`.`{table}` (
 # --------------------------------------------------------------------------- setup
 
 
-def load_table(server: LocalMariaDB, rows: int) -> float:
-    """Create the database and table and load ``rows`` rows; returns seconds."""
+# Row ``seq`` of the table (an INSERT … SELECT list over the Sequence engine's ``seq``).
+VALUES = ("seq, seq % 100000, CONCAT('user-', seq), (seq % 10000000) / 100, "
+          "TIMESTAMP'2020-01-01 00:00:00' + INTERVAL seq SECOND, "
+          "IF(seq % 10 = 0, NULL, seq / 7e0), IF(seq % 7 = 0, NULL, MD5(seq))")
+
+
+def load_table(server: LocalMariaDB, rows: int, ddl: str = DDL, values: str = VALUES) -> float:
+    """Create the database and the table (``ddl``) and load ``rows`` rows (``values``); returns seconds."""
     t0 = time.perf_counter()
     conn = server.connect()
     with conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{DB}` DEFAULT CHARSET utf8mb4")
-        cur.execute(DDL.format(db=DB, table=TABLE))
+        cur.execute(ddl.format(db=DB, table=TABLE))
         conn.select_db(DB)  # seq_M_to_N (Sequence engine) resolves in the current database
         cur.execute("SET SESSION sql_log_bin = 0")  # the load itself is not part of any measurement
         step = 1_000_000
         for lo in range(1, rows + 1, step):
             hi = min(lo + step - 1, rows)
-            cur.execute(
-                f"INSERT INTO `{DB}`.`{TABLE}` "
-                "SELECT seq, seq % 100000, CONCAT('user-', seq), (seq % 10000000) / 100, "
-                "TIMESTAMP'2020-01-01 00:00:00' + INTERVAL seq SECOND, "
-                "IF(seq % 10 = 0, NULL, seq / 7e0), IF(seq % 7 = 0, NULL, MD5(seq)) "
-                f"FROM seq_{lo}_to_{hi}"
-            )
+            cur.execute(f"INSERT INTO `{DB}`.`{TABLE}` SELECT {values} FROM seq_{lo}_to_{hi}")
         cur.execute(f"ANALYZE TABLE `{DB}`.`{TABLE}`")
         cur.fetchall()
         cur.execute(f"SELECT COUNT(*) FROM `{DB}`.`{TABLE}`")

@@ -62,6 +62,7 @@ from typing import Protocol
 import pymysql
 
 from cdc_core.table_schema import Column
+from cdc_core.types import binlog_value
 
 log = logging.getLogger(__name__)
 
@@ -375,6 +376,23 @@ class KeyOrders:
                 order = ComparisonOrder(self.sql, coll)
             self._collations[column.collation] = order
         return order
+
+    def locator(self, column: Column, bounds: Sequence[object]) -> Callable[[Sequence[object]], list[int]]:
+        """For values of ``column`` in binlake's canonical form (as Delta holds them), the number
+        of ``bounds`` (chunk bounds as the server returned them, ascending) at or below each, in
+        the server's order; an order that asks the server does so once per distinct value."""
+        # Bounds in the values' form: a TIME bound as microseconds, a TIMESTAMP one in UTC...
+        canon = bounds if column.collation is not None else [binlog_value(column, b) for b in bounds]
+        partition = self.for_column(column).partition(canon)
+
+        def locate(values: Sequence[object]) -> list[int]:
+            if not partition.remote:
+                return partition.locate(values)
+            distinct = list(dict.fromkeys(values))
+            found = dict(zip(distinct, partition.locate(distinct), strict=True))
+            return [found[v] for v in values]
+
+        return locate
 
     def close(self) -> None:
         """Release the server connection."""

@@ -9,6 +9,7 @@ Launchpad, or put a schedule on it with run config, e.g.::
 Tests: tests/test_dagster_stream.py.
 """
 
+import time
 
 from dagster import Config, Failure, MetadataValue, OpExecutionContext, Output, in_process_executor, job, op
 
@@ -33,15 +34,14 @@ def backfill_table(context: OpExecutionContext, config: BackfillRunConfig, binla
     cfg = binlake.load()
     req = request_backfill(cfg, config.table, config.from_key, config.to_key)
     context.log.info(f"backfill {req.id} of {req.table} ({req.describe_range()}) requested; the stream job does it")
-    waited = 0.0
-    while not req.state.terminal:
-        if waited >= config.timeout_seconds:
+    deadline = time.monotonic() + config.timeout_seconds
+    while not req.state.terminal and req.state != BackfillState.PAUSED:
+        if time.monotonic() >= deadline:
             raise Failure(f"backfill {req.id} of {req.table} not done after {config.timeout_seconds:.0f} s: "
                           f"{req.progress()} (is the binlake_stream job running?)")
         req, = wait_for(cfg, [req.id], lambda _: None, seconds=30)
-        waited += 30
         context.log.info(f"backfill {req.id} of {req.table}: {req.progress()}")
-    if req.state != BackfillState.DONE:
+    if req.state != BackfillState.DONE:  # failed, cancelled, or paused (`binlake backfill --resume ID`)
         raise Failure(f"backfill {req.id} of {req.table} {req.state}: {req.detail}")
     yield Output(None, metadata={"binlake/backfill_id": req.id, "binlake/table": req.table,
                                  "binlake/range": req.describe_range(), "binlake/chunks": len(req.chunks),

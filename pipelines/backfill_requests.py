@@ -41,19 +41,32 @@ def request_ranges(cfg: BinlakeConfig, table: str, ranges: list[tuple[Any, Any]]
     return requests
 
 
-def _backfillable(cfg: BinlakeConfig, table: str) -> TableSchema:
+def refusal(cfg: BinlakeConfig, table: str, schema: TableSchema | None = None, *, described: bool = False
+            ) -> str | None:
+    """Why ``table`` cannot be backfilled online, or None: not captured, routed, and, once
+    ``described`` (``schema`` None: it is not on the source), missing or without a row key.
+    The command line refuses with it; the stream fails a request with it."""
     if not cfg.source.captures(table):
-        raise BadInput(f"{table} is not captured by this pipeline (source.tables / exclude_tables)")
+        return f"{table} is not captured by this pipeline (source.tables / exclude_tables)"
     router = Router(cfg.routes)
     if router.routed(table):
-        raise BadInput(f"{table} is routed into {router.sink(table)}: routed tables cannot be backfilled online yet")
-    with connect(connection_settings(cfg)) as conn, conn.cursor() as cur:
-        schema = describe_captured(cur, [table], cfg.source).get(table)
-    if schema is None:
-        raise BadInput(f"{table} does not exist on the source")
-    if not schema.row_key:
-        raise BadInput(f"{table} has no row key (primary key, NOT NULL unique key or source.key_columns): it "
-                       "cannot be backfilled online")
+        return f"{table} is routed into {router.sink(table)}: routed tables cannot be backfilled online yet"
+    if described and schema is None:
+        return f"{table} does not exist on the source"
+    if described and not schema.row_key:
+        return (f"{table} has no row key (primary key, NOT NULL unique key or source.key_columns): it cannot be "
+                "backfilled online; give it one, or re-snapshot it")
+    return None
+
+
+def _backfillable(cfg: BinlakeConfig, table: str) -> TableSchema:
+    problem = refusal(cfg, table)
+    if problem is None:
+        with connect(connection_settings(cfg)) as conn, conn.cursor() as cur:
+            schema = describe_captured(cur, [table], cfg.source).get(table)
+        problem = refusal(cfg, table, schema, described=True)
+    if problem:
+        raise BadInput(problem)
     return schema
 
 

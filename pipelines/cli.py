@@ -243,11 +243,11 @@ def _carry_out(cfg: BinlakeConfig, args, request_ids: list[str]) -> list:
 
 
 def _backfill_list(cfg: BinlakeConfig) -> None:
+    from pipelines.control_store import ControlStore
+
     t = Table(title=f"backfills of {cfg.pipeline.name}")
     for col in ("id", "table", "range", "reason", "state", "updated"):
         t.add_column(col, no_wrap=True)
-    from pipelines.control_store import ControlStore
-
     for r in ControlStore.of(cfg).backfills():
         t.add_row(r.id, r.table, escape(r.describe_range()), r.reason, escape(r.progress()),
                   r.updated_at.strftime("%Y-%m-%d %H:%M:%S") if r.updated_at else "-")

@@ -202,6 +202,12 @@ def apply_changes(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upsert
                        metrics.get("num_target_rows_deleted", 0))
 
 
+def deletions(schema: pa.Schema, key: tuple[str, ...], keys: list[tuple]) -> pa.Table:
+    """Rows in ``schema`` that delete ``keys`` in a MERGE on ``key``: the key columns set,
+    ``_cdc_op`` 'd', every other column NULL."""
+    return pa.Table.from_pylist([{**dict(zip(key, k)), CDC_OP: "d"} for k in keys], schema=schema)
+
+
 def deduplicate(dt: DeltaTable, key: tuple[str, ...], keys: list[tuple], props: CommitProperties) -> int:
     """One commit leaving a single row (the latest ``_cdc_seq``) of each of ``keys``, which
     ``dt`` holds more than once (a hand-made copy): one MERGE deletes every copy and inserts
@@ -215,8 +221,7 @@ def deduplicate(dt: DeltaTable, key: tuple[str, ...], keys: list[tuple], props: 
         if k in wanted and (k not in best or r[CDC_SEQ] > best[k][CDC_SEQ]):
             best[k] = r
     target = table.schema
-    removal = pa.Table.from_pylist([{**{c: k[i] for i, c in enumerate(key)}, CDC_OP: "d"} for k in best],
-                                   schema=target)
+    removal = deletions(target, key, list(best))
     kept = pa.Table.from_pylist(list(best.values()), schema=target)
     same = " AND ".join(f"t.{_sql_ident(c)} = s.{_sql_ident(c)}" for c in key)
     names = {_sql_ident(c): f"s.{_sql_ident(c)}" for c in target.names}

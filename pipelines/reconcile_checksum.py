@@ -74,7 +74,6 @@ from cdc_core.routes import CDC_SOURCE, Router
 from cdc_core.row_checksum import Rendering, df_ident, df_string, rendering
 from cdc_core.source import captured_tables, connect, connection_settings
 from cdc_core.table_schema import TableSchema, describe_table, quote_ident
-from cdc_core.types import binlog_value
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import open_table, table_uri
 from pipelines.schema_applier import delta_name, delta_schema
@@ -435,20 +434,8 @@ class _DeltaSide:
         if self._integer_key():
             bounds = np.array(lows, dtype=np.int64)
             return lambda arr: np.searchsorted(bounds, _numpy(arr), side="right").astype(np.int64)
-        col = self.schema.column(self.key)
-        # Canonical values, as Delta holds them (a TIME bound as microseconds, a TIMESTAMP as UTC...).
-        canon = lows if col.collation is not None else [binlog_value(col, b) for b in lows]
-        partition = self.orders.for_column(col).partition(canon)
-
-        def locate(arr: pa.Array) -> np.ndarray:
-            values = pa.array(arr).to_pylist()
-            if not partition.remote:
-                return np.array(partition.locate(values), dtype=np.int64)
-            distinct = list(dict.fromkeys(values))  # one server round trip per distinct value batch
-            found = dict(zip(distinct, partition.locate(distinct), strict=True))
-            return np.array([found[v] for v in values], dtype=np.int64)
-
-        return locate
+        locate = self.orders.locator(self.schema.column(self.key), lows)
+        return lambda arr: np.array(locate(pa.array(arr).to_pylist()), dtype=np.int64)
 
 
 def _numpy(arr) -> np.ndarray:

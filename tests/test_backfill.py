@@ -15,6 +15,7 @@ Every test ends comparing Delta with MySQL row by row.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import subprocess
@@ -76,6 +77,24 @@ def _writer(settings, database: str, table: str, hi: int, stop: threading.Event,
             touched.append(k)
             time.sleep(0.002)
     return touched
+
+
+@contextlib.contextmanager
+def _writers(settings, database: str, **tables: tuple[int, int]):
+    """:func:`_writer` threads on ``tables`` (name=(highest id, seed)) while the block runs;
+    yields the ids each one touched, filled in when the block ends."""
+    stop = threading.Event()
+    touched: dict[str, list[int]] = {}
+    threads = [threading.Thread(target=lambda t=t, hi=hi, seed=seed: touched.setdefault(
+        t, _writer(settings, database, t, hi, stop, seed))) for t, (hi, seed) in tables.items()]
+    for th in threads:
+        th.start()
+    try:
+        yield touched
+    finally:
+        stop.set()
+        for th in threads:
+            th.join()
 
 
 def _requests(cfg):
@@ -152,13 +171,7 @@ def test_backfill_under_writes_hands_off_to_the_running_stream(db, spark, make_c
     _damage(cfg, table, range(1, 20_000))
     settings = connection_settings(cfg)
     stream = Stream(config, tmp_path / "logs", password=cfg.source.password.get_secret_value())
-    stop = threading.Event()
-    touched: dict[str, list[int]] = {}
-    writers = [threading.Thread(target=lambda t=t, hi=hi, s=s: touched.setdefault(
-        t, _writer(settings, name, t, hi, stop, s))) for t, hi, s in (("acct", 20_000, 1), ("other", 100, 2))]
-    try:
-        for w in writers:
-            w.start()
+    with _writers(settings, name, acct=(20_000, 1), other=(100, 2)) as touched:
         wait_for(lambda: ControlStore.of(cfg).checkpoint() is not None, 60, "the stream's first checkpoint")
         cli = subprocess.run([sys.executable, "-m", "pipelines.cli", "backfill", "-c", config, "--table", table],
                              capture_output=True, text=True, timeout=300, env=_env(cfg.source.password
@@ -166,10 +179,6 @@ def test_backfill_under_writes_hands_off_to_the_running_stream(db, spark, make_c
         assert cli.returncode == 0, cli.stdout + cli.stderr
         assert ": done " in cli.stdout, cli.stdout
         time.sleep(1.0)  # changes after the backfill's last high watermark, applied on top of it
-    finally:
-        stop.set()
-        for w in writers:
-            w.join()
     assert len(touched["acct"]) > 100
     try:
         wait_for(lambda: all(d.equal for d in diff_tables(cfg, [table, f"{name}.other"])), 60,
@@ -194,19 +203,12 @@ def test_reconcile_repair_restores_damaged_delta_while_the_stream_runs_under_wri
     env = {**_env(cfg.source.password.get_secret_value()), "COLUMNS": "200"}
     settings = connection_settings(cfg)
     stream = Stream(config, tmp_path / "logs", password=cfg.source.password.get_secret_value())
-    stop = threading.Event()
-    writer = threading.Thread(target=_writer, args=(settings, name, "acct", 12_000, stop, 9))
-    try:
-        wait_for(lambda: ControlStore.of(cfg).checkpoint() is not None, 60, "the stream's first checkpoint")
-        writer.start()
+    wait_for(lambda: ControlStore.of(cfg).checkpoint() is not None, 60, "the stream's first checkpoint")
+    with _writers(settings, name, acct=(12_000, 9)):
         r = subprocess.run([sys.executable, "-m", "pipelines.cli", "reconcile", "-c", config, "--repair"],
                            capture_output=True, text=True, timeout=300, env=env)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "differing chunks requested" in r.stdout, r.stdout
-    finally:
-        stop.set()
-        if writer.is_alive():
-            writer.join()
     try:
         wait_for(lambda: diff_tables(cfg, [table])[0].equal, 60, "Delta to catch up with MySQL", interval=0.5)
     finally:
@@ -242,22 +244,12 @@ def test_table_added_to_the_capture_list_is_backfilled_while_another_streams(db,
     cfg = first.model_copy(update={"source": first.source.model_copy(update={"tables": [rf"{name}\..*"]})})
     config = write_config_file(cfg, tmp_path / "binlake.yaml")
     settings = connection_settings(cfg)
-    stop = threading.Event()
-    touched: dict[str, list[int]] = {}
-    writers = [threading.Thread(target=lambda t=t, hi=hi, s=s: touched.setdefault(
-        t, _writer(settings, name, t, hi, stop, s))) for t, hi, s in (("big", 100_000, 3), ("other", 1000, 4))]
-    stream = Stream(config, tmp_path / "logs", password=cfg.source.password.get_secret_value())
     big = f"{name}.big"
-    try:
-        for w in writers:
-            w.start()
+    with _writers(settings, name, big=(100_000, 3), other=(1000, 4)) as touched:
+        stream = Stream(config, tmp_path / "logs", password=cfg.source.password.get_secret_value())
         wait_for(lambda: any(r.table == big and r.state == BackfillState.DONE for r in _requests(cfg)), 240,
                  "the backfill of the added table", interval=0.5)
         time.sleep(1.0)
-    finally:
-        stop.set()
-        for w in writers:
-            w.join()
     try:
         wait_for(lambda: all(d.equal for d in diff_tables(cfg, [big, f"{name}.other"])), 90,
                  "Delta to catch up with MySQL", interval=1.0)
@@ -399,11 +391,8 @@ def test_sigkill_during_backfills_loses_and_doubles_nothing(db, spark, make_conf
     table = f"{name}.acct"
     rng = random.Random(20261123)
     settings = connection_settings(cfg)
-    stop = threading.Event()
-    writer = threading.Thread(target=_writer, args=(settings, name, "acct", 30_000, stop, 5))
-    writer.start()
     kills = 0
-    try:
+    with _writers(settings, name, acct=(30_000, 5)):
         for round_ in range(3):
             _damage(cfg, table, range(1, 30_000), round_)
             request_backfill(cfg, table)
@@ -416,9 +405,6 @@ def test_sigkill_during_backfills_loses_and_doubles_nothing(db, spark, make_conf
                 time.sleep(rng.uniform(0.2, 2.5))
                 stream.kill()
                 kills += 1
-    finally:
-        stop.set()
-        writer.join()
     assert kills == 10
     StreamEngine(cfg, until_now=True).run()
     assert all(r.state == BackfillState.DONE for r in _requests(cfg)), _requests(cfg)

@@ -35,7 +35,7 @@ from pipelines.delta_sink import table_uri
 from pipelines.reconcile_checksum import ChunkMismatch, reconcile_tables
 from pipelines.writer_lock import writer_lock
 from tests.helpers import PASSWORD_VAR, snapshot, write_config_file
-from tests.test_types import _create_types_table, _insert, _write_rows
+from tests.test_types import _insert, load_type_matrix
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,12 +56,7 @@ def _fill(conn, sql: str, rows: list[tuple]) -> None:
 
 def test_every_type_and_charset_is_equal(db, mariadb, spark, make_config):
     name, conn = db
-    server_zone = _create_types_table(conn)
-    try:
-        _write_rows(mariadb, conn, name)
-    finally:
-        with conn.cursor() as cur:
-            cur.execute("SET GLOBAL time_zone = %s", (server_zone,))
+    load_type_matrix(mariadb, conn, name)
     # Floats at the edges of the exact rendering: subnormals, powers of two, exponent limits,
     # negative zero, integers past 2^53, values both sides print in different notations.
     for i, (f, d) in enumerate([("1e-45", "5e-324"), ("-1.17549435e-38", "2.2250738585072014e-308"),

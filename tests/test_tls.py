@@ -168,15 +168,10 @@ def test_tls_to_a_server_without_tls_is_refused(mariadb, db, tmp_path):
 def test_text_reader_equals_connectorx_on_the_type_matrix(db, mariadb, make_config):
     """The reader TLS chunk reads use (pymysql, text protocol) gives, after the shared
     snapshot_array fix-ups, exactly what connectorx gives, for every cell of the type matrix."""
-    from tests.test_types import _create_types_table, _write_rows
+    from tests.test_types import load_type_matrix
 
     name, conn = db
-    zone = _create_types_table(conn)
-    try:
-        _write_rows(mariadb, conn, name)
-    finally:
-        with conn.cursor() as cur:
-            cur.execute("SET GLOBAL time_zone = %s", (zone,))
+    load_type_matrix(mariadb, conn, name)
     cfg = make_config(name)
     settings = connection_settings(cfg)
     with connect(settings) as c, c.cursor() as cur:

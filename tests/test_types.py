@@ -7,6 +7,7 @@ source.exclude_columns."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import ipaddress
 import random
@@ -447,15 +448,28 @@ def _create_types_table(conn) -> str:
         return cur.fetchone()[0]
 
 
-def test_type_matrix_snapshot_equals_binlog(db, mariadb, spark, make_config):
-    name, conn = db
+@contextlib.contextmanager
+def type_matrix(mariadb, conn, database: str):
+    """The ``types`` table created and its rows written (:func:`_write_rows`); yields the binlog
+    positions around them, the server's global time zone at '-08:00' until the block ends."""
     server_zone = _create_types_table(conn)
     try:
-        start, end = _write_rows(mariadb, conn, name)
-        _check_both_paths(name, spark, make_config, start, end)  # with the server zone still at -08:00
+        yield _write_rows(mariadb, conn, database)
     finally:
         with conn.cursor() as cur:
             cur.execute("SET GLOBAL time_zone = %s", (server_zone,))
+
+
+def load_type_matrix(mariadb, conn, database: str) -> None:
+    """The ``types`` table with its rows (:func:`type_matrix`), the server's time zone restored."""
+    with type_matrix(mariadb, conn, database):
+        pass
+
+
+def test_type_matrix_snapshot_equals_binlog(db, mariadb, spark, make_config):
+    name, conn = db
+    with type_matrix(mariadb, conn, name) as (start, end):
+        _check_both_paths(name, spark, make_config, start, end)  # with the server zone still at -08:00
 
 
 def _delta_type(t) -> str:

@@ -38,8 +38,9 @@ from cdc_core.startup import StartupError
 from cdc_core.table_commit import RowsApplied
 from cdc_core.table_schema import TableSchema
 from cdc_core.types import binlog_value
+from pipelines.backfill_requests import refusal
 from pipelines.control_store import ControlStore
-from pipelines.delta_sink import apply_changes, deduplicate, stream_commit_properties
+from pipelines.delta_sink import apply_changes, deduplicate, deletions, stream_commit_properties
 from pipelines.schema_applier import conform, delta_name, delta_schema
 from pipelines.stream.sinks import Sinks
 from pipelines.stream.start import stable_describe
@@ -196,7 +197,7 @@ class Backfills:
         """Take a pending request: the table starts streaming if it did not (its baseline),
         its range is planned in chunks, and the plan is recorded."""
         s, name = self.state, req.table
-        problem = self._problem(name)
+        problem = refusal(self.cfg, name)
         if problem:
             self._fail(req, problem)
             return None
@@ -206,12 +207,10 @@ class Backfills:
                 # Described at a binlog position E with no DDL around it; its changes up to E are
                 # not applied (every chunk is read after E): see cdc_core/backfill.py.
                 at, schemas = stable_describe(self.conn, self.cfg.source.server_id + 1, cur, [name], self.cfg.source)
-                if name not in schemas:
-                    self._fail(req, f"{name} does not exist on the source")
-                    return None
-                schema = schemas[name]
-                if not schema.row_key:
-                    self._fail(req, _KEYLESS.format(name=name))
+                schema = schemas.get(name)
+                problem = refusal(self.cfg, name, schema, described=True)
+                if problem:
+                    self._fail(req, problem)
                     return None
                 self.recorder.entry(name, at, 0, "baseline", Status.BASELINE, schema=schema,
                                     description="schema at backfill start", detail=f"backfill {req.id}")
@@ -228,13 +227,6 @@ class Backfills:
         if not chunks:
             req = self._save(req.next(state=BackfillState.DONE))
         return req
-
-    def _problem(self, name: str) -> str | None:
-        if not self.cfg.source.captures(name):
-            return f"{name} is not captured by this pipeline's config"
-        if self.router.routed(name):
-            return f"{name} is routed into {self.router.sink(name)}: routed tables cannot be backfilled online yet"
-        return None
 
     def _restrict(self, schema: TableSchema, plan, req: BackfillRequest):
         """The plan's chunks holding ``[req.lo, req.hi)``, clipped to it."""
@@ -310,7 +302,7 @@ class Backfills:
         bounds = ([pending[0].lo] if pending[0].lo is not None else []) + [c.lo for c in pending[1:]] + \
             ([pending[-1].hi] if pending[-1].hi is not None else [])
         offset = 1 if pending[0].lo is not None else 0
-        ranks = self._order(schema, ckey).partition(bounds).locate(values[ckey])  # Delta's values are canonical
+        ranks = self.key_orders.locator(schema.column(ckey), bounds)(values[ckey])
         found: dict[int, list[tuple]] = {c.index: [] for c in pending}
         for k, r in zip(keys, ranks, strict=True):
             i = r - offset
@@ -363,8 +355,8 @@ class Backfills:
             values = list(zip(*(shaped.column(n).to_pylist() for n in found.columns))) if rows.num_rows else []
             append_idx, upsert_idx = split_writes(keys, values, upsert_idx, found.rows, found.twice)
         append, upsert = (shaped.take(pa.array(idx, pa.int64())) for idx in (append_idx, upsert_idx))
-        delete = conform(_deletions(rows.schema, pk, deletes, f.result.high_watermark.seq()), target, f.table, pk)
         key = tuple(delta_name(target.names, k) or k for k in pk)
+        delete = deletions(target, key, deletes)
         marker = {BACKFILL_KEY: json.dumps({
             "id": req.id, "table": f.table, "chunk": chunk.index, "high_watermark": f.result.high_watermark.to_dict(),
             "appended": len(append_idx), "upserted": len(upsert_idx), "deleted": len(deletes),
@@ -389,27 +381,3 @@ class Backfills:
         log.info("backfill %s of %s: chunk %d merged (%d appended, %d upserted, %d deleted, %d keys left to the "
                  "stream)", req.id, f.table, chunk.index, len(append_idx), len(upsert_idx), len(deletes),
                  len(f.merge.touched))
-
-
-_KEYLESS = ("{name} has no row key (primary key, NOT NULL unique key or source.key_columns): it cannot be "
-            "backfilled online; give it one, or re-snapshot it")
-
-
-
-
-def _deletions(schema: pa.Schema, pk: tuple[str, ...], keys: list[tuple], seq: int) -> pa.Table:
-    """Rows deleting ``keys``: key columns set, ``_cdc_op`` 'd', the rest NULL."""
-    n = len(keys)
-    cols = {k: [k_[i] for k_ in keys] for i, k in enumerate(pk)}
-    arrays = []
-    for f in schema:
-        if f.name in cols:
-            arrays.append(pa.array(cols[f.name], f.type))
-        elif f.name == CDC_OP:
-            arrays.append(pa.array(["d"] * n, f.type))
-        elif f.name == CDC_SEQ:
-            arrays.append(pa.array([seq] * n, f.type))
-        else:
-            arrays.append(pa.nulls(n, f.type))
-    return pa.Table.from_arrays(arrays, schema=schema)
-

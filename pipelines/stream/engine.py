@@ -217,10 +217,6 @@ class StreamEngine:
                 s.summary.stop_reason = "stop requested" if self._stop.is_set() else "max-seconds reached"
                 return
             self.changes.poll_holds()
-            if ended and not s.holds and self._live_at is not None:
-                # No record passed live_at: nothing of the captured tables after it was read.
-                self.changes.check_live(self._live, self._live_at)
-                self._live_at = None
             if (ended and not s.holds) or self._past_until():
                 if self.until_now:
                     self.backfills.poll(force=True)  # tables found needing one on the way get their request
@@ -279,8 +275,10 @@ class StreamEngine:
         if self.backfills.due(rec):  # every change up to the chunk's high watermark is read: commit, merge
             self._commit()
             self.backfills.merge()
-        if self._live_at is not None and s.passed(rec, self._live_at):
-            self.changes.check_live(self._live, self._live_at)  # a change binlake never read: backfilled
+        # At live_at (or at the reader's end, which is past it with no captured change after it):
+        # a table whose schema differs from its live one changed unread, and is backfilled.
+        if self._live_at is not None and (isinstance(rec, ReaderEnd) or s.passed(rec, self._live_at)):
+            self.changes.check_live(self._live, self._live_at)
             self._live_at = None
         if isinstance(rec, RowsEvent):
             self._on_rows(rec)

@@ -111,13 +111,10 @@ def resolve_start(cfg: BinlakeConfig, store: ControlStore, router, conn: Connect
     cp = store.checkpoint()
     startup = cfg.source.startup
     mode = startup.mode
-    live: dict[str, TableSchema] = {}
-    if cp is None and mode == "latest":
-        latest, live = stable_describe(conn, cfg.source.server_id, cur, names, cfg.source)
-    if live:
-        live_at, described = latest, live
-    else:  # server_id + 1: the stream's own id may still be registered by a process being replaced
-        live_at, described = stable_describe(conn, cfg.source.server_id + 1, cur, names, cfg.source)
+    # server_id + 1: the stream's own id may still be registered by a process being replaced.
+    live_at, described = stable_describe(conn, cfg.source.server_id + 1, cur, names, cfg.source)
+    # A first start at the binlog end: the live schemas are the schemas there.
+    live = described if cp is None and mode == "latest" else {}
     filters, low_watermark = _handoff_filters(cfg, store, router, described, key_orders)
     if cp is not None:
         start, applied = cp.offset.resume, cp.offset.applied
@@ -127,7 +124,7 @@ def resolve_start(cfg: BinlakeConfig, store: ControlStore, router, conn: Connect
                                f"(or `binlake run`) before streaming with startup.mode {mode}")
         start, applied = low_watermark, None
     elif mode == "latest":
-        start, applied = latest, None
+        start, applied = live_at, None
     elif mode == "earliest":
         start, applied = earliest_position(cur), None
     elif mode == "specific" and startup.gtid:
