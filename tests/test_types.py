@@ -383,6 +383,7 @@ def load_type_matrix(mariadb, conn, database: str) -> None:
 
 
 def test_type_matrix_snapshot_equals_binlog(db, mariadb, spark, make_config):
+    """Every cell of the matrix, read by the snapshot into Delta and decoded from the binlog, is its literal."""
     name, conn = db
     with type_matrix(mariadb, conn, name) as (start, end):
         _check_both_paths(name, spark, make_config, start, end)  # with the server zone still at -08:00
@@ -475,7 +476,7 @@ def _check_both_paths(name, spark, make_config, start, end):
 
 
 def test_type_matrix_through_the_stream(db, mariadb, spark, make_config):
-    """The stream (reader process → MERGE) writes every type exactly as the snapshot does."""
+    """The stream (reader process → MERGE) writes every cell of the type matrix as its literal, as the snapshot does."""
     name, conn = db
     server_zone = _create_types_table(conn)
     streamed = make_config(name, chunk_size=2)
