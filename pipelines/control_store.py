@@ -39,6 +39,7 @@ CHECKPOINT_SCHEMA = pa.schema([
     ("pipeline", pa.string()), ("state", pa.string()), ("resume_file", pa.string()), ("resume_pos", pa.int64()),
     ("applied_file", pa.string()), ("applied_pos", pa.int64()), ("gtid", pa.string()), ("event_time", pa.int64()),
     ("rows_applied", pa.int64()), ("committed_at", pa.timestamp("us", tz="UTC")), ("seq", pa.int64()),
+    ("offset", pa.string()),  # the whole offset as JSON (cdc_core/offsets.py), from failover on
 ])
 # The checkpoint table gains one small file per batch; past this many live rows it is
 # rewritten as its latest row (one atomic overwrite), so reading it stays cheap.
@@ -214,8 +215,11 @@ class ControlStore:
             return None
         # The last written (see the module invariants); rows of an older binlake have no seq.
         r = max(rows, key=lambda r: (r.get("seq") or -1, r["committed_at"]))
-        offset = StreamOffset(BinlogPosition(r["resume_file"], r["resume_pos"]),
-                              BinlogPosition(r["applied_file"], r["applied_pos"]), r["gtid"], r["event_time"] or 0)
+        if r.get("offset"):
+            offset = StreamOffset.from_json(r["offset"])
+        else:  # written by a binlake without failover
+            offset = StreamOffset(BinlogPosition(r["resume_file"], r["resume_pos"]),
+                                  BinlogPosition(r["applied_file"], r["applied_pos"]), r["gtid"], r["event_time"] or 0)
         return Checkpoint(offset, r["state"], r["rows_applied"] or 0, r["committed_at"], r.get("seq") or 0)
 
     def save_checkpoint(self, offset: StreamOffset, state: str, rows_applied: int) -> None:
@@ -227,7 +231,8 @@ class ControlStore:
         row = {"pipeline": self.pipeline, "state": state, "resume_file": offset.resume.file,
                "resume_pos": offset.resume.pos, "applied_file": offset.applied.file,
                "applied_pos": offset.applied.pos, "gtid": offset.gtid, "event_time": offset.event_time,
-               "rows_applied": rows_applied, "committed_at": dt.datetime.now(dt.UTC), "seq": self._checkpoint_seq}
+               "rows_applied": rows_applied, "committed_at": dt.datetime.now(dt.UTC), "seq": self._checkpoint_seq,
+               "offset": offset.to_json()}
         # One handle for the stream's life: a checkpoint per batch must not replay the table's log each time.
         t = self._checkpoints = self._checkpoints or open_table(f"{self.root}/stream_checkpoint", self.storage_options)
         if t is None:
