@@ -9,6 +9,8 @@ logging under another base name with binlog numbers behind the primary's):
   A keyless table (whole rows, duplicates counted) makes any change applied twice show as
   an extra row, and every table's stream offsets must strictly increase across the
   failover;
+- a table added to the capture after the failover is snapshotted (Spark) with watermarks
+  in the new server's positions, and streamed on from there;
 - a replica that lacks transactions the checkpoint has (it lagged): exit 2 with a
   message saying so, nothing written; once it has caught up the same command succeeds.
 """
@@ -24,11 +26,13 @@ from cdc_core.config import BinlakeConfig
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import last_stream_offset, table_uri
 from pipelines.local_mariadb import LocalMariaDB
+from pipelines.snapshot_job import SnapshotJob
 from pipelines.stream.engine import StreamEngine
 from tests.helpers import assert_equal, write_config_file
 from tests.test_stream_crash import assert_commits_strictly_increase, own_config, run_stream
 
 NAMES = ["shop.t", "shop.k", "shop.a"]
+CAPTURED = [r"shop\.t", r"shop\.k", r"shop\.a"]  # shop.x joins after the failover
 # Keyless tables keep copies: a change applied twice shows as an extra row. The CLI's checks want chunk keys.
 KEYLESS = {"snapshot": {"chunk_key_columns": {"shop.k": "n", "shop.a": "n"}}}
 BIG = 3000  # rows of the transaction the checkpoint falls inside
@@ -56,6 +60,8 @@ def pair(tmp_path):
             cur.execute("CREATE TABLE shop.t (id INT PRIMARY KEY, counter INT NOT NULL DEFAULT 0, v VARCHAR(40))")
             cur.execute("CREATE TABLE shop.k (n INT NOT NULL, v VARCHAR(40))")
             cur.execute("CREATE TABLE shop.a (n INT NOT NULL, v VARCHAR(40))")
+            cur.execute("CREATE TABLE shop.x (id INT PRIMARY KEY, v VARCHAR(40))")
+            cur.executemany("INSERT INTO shop.x VALUES (%s, 'before')", [(i,) for i in range(500)])
         caught_up(primary, replica)
         yield primary, replica
     finally:
@@ -105,9 +111,10 @@ def delta_versions(cfg: BinlakeConfig) -> dict[str, int]:
     return {n: DeltaTable(table_uri(cfg.sink.path, n)).version() for n in NAMES}
 
 
-def test_failover_inside_a_transaction_with_tables_ahead(pair, tmp_path):
+def test_failover_inside_a_transaction_with_tables_ahead(pair, spark, tmp_path):
     primary, replica = pair
-    cfg = own_config(tmp_path, primary, "shop", 4242, stream={"max_batch_rows": 400}, source=KEYLESS)
+    cfg = on_tables(own_config(tmp_path, primary, "shop", 4242, stream={"max_batch_rows": 400}, source=KEYLESS),
+                    CAPTURED)
     StreamEngine(cfg, until_now=True).run()  # the start: baselines and a first checkpoint
     writes(primary, 1, 50, big=True)
     # Stop inside the big transaction: every table at the checkpoint, which is inside it.
@@ -139,17 +146,27 @@ def test_failover_inside_a_transaction_with_tables_ahead(pair, tmp_path):
     assert_equal(moved, NAMES)
     for n in NAMES:
         assert assert_commits_strictly_increase(moved, n) > 0
-    # The replica goes on: a restart on it is an ordinary restart.
+    # The replica goes on: a restart on it is an ordinary restart, and shop.x joins by a snapshot
+    # whose watermarks are positions of the new server (they carry its base).
+    with replica.connect("shop") as c, c.cursor() as cur:
+        cur.execute("UPDATE x SET v = 'on the replica' WHERE id < 100")
+    wider = on_tables(moved, [*CAPTURED, r"shop\.x"])
+    SnapshotJob(wider, spark, only={"shop.x"}).run()
+    marks = [r.high_watermark for r in ControlStore.of(wider).chunk_records() if r.table == "shop.x"]
+    assert marks and all(m.base == cp.applied.base for m in marks), marks
     writes(replica, 2000, 20)
+    with replica.connect("shop") as c, c.cursor() as cur:
+        cur.execute("DELETE FROM x WHERE id >= 400")
+    config = write_config_file(wider, tmp_path / "wider.yaml")
     s = run_stream(config, tmp_path / "logs", "--until", "now", password=replica.password)
     assert s.proc.returncode == 0, s.describe()
     assert "failover" not in s.stderr, s.describe()
-    assert_equal(moved, NAMES)
+    assert_equal(wider, [*NAMES, "shop.x"])
 
 
 def test_lagging_replica_is_refused_until_it_caught_up(pair, tmp_path):
     primary, replica = pair
-    cfg = own_config(tmp_path, primary, "shop", 4243, source=KEYLESS)
+    cfg = on_tables(own_config(tmp_path, primary, "shop", 4243, source=KEYLESS), CAPTURED)
     StreamEngine(cfg, until_now=True).run()
     with replica.connect() as c, c.cursor() as cur:
         cur.execute("STOP SLAVE SQL_THREAD")  # the replica falls behind
