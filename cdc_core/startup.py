@@ -140,7 +140,7 @@ def find_start(marks: Iterable[Mark], *, timestamp_s: int | None = None, gtid: s
 
 def _marks(reader, end: BinlogPosition) -> Iterator[Mark]:
     for event in reader:
-        pos = BinlogPosition(reader.log_file, reader.log_pos)
+        pos = end.at(reader.log_file, reader.log_pos)
         if isinstance(event, (MariadbGtidEvent, GtidEvent)):
             yield Mark("gtid", pos, event.timestamp, event.gtid)
         elif isinstance(event, XidEvent):

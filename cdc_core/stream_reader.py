@@ -218,7 +218,7 @@ def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
             buffer.add(ReaderEnd(spec.start))
             return
         for event in reader:
-            at = BinlogPosition(reader.log_file, reader.log_pos)
+            at = spec.start.at(reader.log_file, reader.log_pos)
             if isinstance(event, ROW_EVENTS):
                 if capture.captured(event.schema, event.table) and (skip is None or at > skip):
                     d, new = decoder.decoding(event)
@@ -226,7 +226,7 @@ def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
                         buffer.add(d.layout)
                     rows = decoder.rows(event, d)
                     buffer.add(RowsEvent(d.layout.table, OPS[type(event)], at, d.layout.id, rows, event.timestamp,
-                                         event.event_size), len(rows), event.event_size)
+                                         event.event_size, gtid), len(rows), event.event_size)
             elif isinstance(event, XidEvent):
                 buffer.add(TransactionEnd(at, gtid, event.timestamp))
             elif isinstance(event, MariadbGtidEvent):

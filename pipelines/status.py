@@ -23,8 +23,10 @@ def _file_name(number: int, like: str | None) -> str:
     return f"{base}.{number:06d}"
 
 
-def _position_name(key: tuple[int, int], like: str | None) -> str:
-    return f"{_file_name(key[0], like)}:{key[1]}"
+def _position_name(key: tuple[int, int], end: BinlogPosition | None) -> str:
+    """The position of ``key`` on the source whose binlog ends at ``end`` (its base subtracted)."""
+    base = end.base if end else 0
+    return f"{_file_name(key[0] - base, end.file if end else None)}:{key[1]}"
 
 
 def _reconcile_summary(r: dict | None) -> dict | None:
@@ -51,11 +53,12 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
     cp = store.checkpoint()
     plans = store.load_plans()
     names, files, end, source_error = [], None, None, None
+    base = cp.offset.applied.base if cp else 0  # of the positions on the source now (a failover's)
     try:
         with connect(connection_settings(cfg), connect_timeout=5) as conn, conn.cursor() as cur:
             names = captured_tables(cfg, cur)
             files = binlog_files(cur)
-            end = master_position(cur)
+            end = master_position(cur, base)
     except Exception as e:  # noqa: BLE001 - status still shows the lake's side
         source_error = f"{type(e).__name__}: {e.args[-1] if e.args else e}"
     history = store.schema_history()
@@ -74,7 +77,7 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
     def lag(applied_key: tuple[int, int] | None, event_time: int) -> tuple[float | None, int | None]:
         if files is None or applied_key is None:
             return None, None
-        applied = BinlogPosition(_file_name(applied_key[0], end.file if end else None), applied_key[1])
+        applied = BinlogPosition(_file_name(applied_key[0] - base, end.file if end else None), applied_key[1])
         nbytes = lag_bytes(files, applied)
         return (0.0 if nbytes == 0 else max(0.0, now - event_time) if event_time else None), nbytes
 
@@ -106,12 +109,13 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
             phase = "not started"
         lag_s, lag_b = lag(key, cp.offset.event_time if cp else 0)
         tables.append({"table": n, "sink": sink, "phase": phase, "rows": rows,
-                       "committed_position": _position_name(key, end.file if end else None) if key else None,
+                       "committed_position": _position_name(key, end) if key else None,
                        "lag_seconds": lag_s, "lag_bytes": lag_b, "reconcile": _reconcile_summary(reconciled.get(n))})
     stream = {"state": cp.state if cp else "not started",
               "committed_position": str(cp.offset.applied) if cp else None,
               "resume_position": str(cp.offset.resume) if cp else None,
               "gtid": cp.offset.gtid if cp else None,
+              "server_id": cp.offset.server_id if cp else None,
               "checkpoint_at": cp.committed_at.isoformat() if cp else None,
               "source_end": str(end) if end else None}
     key = cp.offset.applied.key if cp else None

@@ -256,7 +256,8 @@ class Backfills:
             self._candidates[req.id] = self._find_candidates(req, schema)
         if self._control is None:
             self._control = connect(self.conn)
-        reader = ChunkReader(self.conn, self._control, chunk_fetch(self.conn, schema), self.cfg.source.server_id + 1)
+        reader = ChunkReader(self.conn, self._control, chunk_fetch(self.conn, schema), self.cfg.source.server_id + 1,
+                             base=s.position.base)
         result = reader.select(schema, chunk)
         self.inflight = InFlight(req, schema, result, ChunkMerge(), time.monotonic() - started,
                                  since or result.low_watermark)

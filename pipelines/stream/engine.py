@@ -128,10 +128,11 @@ class StreamEngine:
         with connect(self.conn) as control, control.cursor() as cur:
             plan = resolve_start(self.cfg, self.store, self.router, self.conn, cur, until_now=self.until_now,
                                  key_orders=self.key_orders)
-            s = self.state = EngineState(plan.start, plan.applied or plan.start, plan.start,
-                                         StreamOffset(plan.start, plan.applied or plan.start), plan.decide_at,
+            s = self.state = EngineState(plan.start, plan.offset.applied, plan.start, plan.offset, plan.decide_at,
+                                         gtid=plan.offset.gtid, server_id=plan.server_id,
                                          tables=plan.tables, filters=plan.filters, undecided=plan.undecided,
                                          summary=self._summary)
+            s.rewind()
             problems = [p for p in map(keyless_problem, s.streamed().values()) if p]
             if problems:
                 raise StartupError("; ".join(problems))
@@ -283,8 +284,7 @@ class StreamEngine:
         if isinstance(rec, RowsEvent):
             self._on_rows(rec)
         elif isinstance(rec, TransactionEnd):
-            s.position = s.resume = rec.position
-            s.gtid, s.event_time = rec.gtid or s.gtid, rec.timestamp or s.event_time
+            s.boundary(rec.position, rec.gtid, rec.timestamp)
         elif isinstance(rec, TableLayout):
             s.layouts[rec.id] = rec
         elif isinstance(rec, Heartbeat):
@@ -305,18 +305,18 @@ class StreamEngine:
         if t is None or not t.streamed:
             if name in s.undecided:  # a row of it before its CREATE: it existed before the stream's start
                 self.changes.needs_backfill(name, ev.position, 0, "appeared", APPEARED)
-            s.position = ev.position
+            s.read(ev)
             return
         sink = self.router.sink(name)
         if s.skip.applied(sink, ev.position) or (t.baseline is not None and ev.position <= t.baseline):
-            s.position = ev.position
+            s.read(ev)
             return
         key = (name, ev.layout)
         schema = s.conversions.get(key)
         if schema is None:
             schema = self.changes.conversion(name, s.layouts[ev.layout], ev.position)
             if schema is None:  # not streamed after all (no primary key)
-                s.position = ev.position
+                s.read(ev)
                 return
             s.conversions[key] = schema
         hold = s.holds.get(sink)
@@ -325,7 +325,8 @@ class StreamEngine:
             self.changes.wait_for_holds([name])
             self._commit()
             batch = s.batch
-        s.position, s.event_time = ev.position, ev.timestamp or s.event_time
+        s.read(ev)
+        s.event_time = ev.timestamp or s.event_time
         self.backfills.on_rows(name, schema, ev)
         f = s.filters.get(name)
         if f is not None:
@@ -383,7 +384,7 @@ class StreamEngine:
         s.layouts.clear()
         s.conversions.clear()
         s.skip = self.sinks.skip_filter(s.offset.applied)
-        s.resume, s.position = s.offset.resume, s.offset.applied
+        s.rewind()
         self.reader.start(s.offset.resume, s.offset.applied)
 
     # --- commit and checkpoint ------------------------------------------------------------------------
@@ -400,7 +401,7 @@ class StreamEngine:
         b, s.batch = s.batch, MicroBatch()
         if s.position <= s.offset.applied and not b.tables:
             return
-        offset = StreamOffset(min(s.resume, s.position), s.position, s.gtid, s.event_time)
+        offset = s.offset_here()
         for name, tb in b.tables.items():
             s.summary.tables[name] = s.summary.tables.get(name, 0) + tb.rows_in - tb.dropped
             s.summary.changes += tb.rows_in - tb.dropped
