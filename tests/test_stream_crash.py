@@ -622,7 +622,7 @@ def test_source_server_restart_mid_stream(own_server, tmp_path):
         s.kill()
     m = re.search(r"(\d+) reconnects", s.stdout)
     assert m and int(m.group(1)) >= 2, f"expected at least two reconnects: {s.describe()}"
-    assert "stopped: stop requested" in s.stdout
+    assert "stopped: stopped by SIGTERM" in s.stdout
     _rows(server, range(6001, 6501), "while stopped")
     final = run_stream(config, logs, "--until", "now", password=server.password)
     assert final.proc.returncode == 0, final.describe()
