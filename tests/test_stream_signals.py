@@ -10,6 +10,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -54,11 +55,11 @@ class Inserts(threading.Thread):
 ROUNDS = 3  # the writer runs on between rounds: each later run starts on a backlog, its reader busy
 
 
-def signalled_run(config: str, logs: Path, sig: signal.Signals, password: str, ready) -> Stream:
-    """One ``binlake stream`` run, signalled as a whole process group once ``ready(stream)``."""
+def signalled_run(config: str, logs: Path, sig: signal.Signals, password: str, ready: Callable[[], bool]) -> Stream:
+    """One ``binlake stream`` run, signalled as a whole process group once ``ready()``."""
     s = Stream(config, logs, password=password)
     try:
-        wait_for(lambda: ready(s) or not s.alive(), 60, "the stream to commit")
+        wait_for(lambda: ready() or not s.alive(), 60, "the stream to commit")
         assert s.alive(), s.describe()
         os.killpg(s.proc.pid, sig)  # the engine and its reader process, as a supervisor does
         s.wait(60)
@@ -80,8 +81,8 @@ def test_stop_signal_to_the_process_group_is_a_clean_stop(sig, mariadb, db, make
     def version() -> int:
         return DeltaTable(uri).version() if os.path.isdir(uri) else -1
 
-    def committed_after(v: int):
-        def ready(s: Stream) -> bool:
+    def committed_after(v: int) -> Callable[[], bool]:
+        def ready() -> bool:
             # A stream from "latest" reads only what is written once it is connected: write from then on.
             if writer.ident is None and replica_registered(mariadb, cfg.source.server_id):
                 writer.start()
