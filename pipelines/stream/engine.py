@@ -364,8 +364,8 @@ class StreamEngine:
         s = self.state
         self.reader.stop()
         if self._stop.is_set():
-            # A stop is a stop: the fault may be the stop itself (a signal that also reached a
-            # connection's peer), and in any case the loop commits what it has and ends next.
+            # A stop is a stop: once one is requested, a fault is not retried (a retry would read
+            # on past the stop); the loop commits what it has and ends next.
             log.info("stopping (%s) after: %s", self._stop_reason, reason)
             return
         delay = self.retry.next_delay()
@@ -433,6 +433,7 @@ class StreamEngine:
     def _install_signals(self):
         if threading.current_thread() is not threading.main_thread():
             return None
+
         def on_signal(signum: int, _frame) -> None:
             self.request_stop(f"stopped by {signal.Signals(signum).name}")
 
