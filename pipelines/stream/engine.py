@@ -28,8 +28,10 @@ Invariants (tests/test_stream*.py; the parts' own docstrings state theirs):
   baseline are already in what binlake read of it and are not applied.
 - Faults that pass (connection lost, server restart, the lake briefly unwritable)
   commit what was read and read again from the checkpoint with backoff; a purged
-  position or a server_id in use stops the engine with an error saying what to do; a
-  SIGTERM/SIGINT, also one that reached the reader process first, is a clean stop.
+  position or a server_id in use stops the engine with an error saying what to do.
+- A stop is a stop: after a stop request (SIGTERM/SIGINT, also sent to the whole process
+  group) the engine commits what it read and ends, naming the signal; a fault seen once
+  a stop is requested ends the run without a reconnect (tests/test_stream_signals.py).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from cdc_core.positions import BinlogPosition
 from cdc_core.routes import RouteError, Router
 from cdc_core.source import connect, connection_settings
 from cdc_core.startup import PositionPurged, ServerIdInUse, StartupError, check_available, check_server_id
-from cdc_core.stream_reader import ReaderSpec
+from cdc_core.stream_reader import STOP_SIGNALS, ReaderSpec
 from cdc_core.table_batch import TableBatch, keyless_problem, table_batch
 from cdc_core.table_commit import TableCommit
 from cdc_core.table_schema import TableSchema, describe_table
@@ -69,7 +71,7 @@ from cdc_core.transient import Retry, RetryPolicy
 from pipelines.control_store import ControlStore
 from pipelines.stream.backfill import Backfills
 from pipelines.stream.commit import Committer
-from pipelines.stream.reader import ReaderProcess, ReaderStopped
+from pipelines.stream.reader import ReaderProcess
 from pipelines.stream.schema_changes import APPEARED, SchemaChanges, StopRequested
 from pipelines.stream.sinks import Sinks
 from pipelines.stream.start import resolve_start
@@ -110,6 +112,7 @@ class StreamEngine:
         # Chunk keys in the server's order (the hand-off), on one connection made on first use.
         self.key_orders = KeyOrders(ServerSql(lambda: connect(self.conn)))
         self._stop = threading.Event()
+        self._stop_reason = "stop requested"
         self.state: EngineState | None = None
         self._summary = StreamSummary()
         self._report_as = f"binlake:{cfg.pipeline.name}"  # how the binlog connection registers (SHOW SLAVE HOSTS)
@@ -118,8 +121,10 @@ class StreamEngine:
     def summary(self) -> StreamSummary:
         return self.state.summary if self.state else self._summary
 
-    def request_stop(self) -> None:
-        """Ask the engine to commit what it has read and stop (thread- and signal-safe)."""
+    def request_stop(self, reason: str = "stop requested") -> None:
+        """Ask the engine to commit what it has read and stop (thread- and signal-safe); ``reason``
+        becomes the summary's stop reason."""
+        self._stop_reason = reason  # before the event: the loop reads it once the event is set
         self._stop.set()
 
     # --- start ----------------------------------------------------------------------------------
@@ -215,7 +220,7 @@ class StreamEngine:
         while True:
             if self._stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
                 self._commit()
-                s.summary.stop_reason = "stop requested" if self._stop.is_set() else "max-seconds reached"
+                s.summary.stop_reason = self._stop_reason if self._stop.is_set() else "max-seconds reached"
                 return
             self.changes.poll_holds()
             if (ended and not s.holds) or self._past_until():
@@ -237,11 +242,7 @@ class StreamEngine:
             if ended or s.held_rows() >= self.cfg.stream.max_held_rows:
                 self._stop.wait(0.05)  # the reader blocks on the full queue: memory stays bounded
             else:
-                try:
-                    records = self.reader.take(0.05)
-                except ReaderStopped as e:
-                    log.info("%s: stopping", e)
-                    self._stop.set()
+                records = self.reader.take(0.05)
             try:
                 for rec in records:
                     if self._handle(rec):
@@ -363,6 +364,11 @@ class StreamEngine:
         """Read again from the checkpoint after a fault that passes, with backoff."""
         s = self.state
         self.reader.stop()
+        if self._stop.is_set():
+            # A stop is a stop: once one is requested, a fault is not retried (a retry would read
+            # on past the stop); the loop commits what it has and ends next.
+            log.info("stopping (%s) after: %s", self._stop_reason, reason)
+            return
         delay = self.retry.next_delay()
         if delay is None:
             budget = self.retry.policy.budget_seconds
@@ -428,7 +434,11 @@ class StreamEngine:
     def _install_signals(self):
         if threading.current_thread() is not threading.main_thread():
             return None
-        return {sig: signal.signal(sig, lambda *_: self.request_stop()) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+        def on_signal(signum: int, _frame) -> None:
+            self.request_stop(f"stopped by {signal.Signals(signum).name}")
+
+        return {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
 
     @staticmethod
     def _restore_signals(handlers) -> None:
