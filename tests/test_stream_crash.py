@@ -56,18 +56,21 @@ def _env(password: str) -> dict:
 
 
 class Stream:
-    """One ``binlake stream`` process in its own session (so a kill reaches its reader too)."""
+    """One ``binlake stream`` process (or another ``command``) in its own session (so a kill
+    reaches its reader, or its Spark JVM, too); ``env``: extra environment variables."""
 
     count = itertools.count()
 
-    def __init__(self, config: str, log_dir: Path, *args: str, password: str):
+    def __init__(self, config: str, log_dir: Path, *args: str, password: str, command: str = "stream",
+                 env: dict | None = None):
         n = next(self.count)
         log_dir.mkdir(parents=True, exist_ok=True)
-        self.out_path, self.err_path = log_dir / f"stream-{n}.out", log_dir / f"stream-{n}.err"
-        self.args = args
+        self.out_path, self.err_path = log_dir / f"{command}-{n}.out", log_dir / f"{command}-{n}.err"
+        self.args = (command, *args)
         with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "stream", "-c", config, *args],
-                                         stdout=out, stderr=err, env=_env(password), start_new_session=True)
+            self.proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", command, "-c", config, *args],
+                                         stdout=out, stderr=err, env={**_env(password), **(env or {})},
+                                         start_new_session=True)
 
     @property
     def stdout(self) -> str:
@@ -78,7 +81,7 @@ class Stream:
         return self.err_path.read_text()
 
     def describe(self) -> str:
-        return f"binlake stream {' '.join(self.args)} exited {self.proc.returncode}:\n{self.stdout}\n{self.stderr}"
+        return f"binlake {' '.join(self.args)} exited {self.proc.returncode}:\n{self.stdout}\n{self.stderr}"
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -99,13 +102,14 @@ class Stream:
         return self.proc.wait(timeout)
 
 
-def run_stream(config: str, log_dir: Path, *args: str, password: str, timeout: float = 180) -> Stream:
-    s = Stream(config, log_dir, *args, password=password)
+def run_stream(config: str, log_dir: Path, *args: str, password: str, timeout: float = 180, **kw) -> Stream:
+    """Run ``binlake stream`` (or ``command=``, see Stream) to its end."""
+    s = Stream(config, log_dir, *args, password=password, **kw)
     try:
         s.wait(timeout)
     except subprocess.TimeoutExpired:
         s.kill()
-        pytest.fail(f"binlake stream {' '.join(args)} did not finish in {timeout} s:\n{s.stdout}\n{s.stderr}")
+        pytest.fail(f"binlake {' '.join(s.args)} did not finish in {timeout} s:\n{s.stdout}\n{s.stderr}")
     return s
 
 
