@@ -24,7 +24,7 @@ pipeline: Delta must equal MySQL row by row (every update also bumps ``counter``
 lost or applied on stale values shows), and each table's stream commits must carry strictly
 increasing offsets and transaction versions (no change applied twice). The same at the end.
 
-Bounded: small tables, batches of 500 rows or 0.5 s, a fixed number of kills (about 4 minutes
+Bounded: small tables, batches of 500 rows or 0.25 s, a fixed number of kills (about 4 minutes
 on 2 cores). BINLAKE_SOAK_SEED replays another schedule and workload; BINLAKE_SOAK_KILLS
 changes the number of stream kills.
 """
@@ -59,9 +59,10 @@ from tests.test_stream_crash import (
 
 SEED = int(os.environ.get("BINLAKE_SOAK_SEED", "20261125"))
 STREAM_KILLS = int(os.environ.get("BINLAKE_SOAK_KILLS", "50"))
-SNAPSHOT_KILLS = 2
+SNAPSHOT_KILLS = 1  # each starts Spark: seconds
+SOAK_STREAM = {**STREAM, "max_batch_seconds": 0.25}
 TARGETED = ("batch_read", "tables_committed", "schema_applied", "backfill_merged")
-PAUSE_TIMEOUT = 30.0  # seconds for a run to reach its pause point
+PAUSE_TIMEOUT = {"stream": 30.0, "snapshot": 120.0}  # seconds for a run to reach its pause point
 
 
 class SoakWriter(Writer):
@@ -124,7 +125,7 @@ def kill_paused(config, logs, point: str, n: int, password: str, command: str = 
     s = Stream(config, logs, password=password, command=command, env={PAUSE_ENV: f"{point}:{n}"})
     try:
         started = time.monotonic()
-        while time.monotonic() - started < PAUSE_TIMEOUT and s.alive() and not _marker(s):
+        while time.monotonic() - started < PAUSE_TIMEOUT[command] and s.alive() and not _marker(s):
             time.sleep(0.01)
         assert s.alive(), f"{point}:{n}: the run stopped by itself: {s.describe()}"
         return _marker(s)
@@ -137,11 +138,15 @@ def _damage(cfg, name: str, key: str, rng: random.Random) -> None:
     DeltaTable(table_uri(cfg.sink.path, name)).delete(f"{key} % 7 = {rng.randint(0, 6)}")
 
 
-def _check(cfg, config, names, logs, password) -> None:
+def _check(cfg, config, names, logs, password, timings: Counter) -> None:
     """Restart to the binlog end: Delta equals MySQL, stream commits strictly increase."""
+    t0 = time.monotonic()
     _finish(cfg, config, names, logs, password)
+    t1 = time.monotonic()
     for n in names:
         assert_commits_strictly_increase(cfg, n)
+    timings["restarts and Delta = MySQL"] += t1 - t0
+    timings["commit checks"] += time.monotonic() - t1
 
 
 @pytest.mark.soak
@@ -150,18 +155,18 @@ def test_soak_sigkill_at_targeted_points(mariadb, db, make_config, tmp_path):
     name, conn = db
     create_tables(conn)
     names = [f"{name}.{t}" for t in ("acct", "orders", "tags", "events")]
-    cfg = make_config(name, chunk_size=400, stream=STREAM, source=workload_keys(name, chunk_size=400))
+    cfg = make_config(name, chunk_size=400, stream=SOAK_STREAM, source=workload_keys(name, chunk_size=400))
     config = write_config_file(cfg, tmp_path / "binlake.yaml")
     logs, password = tmp_path / "logs", mariadb.password
     rng = random.Random(SEED)
     landed, missed, random_modes = Counter(), Counter(), Counter()
-    timings: dict[str, float] = {}
-    writer = SoakWriter(mariadb, name, SEED + 1, pace=0.05)
+    timings: Counter = Counter()
+    writer = SoakWriter(mariadb, name, SEED + 1, pace=0.1)
     writer.start()
     try:
         # The snapshot, under the writer, killed inside chunk commits; then run to its end.
         for _ in range(SNAPSHOT_KILLS):
-            reached = kill_paused(config, logs, "snapshot_chunk_committed", rng.randint(1, 3), password, "snapshot")
+            reached = kill_paused(config, logs, "snapshot_chunk_committed", rng.randint(1, 4), password, "snapshot")
             (landed if reached else missed)["snapshot_chunk_committed"] += 1
         done = run_stream(config, logs, password=password, command="snapshot", timeout=300)
         assert done.proc.returncode == 0, done.describe()
@@ -172,6 +177,7 @@ def test_soak_sigkill_at_targeted_points(mariadb, db, make_config, tmp_path):
         rng.shuffle(kinds)
         with mariadb.connect(name) as c, c.cursor() as cur:
             for i, kind in enumerate(kinds):
+                t0 = time.monotonic()
                 writer.resume()
                 if kind == "random":
                     random_modes += kill_at_random(cfg, config, names, logs, rng, 1, password, writer=writer)
@@ -188,16 +194,16 @@ def test_soak_sigkill_at_targeted_points(mariadb, db, make_config, tmp_path):
                     n = 1 if kind in ("schema_applied", "backfill_merged") else rng.randint(1, 3)
                     (landed if kill_paused(config, logs, kind, n, password) else missed)[kind] += 1
                 writer.quiesce()
-                _check(cfg, config, names, logs, password)
+                timings["kill runs"] += time.monotonic() - t0
+                _check(cfg, config, names, logs, password, timings)
                 if i % 10 == 9:
                     print(f"{i + 1} stream kills, {time.monotonic() - began:.0f} s: {dict(landed)}", flush=True)
-        timings["stream kills"] = time.monotonic() - began - timings["snapshot"]
         writer.stop()
     finally:
         writer.stop_event.set()
         writer.running.set()
 
-    _check(cfg, config, names, logs, password)
+    _check(cfg, config, names, logs, password, timings)
     commits = {n: assert_commits_strictly_increase(cfg, n) for n in names}
     timings["total"] = time.monotonic() - began
     print(f"kills landed: {dict(landed)}; missed: {dict(missed)}; random kills: {dict(random_modes)}; "
