@@ -58,7 +58,7 @@ from tests.test_stream_crash import (
 )
 
 SEED = int(os.environ.get("BINLAKE_SOAK_SEED", "20261125"))
-STREAM_KILLS = int(os.environ.get("BINLAKE_SOAK_KILLS", "50"))
+STREAM_KILLS = int(os.environ.get("BINLAKE_SOAK_KILLS", "49"))
 SNAPSHOT_KILLS = 1  # each starts Spark: seconds
 SOAK_STREAM = {**STREAM, "max_batch_seconds": 0.25}
 TARGETED = ("batch_read", "tables_committed", "schema_applied", "backfill_merged")
