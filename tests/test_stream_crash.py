@@ -144,23 +144,26 @@ def tables_equal(cfg: BinlakeConfig, names: list[str]) -> bool:
 
 # --- what the stream committed ----------------------------------------------------------------
 
-def _log_versions(uri: str) -> list[tuple[int, list[dict]]]:
-    """(version, actions) of every JSON commit in the table's Delta log, oldest first."""
+def _log_versions(uri: str, since: int = 0) -> list[tuple[int, list[dict]]]:
+    """(version, actions) of every JSON commit in the table's Delta log from ``since`` on, oldest first."""
     out = []
     for f in sorted((Path(uri) / "_delta_log").glob("*.json")):
-        out.append((int(f.stem), [json.loads(line) for line in f.read_text().splitlines() if line.strip()]))
+        if int(f.stem) >= since:
+            out.append((int(f.stem), [json.loads(line) for line in f.read_text().splitlines() if line.strip()]))
     return out
 
 
-def assert_commits_strictly_increase(cfg: BinlakeConfig, name: str) -> int:
+def assert_commits_strictly_increase(cfg: BinlakeConfig, name: str, since: int = 0) -> int:
     """No double apply: each stream commit of the table carries exactly one transaction of
     the pipeline's app id, whose version is its offset's applied position, and both
     strictly increase from commit to commit (a backfill merge carries the offset of the
     batch committed before it: pipelines/stream/backfill.py; it is never behind it).
+    ``since``: only the commits from that version on (tests/test_soak.py checks each restart's).
     Returns the number of stream commits, backfill merges left out."""
     uri, app = table_uri(cfg.sink.path, name), app_id(cfg.pipeline.name)
+    dt = DeltaTable(uri)
     # The commit metadata, as a reader sees it.
-    history = sorted(DeltaTable(uri).history(), key=lambda c: c["version"])
+    history = sorted(dt.history(dt.version() + 1 - since), key=lambda c: c["version"])
     offsets = [(c["version"], StreamOffset.from_json(c[OFFSET_KEY])) for c in history if c.get(OFFSET_KEY)]
     merges = {c["version"] for c in history if c.get(BACKFILL_KEY)}
     for (v0, a), (v1, b) in itertools.pairwise(offsets):
@@ -171,7 +174,7 @@ def assert_commits_strictly_increase(cfg: BinlakeConfig, name: str) -> int:
     # The transaction identifiers, as the log stores them.
     prev = None
     by_version = dict(offsets)
-    for version, actions in _log_versions(uri):
+    for version, actions in _log_versions(uri, since):
         txns = [a["txn"] for a in actions if "txn" in a and a["txn"]["appId"] == app]
         if version not in by_version:
             assert not txns, f"{name}: commit {version} has a stream transaction but no offset metadata"
@@ -181,7 +184,6 @@ def assert_commits_strictly_increase(cfg: BinlakeConfig, name: str) -> int:
         assert prev is None or txns[0]["version"] > prev or (version in merges and txns[0]["version"] == prev), (
             f"{name}: commit {version} has transaction version {txns[0]['version']}, not above {prev}")
         prev = txns[0]["version"]
-    dt = DeltaTable(uri)
     if offsets:
         assert dt.transaction_version(app) == offsets[-1][1].applied.seq()
         cp = ControlStore(cfg.sink.path, cfg.pipeline.name).checkpoint()
