@@ -237,6 +237,8 @@ class Writer(threading.Thread):
     transactions, rolled-back transactions and, on request or now and then, transactions
     of thousands of rows. Every update also does ``counter = counter + 1``."""
 
+    BIG_RATE = 0.004  # the chance of a transaction of thousands of rows per step
+
     def __init__(self, server, database: str, seed: int, pace: float = 0.01):
         super().__init__(name="writer", daemon=True)
         self.server, self.database = server, database
@@ -344,7 +346,7 @@ class Writer(threading.Thread):
                 self.big_requests -= 1
                 big = True
             else:
-                big = self.rng.random() < 0.004
+                big = self.rng.random() < self.BIG_RATE
         if big:
             self.big_transaction(cur)
             return
