@@ -103,14 +103,13 @@ class Stream:
         return self.proc.wait(timeout)
 
 
-def run_stream(config: str, log_dir: Path, *args: str, password: str, timeout: float = 180, **kw) -> Stream:
-    """Run ``binlake stream`` (or ``command=``, see Stream) to its end."""
-    s = Stream(config, log_dir, *args, password=password, **kw)
+def run_stream(config: str, log_dir: Path, *args: str, password: str, timeout: float = 180) -> Stream:
+    s = Stream(config, log_dir, *args, password=password)
     try:
         s.wait(timeout)
     except subprocess.TimeoutExpired:
         s.kill()
-        pytest.fail(f"binlake {' '.join(s.args)} did not finish in {timeout} s:\n{s.stdout}\n{s.stderr}")
+        pytest.fail(f"binlake stream {' '.join(args)} did not finish in {timeout} s:\n{s.stdout}\n{s.stderr}")
     return s
 
 
