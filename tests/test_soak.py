@@ -59,7 +59,7 @@ from tests.test_stream_crash import (
 )
 
 SEED = int(os.environ.get("BINLAKE_SOAK_SEED", "20261125"))
-STREAM_KILLS = int(os.environ.get("BINLAKE_SOAK_KILLS", "49"))
+STREAM_KILLS = int(os.environ.get("BINLAKE_SOAK_KILLS", "50"))
 SNAPSHOT_KILLS = 1  # each starts Spark: seconds
 SOAK_STREAM = {**STREAM, "max_batch_seconds": 0.25}
 TARGETED = ("batch_read", "tables_committed", "schema_applied", "backfill_merged")
@@ -210,9 +210,10 @@ def test_soak_sigkill_at_targeted_points(mariadb, db, spark, make_config, tmp_pa
         writer.stop_event.set()
         writer.running.set()
 
-    _finish(cfg, config, names, logs, password)  # the last restart as a user runs it
-    _check(cfg, names, timings, {})  # every commit
-    commits = {n: assert_commits_strictly_increase(cfg, n) for n in names}
+    t0 = time.monotonic()
+    _finish(cfg, config, names, logs, password)  # the last restart as a user runs it: Delta = MySQL
+    commits = {n: assert_commits_strictly_increase(cfg, n) for n in names}  # every commit
+    timings["restarts and Delta = MySQL"] += time.monotonic() - t0
     timings["total"] = time.monotonic() - began
     print(f"kills landed: {dict(landed)}; missed: {dict(missed)}; random kills: {dict(random_modes)}; "
           f"workload: {dict(writer.ops)}; stream commits: {commits}; "
@@ -221,4 +222,5 @@ def test_soak_sigkill_at_targeted_points(mariadb, db, spark, make_config, tmp_pa
     for kind in ("snapshot_chunk_committed", *TARGETED, "random"):
         assert landed[kind] > 0, f"no kill landed at {kind}: landed {dict(landed)}, missed {dict(missed)}"
     assert sum(landed.values()) + sum(missed.values()) >= 50
+    assert sum(missed.values()) <= len(kinds) // 10, f"too many runs never reached their point: {dict(missed)}"
     assert writer.ops["ddl add column"] > 0 and writer.ops["key update"] > 0 and writer.ops["transaction"] > 0
