@@ -38,6 +38,7 @@ import random
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
@@ -151,7 +152,7 @@ def _check(cfg, names, timings: Counter, seen: dict[str, int]) -> None:
     t1 = time.monotonic()
     for n in names:
         assert_commits_strictly_increase(cfg, n, since=seen.get(n, 0))
-        seen[n] = DeltaTable(table_uri(cfg.sink.path, n)).version()
+        seen[n] = max(int(f.stem) for f in (Path(table_uri(cfg.sink.path, n)) / "_delta_log").glob("*.json"))
     timings["restarts and Delta = MySQL"] += t1 - t0
     timings["commit checks"] += time.monotonic() - t1
 
