@@ -25,9 +25,10 @@ MySQL row by row (every update also bumps ``counter``: a change lost or applied 
 values shows), and each table's stream commits must carry strictly increasing offsets and
 transaction versions (no change applied twice). The same at the end.
 
-Bounded: small tables, batches of 500 rows or 0.25 s, a fixed number of kills (about 4 minutes
-on 2 cores). BINLAKE_SOAK_SEED replays another schedule and workload; BINLAKE_SOAK_KILLS
-changes the number of stream kills.
+Bounded: small tables, batches of 500 rows or 0.25 s, a fixed number of kills (measured: 6 to
+9 minutes on 2 cores shared with other test runs, load average 6-15; the phases' seconds are
+printed). BINLAKE_SOAK_SEED replays another schedule and workload; BINLAKE_SOAK_KILLS changes
+the number of stream kills.
 """
 
 from __future__ import annotations
