@@ -79,6 +79,7 @@ from pipelines.delta_sink import (
     write_parquet,
 )
 from pipelines.lake_storage import UnsafeSink, is_local, require_safe_commits
+from pipelines.pause_points import pause_at
 from pipelines.schema_applier import conform_routed, delta_schema, widen_to
 
 log = logging.getLogger(__name__)
@@ -585,6 +586,7 @@ class SnapshotJob:
                              "object-store URI, or a folder mounted at the same path on every host")
         version = commit_files(table, files, schema, {SNAPSHOT_CHUNKS_KEY: [r.to_json_row() for r in records]})
         records = [replace(r, delta_version=version) for r in records]
+        pause_at("snapshot_chunk_committed")
         # The data commit already holds these records; the mirror table is appended in
         # batches (recovery unites both, see pipelines/control_store.py).
         self._unmirrored.extend(records)

@@ -44,6 +44,7 @@ from cdc_core.positions import BinlogPosition
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import table_uri
 from pipelines.local_mariadb import LocalMariaDB
+from pipelines.stream.backfill import BACKFILL_KEY
 from tests.helpers import PASSWORD_VAR, assert_equal, diff_tables, snapshot, write_config_file
 
 SEED = int(os.environ.get("BINLAKE_CRASH_SEED", "20240611"))
@@ -57,18 +58,21 @@ def _env(password: str) -> dict:
 
 
 class Stream:
-    """One ``binlake stream`` process in its own session (so a kill reaches its reader too)."""
+    """One ``binlake stream`` process (or another ``command``) in its own session (so a kill
+    reaches its reader, or its Spark JVM, too); ``env``: extra environment variables."""
 
     count = itertools.count()
 
-    def __init__(self, config: str, log_dir: Path, *args: str, password: str):
+    def __init__(self, config: str, log_dir: Path, *args: str, password: str, command: str = "stream",
+                 env: dict | None = None):
         n = next(self.count)
         log_dir.mkdir(parents=True, exist_ok=True)
-        self.out_path, self.err_path = log_dir / f"stream-{n}.out", log_dir / f"stream-{n}.err"
-        self.args = args
+        self.out_path, self.err_path = log_dir / f"{command}-{n}.out", log_dir / f"{command}-{n}.err"
+        self.args = (command, *args)
         with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "stream", "-c", config, *args],
-                                         stdout=out, stderr=err, env=_env(password), start_new_session=True)
+            self.proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", command, "-c", config, *args],
+                                         stdout=out, stderr=err, env={**_env(password), **(env or {})},
+                                         start_new_session=True)
 
     @property
     def stdout(self) -> str:
@@ -79,7 +83,7 @@ class Stream:
         return self.err_path.read_text()
 
     def describe(self) -> str:
-        return f"binlake stream {' '.join(self.args)} exited {self.proc.returncode}:\n{self.stdout}\n{self.stderr}"
+        return f"binlake {' '.join(self.args)} exited {self.proc.returncode}:\n{self.stdout}\n{self.stderr}"
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -140,46 +144,52 @@ def tables_equal(cfg: BinlakeConfig, names: list[str]) -> bool:
 
 # --- what the stream committed ----------------------------------------------------------------
 
-def _log_versions(uri: str) -> list[tuple[int, list[dict]]]:
-    """(version, actions) of every JSON commit in the table's Delta log, oldest first."""
+def _log_versions(uri: str, since: int = 0) -> list[tuple[int, list[dict]]]:
+    """(version, actions) of every JSON commit in the table's Delta log from ``since`` on, oldest first."""
     out = []
     for f in sorted((Path(uri) / "_delta_log").glob("*.json")):
-        out.append((int(f.stem), [json.loads(line) for line in f.read_text().splitlines() if line.strip()]))
+        if int(f.stem) >= since:
+            out.append((int(f.stem), [json.loads(line) for line in f.read_text().splitlines() if line.strip()]))
     return out
 
 
-def assert_commits_strictly_increase(cfg: BinlakeConfig, name: str) -> int:
+def assert_commits_strictly_increase(cfg: BinlakeConfig, name: str, since: int = 0) -> int:
     """No double apply: each stream commit of the table carries exactly one transaction of
     the pipeline's app id, whose version is its offset's applied position, and both
-    strictly increase from commit to commit. Returns the number of stream commits."""
+    strictly increase from commit to commit (a backfill merge carries the offset of the
+    batch committed before it: pipelines/stream/backfill.py; it is never behind it).
+    ``since``: only the commits from that version on (tests/test_soak.py checks each restart's).
+    Returns the number of stream commits, backfill merges left out."""
     uri, app = table_uri(cfg.sink.path, name), app_id(cfg.pipeline.name)
+    dt = DeltaTable(uri)
     # The commit metadata, as a reader sees it.
-    history = sorted(DeltaTable(uri).history(), key=lambda c: c["version"])
+    history = sorted(dt.history(dt.version() + 1 - since), key=lambda c: c["version"])
     offsets = [(c["version"], StreamOffset.from_json(c[OFFSET_KEY])) for c in history if c.get(OFFSET_KEY)]
+    merges = {c["version"] for c in history if c.get(BACKFILL_KEY)}
     for (v0, a), (v1, b) in itertools.pairwise(offsets):
-        assert b.applied > a.applied, (f"{name}: commit {v1} applies through {b.applied}, not after commit {v0}'s "
-                                       f"{a.applied}: a change was applied twice")
+        assert b.applied > a.applied or (v1 in merges and b.applied == a.applied), (
+            f"{name}: commit {v1} applies through {b.applied}, not after commit {v0}'s {a.applied}: a change was "
+            "applied twice")
         assert b.resume <= b.applied
     # The transaction identifiers, as the log stores them.
     prev = None
     by_version = dict(offsets)
-    for version, actions in _log_versions(uri):
+    for version, actions in _log_versions(uri, since):
         txns = [a["txn"] for a in actions if "txn" in a and a["txn"]["appId"] == app]
         if version not in by_version:
             assert not txns, f"{name}: commit {version} has a stream transaction but no offset metadata"
             continue
         assert len(txns) == 1, f"{name}: commit {version} carries {len(txns)} transactions of {app}"
         assert txns[0]["version"] == by_version[version].applied.seq(), f"{name}: commit {version}"
-        assert prev is None or txns[0]["version"] > prev, (
+        assert prev is None or txns[0]["version"] > prev or (version in merges and txns[0]["version"] == prev), (
             f"{name}: commit {version} has transaction version {txns[0]['version']}, not above {prev}")
         prev = txns[0]["version"]
-    dt = DeltaTable(uri)
     if offsets:
         assert dt.transaction_version(app) == offsets[-1][1].applied.seq()
         cp = ControlStore(cfg.sink.path, cfg.pipeline.name).checkpoint()
         assert cp is not None and cp.offset.applied >= offsets[-1][1].applied, \
             f"{name}: the final checkpoint {cp and cp.offset.applied} is behind the table's last commit"
-    return len(offsets)
+    return len(offsets) - len(merges)
 
 
 def stream_commit_count(cfg: BinlakeConfig, names: list[str]) -> int:
@@ -226,6 +236,8 @@ class Writer(threading.Thread):
     """Random inserts, counter-bumping updates, deletes, primary-key updates, multi-table
     transactions, rolled-back transactions and, on request or now and then, transactions
     of thousands of rows. Every update also does ``counter = counter + 1``."""
+
+    BIG_RATE = 0.004  # the chance of a transaction of thousands of rows per step
 
     def __init__(self, server, database: str, seed: int, pace: float = 0.01):
         super().__init__(name="writer", daemon=True)
@@ -334,7 +346,7 @@ class Writer(threading.Thread):
                 self.big_requests -= 1
                 big = True
             else:
-                big = self.rng.random() < 0.004
+                big = self.rng.random() < self.BIG_RATE
         if big:
             self.big_transaction(cur)
             return

@@ -41,6 +41,7 @@ from cdc_core.types import binlog_value
 from pipelines.backfill_requests import refusal
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import apply_changes, deduplicate, deletions, stream_commit_properties
+from pipelines.pause_points import pause_at
 from pipelines.schema_applier import conform, delta_name, delta_schema
 from pipelines.stream.sinks import Sinks
 from pipelines.stream.start import stable_describe
@@ -369,6 +370,7 @@ class Backfills:
             applied = apply_changes(self.sinks.tables[sink], key, append, upsert, delete, props)
         else:  # the range already equals MySQL: nothing to commit
             applied = RowsApplied()
+        pause_at("backfill_merged")
         done = req.chunks_done + 1
         finished = done == len(req.chunks)
         merge_s = time.monotonic() - merging

@@ -69,6 +69,7 @@ from cdc_core.table_commit import TableCommit
 from cdc_core.table_schema import TableSchema, describe_table
 from cdc_core.transient import Retry, RetryPolicy
 from pipelines.control_store import ControlStore
+from pipelines.pause_points import pause_at
 from pipelines.stream.backfill import Backfills
 from pipelines.stream.commit import Committer
 from pipelines.stream.reader import ReaderProcess
@@ -411,7 +412,11 @@ class StreamEngine:
         for name, tb in b.tables.items():
             s.summary.tables[name] = s.summary.tables.get(name, 0) + tb.rows_in - tb.dropped
             s.summary.changes += tb.rows_in - tb.dropped
+        if b.tables:
+            pause_at("batch_read")
         commits = self.committer.apply(b, offset)
+        if commits:
+            pause_at("tables_committed")
         s.summary.commits += len(commits)
         s.summary.batches += 1
         self._checkpoint(offset)
