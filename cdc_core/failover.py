@@ -37,7 +37,7 @@ from cdc_core.binlog import ROW_EVENTS, RowDecoder, is_transaction_statement, op
 from cdc_core.offsets import StreamOffset
 from cdc_core.positions import BinlogPosition
 from cdc_core.source import ConnectionSettings
-from cdc_core.startup import StartupError
+from cdc_core.startup import PURGED_WAY_OUT, StartupError
 
 
 class FailoverError(StartupError):
@@ -97,8 +97,7 @@ def needed_gtid(offset: StreamOffset) -> str:
     if not gtid:
         raise FailoverError(
             f"the checkpoint {offset.applied} has no GTID (the server had none, or the stream had read no "
-            "transaction yet), so it cannot be found on another server: re-snapshot (delete the sink folder or "
-            "use a new pipeline.name) and run `binlake run` again")
+            f"transaction yet), so it cannot be found on another server: {PURGED_WAY_OUT}")
     return gtid
 
 
@@ -108,7 +107,7 @@ def translate(offset: StreamOffset, spans: dict[str, TransactionSpan], server_id
     span = spans.get(gtid)
     if span is None:
         raise FailoverError(f"transaction {gtid} of the checkpoint is not in the new server's binlogs (purged?): "
-                            "re-snapshot (delete the sink folder or use a new pipeline.name) and run `binlake run`")
+                            f"{PURGED_WAY_OUT}")
     if not offset.inside_transaction:
         return replace(offset, resume=span.end, applied=span.end, server_id=server_id)
     for end, through in span.rows:

@@ -12,7 +12,9 @@
 - the source server restarting (clean stop and crash) mid-stream: the stream
   reconnects and catches up;
 - binlog rotation (FLUSH BINARY LOGS) between writes while streaming;
-- a purged resume position: exit 2, one line saying so and to re-snapshot;
+- a purged resume position: exit 2, one line saying so and what to do; then ``binlake
+  resync`` restarts at the binlog end and backfills the table online: Delta equals MySQL
+  again, the rows only the purged binlog had included, the table's history kept;
 - a server_id already in use by a running stream, or equal to the source's own:
   exit 2, one line naming server_id; the running stream is undisturbed.
 
@@ -104,8 +106,9 @@ class Stream:
         return self.proc.wait(timeout)
 
 
-def run_stream(config: str, log_dir: Path, *args: str, password: str, timeout: float = 180) -> Stream:
-    s = Stream(config, log_dir, *args, password=password)
+def run_stream(config: str, log_dir: Path, *args: str, password: str, timeout: float = 180,
+               command: str = "stream") -> Stream:
+    s = Stream(config, log_dir, *args, password=password, command=command)
     try:
         s.wait(timeout)
     except subprocess.TimeoutExpired:
@@ -688,7 +691,7 @@ def test_binlog_rotation_while_streaming(mariadb, db, spark, make_config, tmp_pa
 
 # --- purged position --------------------------------------------------------------------------
 
-def test_purged_position_exits_2_and_says_to_resnapshot(own_server, tmp_path):
+def test_purged_position_then_resync(own_server, tmp_path):
     server = own_server
     _setup_own(server)
     cfg = own_config(tmp_path, server, "shop", 4343)
@@ -701,6 +704,8 @@ def test_purged_position_exits_2_and_says_to_resnapshot(own_server, tmp_path):
     assert second.proc.returncode == 0, second.describe()
     assert_equal(cfg, ["shop.t"])
     applied = ControlStore(cfg.sink.path, cfg.pipeline.name).checkpoint().offset
+    early = run_stream(config, logs, password=server.password, command="resync")
+    assert early.proc.returncode == 2 and "nothing to resync" in early.stderr, early.describe()
 
     _rows(server, range(501, 1001), "second")  # never streamed: lost with the purge
     with server.connect() as c, c.cursor() as cur:
@@ -722,10 +727,23 @@ def test_purged_position_exits_2_and_says_to_resnapshot(own_server, tmp_path):
         assert r.proc.returncode == 2, r.describe()
         (line,) = _lines(r.stderr)
         assert "purged" in line or "no longer has" in line, line
-        assert "snapshot" in line, line
+        assert "binlake resync" in line and "re-snapshot" in line, line
         assert applied.resume.file in line, line
         assert "Traceback" not in r.stdout + r.stderr
     assert DeltaTable(table_uri(cfg.sink.path, "shop.t")).version() == version  # nothing written
+
+    # The way out: resync restarts at the binlog end and backfills the table online, keeping it.
+    _rows(server, range(1001, 1201), "third")
+    r = run_stream(config, logs, password=server.password, command="resync")
+    assert r.proc.returncode == 0, r.describe()
+    assert "done" in r.stdout, r.describe()
+    assert_equal(cfg, ["shop.t"])  # the rows only the purged binlog had are in Delta
+    table = DeltaTable(table_uri(cfg.sink.path, "shop.t"))
+    assert table.version() > version and len(table.history()) > version  # the same table, history kept
+    _rows(server, range(1201, 1401), "fourth")
+    r = run_stream(config, logs, "--until", "now", password=server.password)
+    assert r.proc.returncode == 0, r.describe()
+    assert_equal(cfg, ["shop.t"])
 
 
 # --- server_id in use -------------------------------------------------------------------------

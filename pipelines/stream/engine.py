@@ -62,7 +62,14 @@ from cdc_core.offsets import StreamOffset
 from cdc_core.positions import BinlogPosition
 from cdc_core.routes import RouteError, Router
 from cdc_core.source import connect, connection_settings
-from cdc_core.startup import PositionPurged, ServerIdInUse, StartupError, check_available, check_server_id
+from cdc_core.startup import (
+    PURGED_WAY_OUT,
+    PositionPurged,
+    ServerIdInUse,
+    StartupError,
+    check_available,
+    check_server_id,
+)
 from cdc_core.stream_reader import STOP_SIGNALS, ReaderSpec
 from cdc_core.table_batch import TableBatch, keyless_problem, table_batch
 from cdc_core.table_commit import TableCommit
@@ -351,8 +358,7 @@ class StreamEngine:
         self._commit()
         self.reader.stop()
         if rec.kind == ReadFailure.PURGED:
-            raise PositionPurged(f"reading the binlog failed: {rec.message}. Re-snapshot: delete the sink folder (or "
-                                 "use a new pipeline.name) and run `binlake run` again")
+            raise PositionPurged(f"reading the binlog failed: {rec.message}; {PURGED_WAY_OUT}")
         if rec.kind == ReadFailure.SERVER_ID:
             raise ServerIdInUse(f"source.server_id {self.cfg.source.server_id} is in use by another replica, which "
                                 f"took over the binlog connection ({rec.message}); give each pipeline and replica "
