@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from pipelines.stream.state import StreamSummary
 
 PASSWORD_VAR = "BINLAKE_TEST_PASSWORD"  # conftest's make_config sets it to the test server's password
+# What assert_equal compared in this session (conftest prints it): tables and rows found equal.
+COMPARED: Counter = Counter()
 
 
 def write_config_file(cfg: BinlakeConfig, path: Path, **extra) -> str:
@@ -98,6 +101,8 @@ def assert_equal(cfg: BinlakeConfig, names: list[str]) -> None:
     bad = [d.describe() for d in diffs if not d.equal]
     assert not bad, "\n".join(bad)
     assert all(d.mysql_rows == d.delta_rows for d in diffs)
+    COMPARED["tables"] += len(diffs)
+    COMPARED["rows"] += sum(d.mysql_rows for d in diffs)
 
 
 def replay_handoff(cfg: BinlakeConfig, names: list[str]) -> dict[str, dict]:
