@@ -110,6 +110,21 @@ def launch_snapshot(port: int, tables: list[str]) -> str:
     return answer["backfillId"]
 
 
+LAUNCH_RUN = """mutation($params: ExecutionParams!) { launchRun(executionParams: $params) {
+  __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
+  ... on RunConfigValidationInvalid { errors { message } } ... on InvalidSubsetError { message } } }"""
+
+
+def launch_job(port: int, job: str, run_config: dict | None = None) -> str:
+    """The Launchpad's Launch Run for ``job`` of the binlake location; returns the run id."""
+    params = {"selector": {"repositoryLocationName": "binlake", "repositoryName": "__repository__", "jobName": job},
+              "runConfigData": run_config or {}}
+    answer = graphql(port, LAUNCH_RUN, {"params": params})["launchRun"]
+    if answer["__typename"] != "LaunchRunSuccess":
+        raise RuntimeError(f"{job} not launched: {answer}")
+    return answer["run"]["runId"]
+
+
 def terminate_run(port: int, run_id: str) -> None:
     """The UI's Terminate button."""
     answer = graphql(port, """mutation($id: String!) { terminateRun(runId: $id) { __typename
