@@ -1,7 +1,8 @@
 """A bounded run of the stream job against a real MariaDB: every committed micro-batch is
 a materialization of each touched table's asset whose offset metadata equals that
 table's Delta commit (position, ``_cdc_seq`` = transaction version, Delta version, rows by
-op); an untouched table gets one heartbeat; Delta equals MySQL afterwards."""
+op); an untouched table gets one heartbeat; Delta equals MySQL afterwards. The backfill and
+repair jobs request their backfills and wait while a bounded stream run does them."""
 
 from __future__ import annotations
 
