@@ -115,11 +115,14 @@ def test_backfill_and_repair_jobs_wait_for_the_stream_job_to_do_them(db, make_co
     assert [(r.data["chunk"], r.data["mysql_rows"], r.data["delta_rows"]) for r in differing] == [(0, 120, 110),
                                                                                                 (2, 60, 60)]
 
-    results = {}
+    results, instances = {}, {}
 
     def launch(job: str, op: str, config: dict) -> threading.Thread:
+        # Each run in its own thread has its own instance: one in-memory SQLite written from three
+        # threads at once can fail with "database table is locked".
+        instances[job] = DagsterInstance.ephemeral()
         t = threading.Thread(target=lambda: results.__setitem__(job, defs.resolve_job_def(job).execute_in_process(
-            instance=instance, run_config={"ops": {op: {"config": config}}})))
+            instance=instances[job], run_config={"ops": {op: {"config": config}}})))
         t.start()
         return t
 
@@ -147,6 +150,6 @@ def test_backfill_and_repair_jobs_wait_for_the_stream_job_to_do_them(db, make_co
     assert output.event_specific_data.metadata["binlake/differing_chunks"].value == 2
     (recorded,) = results["binlake_repair"].get_asset_check_evaluations()
     assert recorded.asset_check_key == check_b and recorded.passed
-    latest = instance.event_log_storage.get_asset_check_execution_history(check_b, limit=1)[0]
+    latest = instances["binlake_repair"].event_log_storage.get_asset_check_execution_history(check_b, limit=1)[0]
     assert latest.status == AssetCheckExecutionRecordStatus.SUCCEEDED  # what the asset page shows now
     assert_equal(cfg, [f"{name}.a", f"{name}.b"])
