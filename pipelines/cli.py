@@ -357,20 +357,15 @@ def _repair(cfg: BinlakeConfig, args, report) -> int:
     """``reconcile --repair``: a backfill of each differing chunk, carried out (or handed to the
     running stream) and waited for; exit 0 once every one is done."""
     from cdc_core.backfill import BackfillState
-    from pipelines.backfill_requests import request_ranges
+    from pipelines.backfill_requests import request_repairs
 
-    ids, refused = [], False
-    for r in report.tables:
-        if not r.mismatches:
-            continue
-        try:
-            reqs = request_ranges(cfg, r.table, [(m.lo, m.hi) for m in r.mismatches], reason="reconcile --repair")
-        except BinlakeError as e:
-            _line("[red]✗[/red]", f"{r.table} cannot be repaired by a backfill: {e}")
-            refused = True
-            continue
-        ids += [q.id for q in reqs]
-        out.print(f"{escape(r.table)}: backfill of {len(reqs)} differing chunks requested", highlight=False)
+    reqs, refused = request_repairs(cfg, report)
+    for table, why in refused.items():
+        _line("[red]✗[/red]", f"{table} cannot be repaired by a backfill: {why}")
+    for table in dict.fromkeys(q.table for q in reqs):
+        out.print(f"{escape(table)}: backfill of {sum(q.table == table for q in reqs)} differing chunks requested",
+                  highlight=False)
+    ids = [q.id for q in reqs]
     done = _carry_out(cfg, args, ids) if ids else []
     for q in done:
         out.print(f"backfill {q.id} of {q.table} ({escape(q.describe_range())}): {q.progress()}", soft_wrap=True,
