@@ -30,8 +30,11 @@ def _position_name(key: tuple[int, int], end: BinlogPosition | None) -> str:
 
 
 def _left(state: TableState) -> bool:
-    """Whether a table's last schema-history entry is the DROP or RENAME that took it out of the capture."""
-    return bool(state.history) and not state.streamed and state.history[-1].kind in ("drop_table", "rename_table")
+    """Whether a table's last schema-history entry is the DROP or RENAME that took it out of the capture
+    (not a RENAME that brought it in, which needs a backfill)."""
+    last = state.history[-1] if state.history else None
+    return (last is not None and not state.streamed and last.kind in ("drop_table", "rename_table")
+            and not last.needs_backfill)
 
 
 def _reconcile_summary(r: dict | None) -> dict | None:
