@@ -223,3 +223,31 @@ def test_captured_table_dropped_while_stopped(mariadb, db, spark, cli_config):
     assert list(_rows(cfg, f"{name}.a")) == [9]
     assert pipeline_status(cfg)["tables"][0]["phase"].startswith("streaming")
     assert_equal(cfg, [f"{name}.a", f"{name}.b"])
+
+
+def test_table_dropped_and_created_again_outside_the_binlog(mariadb, db, cli_config):
+    """Dropped and created again with other columns while the stream was stopped, with
+    ``sql_log_bin = 0`` (no DDL in the binlog): its next table map differs from the schema
+    history, so the table is backfilled online; Delta equals MySQL (no row of the old table
+    left), the old column kept as lenient keeps a dropped one (exit 0)."""
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE a (id INT PRIMARY KEY, v INT)")
+    path, cfg = cli_config(name, startup={"mode": "latest"})
+    assert _stream(mariadb, path).returncode == 0
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO a VALUES (1, 1), (2, 2)")
+    assert _stream(mariadb, path).returncode == 0
+    with conn.cursor() as cur:
+        cur.execute("SET sql_log_bin = 0")
+        cur.execute("DROP TABLE a")
+        cur.execute("CREATE TABLE a (id INT PRIMARY KEY, w VARCHAR(3))")
+        cur.execute("SET sql_log_bin = 1")
+        cur.execute("INSERT INTO a VALUES (5, 'x')")
+    r = _stream(mariadb, path)
+    assert r.returncode == 0 and "differs from the schema history (new columns w; missing columns v)" in r.stderr
+    assert {i: (row["v"], row["w"]) for i, row in _rows(cfg, f"{name}.a").items()} == {5: (None, "x")}
+    (diverged,) = [e for e in ControlStore.of(cfg).schema_history() if e.status == "diverged"]
+    assert diverged.needs_backfill
+    assert [str(q.state) for q in ControlStore.of(cfg).backfills()] == ["done"]
+    assert_equal(cfg, [f"{name}.a"])
