@@ -9,7 +9,7 @@ import time
 from cdc_core.config import BinlakeConfig
 from cdc_core.positions import BinlogPosition, master_position
 from cdc_core.routes import Router
-from cdc_core.schema_history import fold
+from cdc_core.schema_history import TableState, fold
 from cdc_core.source import captured_tables, connect, connection_settings
 from cdc_core.startup import binlog_files, lag_bytes
 from pipelines.control_store import ControlStore
@@ -27,6 +27,14 @@ def _position_name(key: tuple[int, int], end: BinlogPosition | None) -> str:
     """The position of ``key`` on the source whose binlog ends at ``end`` (its base subtracted)."""
     base = end.base if end else 0
     return f"{_file_name(key[0] - base, end.file if end else None)}:{key[1]}"
+
+
+def _left(state: TableState) -> bool:
+    """Whether a table's last schema-history entry is the DROP or RENAME that took it out of the capture
+    (not a RENAME that brought it in, which needs a backfill)."""
+    last = state.history[-1] if state.history else None
+    return (last is not None and not state.streamed and last.kind in ("drop_table", "rename_table")
+            and not last.needs_backfill)
 
 
 def _reconcile_summary(r: dict | None) -> dict | None:
@@ -63,7 +71,9 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
         source_error = f"{type(e).__name__}: {e.args[-1] if e.args else e}"
     history = store.schema_history()
     last = max((e.position for e in history), default=None)
-    backfill = {n for n in {e.table for e in history} if fold(n, history, last).needs_backfill}
+    folded = {n: fold(n, history, last) for n in {e.table for e in history}}
+    backfill = {n for n, state in folded.items() if state.needs_backfill}
+    left = {n: state.history[-1] for n, state in folded.items() if _left(state)}
     held = {p.table: p for p in pending_changes(store, history)}
     requests = store.backfills()
     backfilling: dict = {}
@@ -96,6 +106,8 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
             phase = f"backfill {r.progress()} ({r.describe_range()})"
         elif n in backfill:
             phase = "needs backfill" + (" (not streamed)" if key is None else "")
+        elif n in left:  # dropped or renamed away: nothing more is streamed into its Delta table
+            phase = f"not captured since {left[n].position} ({left[n].description}); Delta table kept"
         elif key is not None or (cp is not None and (not plan or len(done) == len(plan))):
             phase = f"streaming ({cp.state})" if cp else "streaming"
             if cp is not None:  # the checkpoint is at or past every table's own commit
