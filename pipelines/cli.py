@@ -409,12 +409,12 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--from", dest="lo", metavar="KEY", help="only chunk-key values at or above KEY")
             p.add_argument("--to", dest="hi", metavar="KEY", help="only chunk-key values below KEY")
             p.add_argument("--no-wait", action="store_true", help="return once the request is stored")
-        if name == "resync":
-            p.add_argument("--no-wait", action="store_true", help="return once the backfills are requested")
             p.add_argument("--list", action="store_true", help="list the pipeline's backfill requests")
             p.add_argument("--cancel", metavar="ID", help="cancel a request")
             p.add_argument("--pause", metavar="ID", help="pause a request")
             p.add_argument("--resume", metavar="ID", help="resume a paused request")
+        if name == "resync":
+            p.add_argument("--no-wait", action="store_true", help="return once the backfills are requested")
         if name == "reconcile":
             p.add_argument("--table", action="append", metavar="DB.TABLE",
                            help="only this captured table (repeatable); default: every captured table")
