@@ -229,6 +229,7 @@ class Backlog:
 
     start: BinlogPosition
     end: BinlogPosition
+    tables: tuple[str, ...] = TABLES
     changes: int = 0
     inserts: int = 0
     updates: int = 0
@@ -247,13 +248,18 @@ class Backlog:
         return d
 
 
+def backlog_tables(preload: int) -> tuple[str, ...]:
+    """The backlog's tables: t1..t3, or t1 alone when it is preloaded (the update-heavy mix)."""
+    return TABLES[:1] if preload else TABLES
+
+
 def create_tables(server: LocalMariaDB, preload: int = 0) -> BinlogPosition:
-    """Create ``bench.t1..t3`` empty; with ``preload``, insert rows 1..preload into t1 (binlogged, so
-    a stream from the returned position reads them). Returns the position before the preload."""
+    """Create the backlog's tables empty; with ``preload``, insert rows 1..preload into t1 (binlogged,
+    so a stream from the returned position reads them). Returns the position before the preload."""
     conn = server.connect()
     with conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{DB}` DEFAULT CHARSET utf8mb4")
-        for t in TABLES:
+        for t in backlog_tables(preload):
             cur.execute(DDL.format(db=DB, table=t))
         start = master_position(cur)
         conn.select_db(DB)  # seq_M_to_N (Sequence engine) resolves in the current database
@@ -268,7 +274,7 @@ def generate_backlog(server: LocalMariaDB, rows: int, mix: tuple[float, float, f
                      seed: int = 7, preload: int = 0) -> Backlog:
     """Write ``rows`` row changes into the tables :func:`create_tables` made (see the module docstring):
     on the three tables, or with ``preload`` on t1 only, whose ids 1..preload already exist."""
-    tables = TABLES[:1] if preload else TABLES
+    tables = backlog_tables(preload)
     conn = server.connect()
     with conn, conn.cursor() as cur:
         start = master_position(cur)
@@ -277,7 +283,7 @@ def generate_backlog(server: LocalMariaDB, rows: int, mix: tuple[float, float, f
         rng = random.Random(seed)
         # live ids are [lo, hi): deletes take the oldest, inserts append
         live = {t: [1, preload + 1 if t == TABLES[0] else 1] for t in tables}
-        b = Backlog(start, start)
+        b = Backlog(start, start, tables)
         while b.changes < rows:
             table = rng.choice(tables)
             size = min(rng.randint(*TX_ROWS), max(rows - b.changes, 1))
@@ -304,7 +310,7 @@ def generate_backlog(server: LocalMariaDB, rows: int, mix: tuple[float, float, f
         conn.autocommit(True)
         b.seconds = time.perf_counter() - t0
         b.end = master_position(cur)
-    b.mysql_rows = mysql_counts(server, DB, TABLES)
+    b.mysql_rows = mysql_counts(server, DB, tables)
     return b
 
 
@@ -381,8 +387,8 @@ def run_engine(server: LocalMariaDB, backlog: Backlog, work: Path, run_id: str, 
     summary = engine.run()
     seconds = time.perf_counter() - t0
     cpu = cpu_delta(cpu0, cpu_snapshot(server))
-    counts = delta_counts(lake, DB, TABLES)
-    files = {t: len(DeltaTable(str(lake / DB / t)).file_uris()) for t in TABLES}
+    counts = delta_counts(lake, DB, backlog.tables)
+    files = {t: len(DeltaTable(str(lake / DB / t)).file_uris()) for t in backlog.tables}
     if counts != backlog.mysql_rows:
         raise AssertionError(f"(b) binlake: Delta rows {counts} != MySQL rows {backlog.mysql_rows}")
     if summary.changes != backlog.changes:
@@ -394,7 +400,7 @@ def run_engine(server: LocalMariaDB, backlog: Backlog, work: Path, run_id: str, 
            "cpu_s": {"engine (this process)": cpu["self"], "reader (forked child)": cpu["children"],
                      "mariadbd": cpu["mariadbd"]}}
     if check:
-        out["compare"] = compare_tables(cfg, lake, DB, TABLES)
+        out["compare"] = compare_tables(cfg, lake, DB, backlog.tables)
         bad = [d for d in out["compare"].values() if not d["equal"]]
         if bad:
             raise AssertionError(f"(b) binlake: Delta differs from MySQL: {bad}")
@@ -441,7 +447,7 @@ def measure_throughput(server: LocalMariaDB, backlog: Backlog, work: Path, env: 
     preloaded = f", {DB}.{TABLES[0]} preloaded with {args.preload:,} rows" if args.preload else ""
     print(f"1. Throughput ({mix} insert/update/delete transactions{preloaded}): {n:,} row changes ({backlog.inserts:,} "
           f"inserted, {backlog.updates:,} updated, {backlog.deletes:,} deleted) in {backlog.transactions:,} "
-          f"transactions on {1 if args.preload else len(TABLES)} tables, "
+          f"transactions on {len(backlog.tables)} tables, "
           f"{backlog.binlog_bytes / 2**20:,.1f} MiB of binlog, "
           f"{backlog.start} → {backlog.end}; repeat {args.repeat}")
     header = f"  {'run':<52}{'median s':>10}{'best s':>9}{'rows/s (median)':>17}{'rows/s (best)':>15}"
@@ -605,7 +611,7 @@ def measure_memory(server: LocalMariaDB, backlog: Backlog, work: Path, env: dict
     maxrss_kib = usage.ru_maxrss
     if code != 0:
         raise RuntimeError(f"binlake stream exited with {code}:\n{tail(log_path, 20)}")
-    counts = delta_counts(lake, DB, TABLES)
+    counts = delta_counts(lake, DB, backlog.tables)
     if counts != backlog.mysql_rows:
         raise AssertionError(f"memory run: Delta rows {counts} != MySQL rows {backlog.mysql_rows}")
     mib = 2**20

@@ -365,7 +365,8 @@ class Backfills:
         if found.twice:  # first one copy of each: a MERGE would update every copy alike
             deduplicate(self.sinks.tables[sink], key, found.twice, props)
         if append.num_rows or upsert.num_rows or delete.num_rows:
-            applied = apply_changes(self.sinks.tables[sink], key, append, upsert, delete, props)
+            applied = apply_changes(self.sinks.tables[sink], key, append, upsert, delete, props,
+                                    self.cfg.sink.storage_options)
         else:  # the range already equals MySQL: nothing to commit
             applied = RowsApplied()
         done = req.chunks_done + 1

@@ -114,4 +114,5 @@ class Committer:
             return apply_keyless(table, columns, rows("append"), rows("delete"), props)
         key = sink_key(parts[0].schema) if routed else parts[0].schema.row_key
         key = tuple(delta_name(target.names, k) or k for k in key)
-        return apply_changes(table, key, rows("append"), rows("upsert"), rows("delete"), props)
+        return apply_changes(table, key, rows("append"), rows("upsert"), rows("delete"), props,
+                             self.sinks.cfg.sink.storage_options)
