@@ -245,7 +245,10 @@ def _copy_on_write(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upser
     uri, now = dt.table_uri, int(time.time() * 1000)
     updated = deleted = 0
     dataset = dt.to_pyarrow_dataset()
-    candidates = _files_holding(dt, key[0], changes.column(key[0]))
+    # Files are pruned on one key column: an integer one if any (a route's key starts with the
+    # source's name, which statistics cannot prune on), see _files_holding.
+    prune = next((k for k in key if pa.types.is_integer(schema.field(k).type)), key[0])
+    candidates = _files_holding(dt, prune, changes.column(prune))
     for fragment in dataset.get_fragments():
         size = candidates.get(fragment.path)
         if size is None:
