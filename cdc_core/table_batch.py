@@ -38,7 +38,9 @@ from cdc_core.positions import BinlogPosition
 from cdc_core.table_schema import TableSchema
 from cdc_core.types import binlog_value
 
-_IDENTITY_TYPES = {"tinyint", "smallint", "mediumint", "int", "float", "double", "char", "varchar"}
+# Types whose decoded binlog values binlog_value returns unchanged when signed (its chain of
+# checks is skipped: a BIGINT key is in almost every row, and an update folds two images).
+_IDENTITY_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint", "float", "double", "char", "varchar"}
 
 Drop = Callable[[object, BinlogPosition], bool]
 
