@@ -191,7 +191,7 @@ def apply_changes(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upsert
     if not upsert.num_rows and not delete.num_rows:
         write_deltalake(dt, append, mode="append", commit_properties=props, post_commithook_properties=hooks)
         return RowsApplied(inserted=append.num_rows)
-    if _rewritable(dt):
+    if _rewritable(dt) and all(_joinable(append.schema.field(k).type) for k in key):
         return _copy_on_write(dt, key, append, upsert, delete, props, hooks, storage_options)
     source = pa.concat_tables([append, upsert, delete])
     on = " AND ".join(f"t.{_sql_ident(k)} = s.{_sql_ident(k)}" for k in key)
@@ -219,6 +219,14 @@ def _rewritable(dt: DeltaTable) -> bool:
     return (not meta.partition_columns
             and meta.configuration.get("delta.columnMapping.mode", "none") == "none"
             and "deletionVectors" not in (dt.protocol().reader_features or ()))
+
+
+def _joinable(t: pa.DataType) -> bool:
+    """Whether Arrow's hash join (the copy-on-write's key match) takes key columns of type ``t``:
+    the types binlake gives keys, checked; any other key is left to a MERGE."""
+    return any(f(t) for f in (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
+                              pa.types.is_large_binary, pa.types.is_fixed_size_binary, pa.types.is_decimal128,
+                              pa.types.is_date, pa.types.is_timestamp, pa.types.is_time, pa.types.is_boolean))
 
 
 _ROW, _CHANGE = "_binlake_row", "_binlake_change"  # positions carried through the key joins
@@ -288,8 +296,9 @@ def _files_holding(dt: DeltaTable, column: str, values: pa.ChunkedArray) -> dict
     files = pa.table(dt.get_add_actions(flatten=True))
     paths, sizes = files.column("path").to_pylist(), files.column("size_bytes").to_pylist()
     lo, hi = f"min.{column}", f"max.{column}"
-    if not pa.types.is_integer(values.type) or lo not in files.column_names or hi not in files.column_names:
-        return dict(zip(paths, sizes))
+    if not (pa.types.is_integer(values.type) and all(
+            n in files.column_names and pa.types.is_integer(files.schema.field(n).type) for n in (lo, hi))):
+        return dict(zip(paths, sizes))  # (a column no file has statistics of is of the null type)
     wanted = np.sort(values.to_numpy())
     known = pc.and_(files.column(lo).is_valid(), files.column(hi).is_valid()).to_numpy(zero_copy_only=False)
     mins = files.column(lo).fill_null(0).to_numpy().astype(wanted.dtype)
