@@ -180,19 +180,21 @@ def post_commit_hooks(dt: DeltaTable) -> PostCommitHookProperties:
 
 
 def apply_changes(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upsert: pa.Table, delete: pa.Table,
-                  props: CommitProperties, storage_options: dict[str, str] | None = None) -> RowsApplied:
+                  props: CommitProperties, uri: str | None = None,
+                  storage_options: dict[str, str] | None = None) -> RowsApplied:
     """One Delta commit with a table's batch: rows new to the table are appended; when
     any row may already exist, only the files holding those keys are rewritten
     (:func:`_copy_on_write`), or on a table whose files cannot be rewritten that way
     (:func:`_rewritable`) one MERGE on the primary key deletes, updates and inserts.
-    ``append``, ``upsert`` and ``delete`` share one schema, the Delta table's.
-    Returns what the commit did."""
+    ``append``, ``upsert`` and ``delete`` share one schema, the Delta table's. ``uri`` and
+    ``storage_options``: the table's location as the sink names it, where rewritten files go
+    (default: the table's own URI, percent-encoded by delta-rs). Returns what the commit did."""
     hooks = post_commit_hooks(dt)
     if not upsert.num_rows and not delete.num_rows:
         write_deltalake(dt, append, mode="append", commit_properties=props, post_commithook_properties=hooks)
         return RowsApplied(inserted=append.num_rows)
     if _rewritable(dt) and all(_joinable(append.schema.field(k).type) for k in key):
-        return _copy_on_write(dt, key, append, upsert, delete, props, hooks, storage_options)
+        return _copy_on_write(dt, key, append, upsert, delete, props, hooks, uri or dt.table_uri, storage_options)
     source = pa.concat_tables([append, upsert, delete])
     on = " AND ".join(f"t.{_sql_ident(k)} = s.{_sql_ident(k)}" for k in key)
     # Every column named and quoted: delta-rs's update_all/insert_all do not quote column
@@ -233,7 +235,7 @@ _ROW, _CHANGE = "_binlake_row", "_binlake_change"  # positions carried through t
 
 
 def _copy_on_write(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upsert: pa.Table, delete: pa.Table,
-                   props: CommitProperties, hooks: PostCommitHookProperties,
+                   props: CommitProperties, hooks: PostCommitHookProperties, uri: str,
                    storage_options: dict[str, str] | None) -> RowsApplied:
     """The batch as one commit of file actions: each file holding a key of ``upsert`` or
     ``delete`` is replaced by a copy without those rows and with the upserted rows of its
@@ -250,7 +252,7 @@ def _copy_on_write(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upser
     keys = changes.select(list(key)).append_column(_CHANGE, pa.array(np.arange(changes.num_rows)))
     written = np.zeros(changes.num_rows, dtype=bool)  # upserts already written back (each goes into one file)
     actions: list[AddAction | RemoveAction] = []
-    uri, now = dt.table_uri, int(time.time() * 1000)
+    now = int(time.time() * 1000)
     updated = deleted = 0
     dataset = dt.to_pyarrow_dataset()
     # Files are pruned on one key column: an integer one if any (a route's key starts with the
