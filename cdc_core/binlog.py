@@ -262,7 +262,7 @@ def read_changes(
     decoder = RowDecoder()
     try:
         for event in reader:
-            pos = BinlogPosition(reader.log_file, reader.log_pos)
+            pos = start.at(reader.log_file, reader.log_pos)
             if isinstance(event, RotateEvent):
                 decoder.reset()
             elif isinstance(event, ROW_EVENTS) and (tables is None or (event.schema, event.table) in tables):
@@ -307,7 +307,7 @@ def read_statements(conn: ConnectionSettings, server_id: int, start: BinlogPosit
     reader = open_binlog(conn, server_id, start, only_events=[QueryEvent, XidEvent, RotateEvent])
     try:
         for event in reader:
-            pos = BinlogPosition(reader.log_file, reader.log_pos)
+            pos = start.at(reader.log_file, reader.log_pos)
             if isinstance(event, QueryEvent):
                 db, sql = statement_text(event)
                 if not is_transaction_statement(sql):

@@ -78,8 +78,10 @@ def chunk_select_sql(schema: TableSchema, chunk: Chunk, literal: Callable[[objec
 class ChunkReader:
     """Reads chunks of one source; holds a control connection for watermarks."""
 
-    def __init__(self, conn: ConnectionSettings, control, fetch: Fetch, server_id: int, max_attempts: int = 20):
+    def __init__(self, conn: ConnectionSettings, control, fetch: Fetch, server_id: int, max_attempts: int = 20,
+                 base: int = 0):
         self.conn = conn
+        self.base = base  # of the pipeline's positions on this server (cdc_core/positions.py)
         self.control = control  # a pymysql connection (autocommit)
         self.fetch = fetch
         self.server_id = server_id
@@ -89,9 +91,9 @@ class ChunkReader:
         """Steps 1-3 alone: the chunk's SELECT between its two watermarks, the window not
         folded (the online backfill lets the stream fold it, cdc_core/backfill.py)."""
         with self.control.cursor() as cur:
-            lw = master_position(cur)
+            lw = master_position(cur, self.base)
             raw = self.fetch(chunk_select_sql(schema, chunk, self.control.escape))
-            hw = master_position(cur)
+            hw = master_position(cur, self.base)
         return ChunkResult(chunk, self._canonical(schema, raw, output_schema(schema), hw), lw, hw, 0, 1)
 
     def read(self, schema: TableSchema, chunk: Chunk) -> ChunkResult:

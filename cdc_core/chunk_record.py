@@ -7,7 +7,8 @@ chunk's rows carries it in its metadata (``binlake.snapshot.chunks``, a JSON lis
 
 Invariant (tests/test_chunk_record.py): ``from_row`` of either form gives the record back,
 and the JSON form is the one binlake always wrote (same keys, same order; ``delta_version``
-null, as the commit carrying it is not made yet; ``completed_at`` ISO 8601 text).
+null, as the commit carrying it is not made yet; ``completed_at`` ISO 8601 text), plus
+``base`` for watermarks read after a failover (cdc_core/positions.py).
 """
 
 from __future__ import annotations
@@ -49,11 +50,14 @@ class ChunkRecord:
                 "lw_file": self.low_watermark.file, "lw_pos": self.low_watermark.pos,
                 "hw_file": self.high_watermark.file, "hw_pos": self.high_watermark.pos,
                 "window_changes": self.window_changes, "delta_version": self.delta_version,
-                "completed_at": self.completed_at}
+                "completed_at": self.completed_at, "base": self.low_watermark.base}
 
     def to_json_row(self) -> dict:
         """The JSON object carried in commit metadata (``binlake.snapshot.chunks``)."""
-        return {**self.to_row(), "completed_at": self.completed_at.isoformat() if self.completed_at else None}
+        row = {**self.to_row(), "completed_at": self.completed_at.isoformat() if self.completed_at else None}
+        if not row["base"]:  # only after a failover: the form binlake always wrote otherwise
+            del row["base"]
+        return row
 
     @staticmethod
     def from_row(r: dict) -> ChunkRecord:
@@ -62,8 +66,8 @@ class ChunkRecord:
         completed = r.get("completed_at")
         return ChunkRecord(
             r["table"], r["chunk_index"], r.get("rows"),
-            BinlogPosition(r.get("lw_file") or "", r.get("lw_pos") or 0),
-            BinlogPosition(r.get("hw_file") or "", r.get("hw_pos") or 0),
+            BinlogPosition(r.get("lw_file") or "", r.get("lw_pos") or 0, r.get("base") or 0),
+            BinlogPosition(r.get("hw_file") or "", r.get("hw_pos") or 0, r.get("base") or 0),
             r.get("window_changes") or 0, r.get("delta_version"),
             dt.datetime.fromisoformat(completed) if isinstance(completed, str) else completed,
             r.get("pipeline"))

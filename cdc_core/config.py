@@ -220,6 +220,8 @@ class DagsterConfig(_Strict):
     # An idle table's offset (the stream's checkpoint, which covers it) is recorded at most this often.
     idle_offset_seconds: float = Field(300, gt=0)
     max_lag_seconds: float = Field(300, gt=0)  # the asset check `lag_under_bound` fails past this
+    # When the nightly reconciliation (the checksum_parity checks, `binlake reconcile`) runs: a cron schedule.
+    reconcile_cron: str = "0 2 * * *"
     freshness: FreshnessConfig = FreshnessConfig()
     # Per table ("db.table", full-match regex): the first matching entry replaces `freshness`.
     table_freshness: dict[str, FreshnessConfig] = {}

@@ -46,7 +46,8 @@ class TableLayout:
 @dataclass(frozen=True, slots=True)
 class RowsEvent:
     """One row event of a captured table. ``rows`` are value tuples in the layout's column
-    order; for updates, ``(before, after)`` pairs. ``size`` is the event's size in bytes."""
+    order; for updates, ``(before, after)`` pairs. ``size`` is the event's size in bytes;
+    ``gtid`` its transaction's GTID (None on a server without GTIDs)."""
 
     table: str
     op: Op
@@ -55,6 +56,7 @@ class RowsEvent:
     rows: list
     timestamp: int
     size: int
+    gtid: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,11 @@ Invariants (tested in tests/test_table_batch.py):
   checkpoint neither loses nor repeats a change.
 - Positions inside a transaction are exact: row events have distinct end
   positions, and a batch never splits one row event.
+- An offset names its place by GTID too, so another server can find it (failover,
+  cdc_core/failover.py): ``gtid`` is the transaction that ends at ``resume``;
+  ``txn_gtid`` and ``txn_rows`` the transaction holding ``applied`` and how many of its
+  captured rows are at or before ``applied`` (None and 0 when ``applied == resume``);
+  ``server_id`` the server whose binlog ``resume`` and ``applied`` are positions of.
 """
 
 from __future__ import annotations
@@ -46,20 +51,29 @@ class StreamOffset:
     applied: BinlogPosition
     gtid: str | None = None
     event_time: int = 0  # binlog timestamp (s) of the last applied event; 0 if unknown
+    server_id: int | None = None  # the source's @@server_id (None: written by an older binlake)
+    txn_gtid: str | None = None
+    txn_rows: int = 0
 
     def __post_init__(self):
         if self.applied < self.resume:
             raise ValueError(f"offset resumes at {self.resume} after its applied position {self.applied}")
 
+    @property
+    def inside_transaction(self) -> bool:
+        """Whether ``applied`` is inside a transaction (some of its rows applied, not all)."""
+        return self.txn_rows > 0
+
     def to_json(self) -> str:
         return json.dumps({"resume": self.resume.to_dict(), "applied": self.applied.to_dict(), "gtid": self.gtid,
-                           "event_time": self.event_time})
+                           "event_time": self.event_time, "server_id": self.server_id, "txn_gtid": self.txn_gtid,
+                           "txn_rows": self.txn_rows})
 
     @classmethod
     def from_json(cls, text: str) -> StreamOffset:
         d = json.loads(text)
         return cls(BinlogPosition.from_dict(d["resume"]), BinlogPosition.from_dict(d["applied"]), d.get("gtid"),
-                   int(d.get("event_time") or 0))
+                   int(d.get("event_time") or 0), d.get("server_id"), d.get("txn_gtid"), int(d.get("txn_rows") or 0))
 
 
 class SkipFilter:

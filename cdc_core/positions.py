@@ -1,8 +1,15 @@
-"""Binlog positions: totally ordered, comparable across file rotation.
+"""Binlog positions: totally ordered, comparable across file rotation and failover.
 
-Invariant: ``a < b`` iff ``a`` comes earlier in the server's binlog sequence
-(file number first, then byte offset). ``seq()`` packs a position and a row
-index into one sortable int64 for the ``_cdc_seq`` column.
+Invariants:
+- ``a < b`` iff ``a`` comes earlier in the pipeline's binlog sequence: file number plus
+  ``base`` first, then byte offset. ``seq()`` packs a position and a row index into one
+  sortable int64 for the ``_cdc_seq`` column and the Delta transaction version.
+- ``base`` is 0 until the pipeline fails over to another server. A failover chooses a
+  base that puts every position of the new server after every position recorded on the
+  old one (cdc_core/failover.py), since a promoted replica numbers its binlog files on
+  its own (another base name, fewer rotations). Every position read from a server
+  carries the base of the position its reading started at, so one pipeline's positions
+  stay one total order and its ``_cdc_seq`` keeps increasing.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ class BinlogPosition:
 
     file: str
     pos: int
+    base: int = 0  # added to the file number: see the module invariants
 
     @cached_property  # compared on every event of the stream: parse the file name once
     def file_number(self) -> int:
@@ -30,8 +38,8 @@ class BinlogPosition:
 
     @property
     def key(self) -> tuple[int, int]:
-        """(file number, offset): the total order of positions."""
-        return (self.file_number, self.pos)
+        """(file number + base, offset): the total order of positions."""
+        return (self.file_number + self.base, self.pos)
 
     def __lt__(self, other: BinlogPosition) -> bool:
         return self.key < other.key
@@ -47,23 +55,35 @@ class BinlogPosition:
 
     def seq(self, row_index: int = 0) -> int:
         """Sortable int64: 19 bits of file number, 32 of offset, 12 of row index."""
-        return (self.file_number << 44) | (self.pos << 12) | min(row_index, 4095)
+        return ((self.file_number + self.base) << 44) | (self.pos << 12) | min(row_index, 4095)
+
+    def at(self, file: str, pos: int) -> BinlogPosition:
+        """Another position of the same server (read after this one): it carries this base."""
+        return BinlogPosition(file, pos, self.base)
+
+    def at_base(self, base: int) -> BinlogPosition:
+        """This position with another base (on a server binlake reads after a failover)."""
+        return BinlogPosition(self.file, self.pos, base)
 
     def __str__(self) -> str:
         return f"{self.file}:{self.pos}"
 
     def to_dict(self) -> dict:
-        return {"file": self.file, "pos": self.pos}
+        d = {"file": self.file, "pos": self.pos}
+        if self.base:  # only after a failover: earlier offsets stay as they were written
+            d["base"] = self.base
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> BinlogPosition:
-        return cls(d["file"], int(d["pos"]))
+        return cls(d["file"], int(d["pos"]), int(d.get("base") or 0))
 
 
-def master_position(cursor) -> BinlogPosition:
-    """The server's current binlog end (SHOW MASTER STATUS)."""
+def master_position(cursor, base: int = 0) -> BinlogPosition:
+    """The server's current binlog end (SHOW MASTER STATUS), in a pipeline whose positions
+    on this server carry ``base``."""
     cursor.execute("SHOW MASTER STATUS")
     row = cursor.fetchone()
     if not row:
         raise RuntimeError("binary logging is off on the source (SHOW MASTER STATUS is empty): start it with --log-bin")
-    return BinlogPosition(row[0], int(row[1]))
+    return BinlogPosition(row[0], int(row[1]), base)

@@ -49,6 +49,11 @@ def binlog_files(cur) -> list[tuple[str, int]]:
     return [(r[0], int(r[1])) for r in cur.fetchall()]
 
 
+# What to do when the stream's position is gone from the server (pipelines/resync.py).
+PURGED_WAY_OUT = ("run `binlake resync -c <config>` to restart at the server's binlog end and backfill every table "
+                  "online (or re-snapshot: delete the sink folder, or use a new pipeline.name, and run `binlake run`)")
+
+
 def check_available(cur, pos: BinlogPosition) -> None:
     """Raise PositionPurged when ``pos`` is in a binlog the server has purged."""
     files = binlog_files(cur)
@@ -57,9 +62,8 @@ def check_available(cur, pos: BinlogPosition) -> None:
         first = files[0][0] if files else "none"
         raise PositionPurged(
             f"the stream must resume at {pos}, but the server no longer has {pos.file} (oldest binlog: {first}); "
-            "changes after that point are gone. Re-snapshot: delete the sink folder (or use a new "
-            "pipeline.name) and run `binlake run` again, and keep binlogs longer (expire_logs_days / "
-            "binlog_expire_logs_seconds) than the stream may be stopped")
+            f"changes after that point are gone from the binlog: {PURGED_WAY_OUT}; and keep binlogs longer "
+            "(expire_logs_days / binlog_expire_logs_seconds) than the stream may be stopped")
 
 
 def lag_bytes(files: list[tuple[str, int]], applied: BinlogPosition) -> int:
@@ -140,7 +144,7 @@ def find_start(marks: Iterable[Mark], *, timestamp_s: int | None = None, gtid: s
 
 def _marks(reader, end: BinlogPosition) -> Iterator[Mark]:
     for event in reader:
-        pos = BinlogPosition(reader.log_file, reader.log_pos)
+        pos = end.at(reader.log_file, reader.log_pos)
         if isinstance(event, (MariadbGtidEvent, GtidEvent)):
             yield Mark("gtid", pos, event.timestamp, event.gtid)
         elif isinstance(event, XidEvent):

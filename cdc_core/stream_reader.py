@@ -53,6 +53,7 @@ QUEUE_ITEMS = 8
 FLUSH_ROWS = 2000
 FLUSH_BYTES = 4 << 20
 FLUSH_SECONDS = 0.02
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})  # a stop of the stream, handled by the engine
 HEARTBEAT_SECONDS = 0.25  # the server sends one when idle: wakes the reader and shows progress
 
 ER_MASTER_FATAL_READING_BINLOG = 1236  # position purged / not found
@@ -182,10 +183,13 @@ def _die_with_parent(parent: int) -> None:
 def run_reader(spec: ReaderSpec, queue, parent: int) -> None:
     """Process entry point: read from ``spec.start`` and put items on ``queue`` until
     ``spec.until`` (if any), an error, or the process is terminated."""
-    # A forked child inherits the engine's handlers: SIGTERM must end it, and Ctrl-C (sent to the
-    # whole process group) is the engine's to handle, which then terminates this process.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # SIGTERM and SIGINT to the whole process group (a supervisor, Ctrl-C) are the engine's to
+    # handle: it commits what this process read, then ends it. Were this process to die of them
+    # first, the engine would see a lost reader. They arrive blocked (ReaderProcess.start); a
+    # pending one is discarded when ignored.
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     _die_with_parent(parent)
     buffer = _Buffer(queue)
     flusher = threading.Thread(target=buffer.flusher, name="flusher", daemon=True)
@@ -218,7 +222,7 @@ def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
             buffer.add(ReaderEnd(spec.start))
             return
         for event in reader:
-            at = BinlogPosition(reader.log_file, reader.log_pos)
+            at = spec.start.at(reader.log_file, reader.log_pos)
             if isinstance(event, ROW_EVENTS):
                 if capture.captured(event.schema, event.table) and (skip is None or at > skip):
                     d, new = decoder.decoding(event)
@@ -226,7 +230,7 @@ def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
                         buffer.add(d.layout)
                     rows = decoder.rows(event, d)
                     buffer.add(RowsEvent(d.layout.table, OPS[type(event)], at, d.layout.id, rows, event.timestamp,
-                                         event.event_size), len(rows), event.event_size)
+                                         event.event_size, gtid), len(rows), event.event_size)
             elif isinstance(event, XidEvent):
                 buffer.add(TransactionEnd(at, gtid, event.timestamp))
             elif isinstance(event, MariadbGtidEvent):

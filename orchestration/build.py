@@ -9,8 +9,9 @@ loads with no table assets and the refresh job says how to discover them.
 What it holds: one asset per captured table (snapshot chunks as partitions,
 orchestration/snapshot.py), the stream job and its hand-off sensor
 (orchestration/stream.py), the schema-change sensor and job (orchestration/schema_changes.py),
-asset checks and their schedule (orchestration/checks.py), the job ``binlake_refresh_tables``,
-and the online backfill job (orchestration/backfill.py).
+asset checks with their jobs and schedules (hourly checks, nightly reconciliation;
+orchestration/checks.py), the job ``binlake_refresh_tables``, and the online backfill and
+repair jobs (orchestration/backfill.py).
 
 Tests: tests/test_dagster_defs.py.
 """
@@ -22,8 +23,8 @@ from pathlib import Path
 from dagster import Definitions, OpExecutionContext, in_process_executor, job, op
 
 from cdc_core.config import load_config
-from orchestration.backfill import backfill_job
-from orchestration.checks import all_checks, checks_job, checks_schedule
+from orchestration.backfill import backfill_job, repair_job
+from orchestration.checks import all_checks, check_jobs
 from orchestration.schema_changes import apply_schema_changes, schema_change_sensor
 from orchestration.snapshot import snapshot_asset, snapshot_partitions_sensor
 from orchestration.stream import stream_handoff_sensor, stream_job
@@ -61,12 +62,13 @@ def build_binlake_definitions(config: str | Path, catalog_path: str | Path | Non
                     "(or `dg utils refresh-defs-state`)", catalog_path)
     translator = translator or BinlakeTranslator(cfg)
     specs = [translator.get_asset_spec(t) for t in current_tables(cfg, catalog)]
+    jobs, schedules = check_jobs([s.key for s in specs], cfg.dagster.reconcile_cron)
     return Definitions(
         assets=[snapshot_asset(s) for s in specs],
         asset_checks=all_checks([s.key for s in specs]),
-        jobs=[stream_job, apply_schema_changes, refresh_tables_job, checks_job, backfill_job],
+        jobs=[stream_job, apply_schema_changes, refresh_tables_job, backfill_job, repair_job, *jobs],
         sensors=[snapshot_partitions_sensor, stream_handoff_sensor, schema_change_sensor],
-        schedules=[checks_schedule],
+        schedules=schedules,
         # One process per run: a step subprocess would start Python, Dagster and binlake again per
         # step, and a snapshot step already runs its chunks in parallel on Spark.
         executor=in_process_executor,

@@ -1,30 +1,46 @@
 """Asset checks on every table: row-count parity (MySQL vs Delta), schema parity (every
 source column in Delta with the type binlake maps it to), lag under ``dagster.max_lag_seconds``,
-and Dagster's column-schema change check (latest vs previous materialization). Freshness
-is each spec's ``FreshnessPolicy`` (see orchestration/translator.py). The checks run on the
-schedule ``binlake_checks_schedule`` (hourly) and from the UI.
+checksum parity (``binlake reconcile``'s per-chunk row counts and checksums, server vs
+Delta, pipelines/reconcile_checksum.py), and Dagster's column-schema change check (latest
+vs previous materialization). Freshness is each spec's ``FreshnessPolicy`` (see
+orchestration/translator.py).
 
-Tests: tests/test_dagster_snapshot.py (checks after a snapshot).
+The cheap checks run hourly (job ``binlake_checks``, schedule ``binlake_checks_schedule``);
+checksum parity reads every row on both sides, so it is the nightly reconciliation (job
+``binlake_reconcile``, schedule ``binlake_reconcile_schedule`` at ``dagster.reconcile_cron``).
+A failed checksum check lists the differing chunks; the job ``binlake_repair``
+(orchestration/backfill.py) backfills exactly those and records the check again.
+
+Tests: tests/test_dagster_snapshot.py (checks after a snapshot), tests/test_dagster_stream.py
+(a damaged table's checksum check fails, the repair job repairs it).
 """
 
 
 from dagster import (
     AssetCheckExecutionContext,
+    AssetCheckKey,
     AssetCheckResult,
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetKey,
     AssetSelection,
+    Config,
+    MetadataValue,
     ScheduleDefinition,
+    TableColumn,
+    TableRecord,
+    TableSchema,
     build_column_schema_change_checks,
     define_asset_job,
     multi_asset_check,
 )
 
 from orchestration.translator import table_of
+from pipelines.reconcile_checksum import DEFAULT_RECHECK_WAIT, DEFAULT_RECHECKS
 from resources.binlake import BinlakeResource
 
-ROW_COUNT, SCHEMA, LAG = "row_count_parity", "schema_parity", "lag_under_bound"
+ROW_COUNT, SCHEMA, LAG, CHECKSUM = "row_count_parity", "schema_parity", "lag_under_bound", "checksum_parity"
+CHECKS_JOB, RECONCILE_JOB, REPAIR_JOB = "binlake_checks", "binlake_reconcile", "binlake_repair"
 
 
 def _row_count(cur, cfg, router, table: str) -> AssetCheckResult:
@@ -106,13 +122,95 @@ def table_checks(keys: list[AssetKey]):
     return _checks
 
 
+DIFFERING = TableSchema(columns=[
+    TableColumn("chunk", "int"), TableColumn("key", "string"), TableColumn("from", "string"),
+    TableColumn("to", "string", description="exclusive"), TableColumn("mysql_rows", "int"),
+    TableColumn("delta_rows", "int")])
+
+
+def checksum_result(r) -> AssetCheckResult:
+    """A table's reconcile result (``pipelines.reconcile_checksum.TableReconcile``) as its
+    ``checksum_parity`` check: fails (ERROR) while chunks differ, listing them."""
+    metadata = {
+        "binlake/chunks_checked": r.chunks_checked,
+        "binlake/differing_chunks": len(r.mismatches),
+        "binlake/mysql_rows": r.mysql_rows,
+        "binlake/delta_rows": r.delta_rows,
+        "binlake/delta_version": r.delta_version,
+        "binlake/excluded_columns": "; ".join(f"{c} ({why})" for c, why in r.excluded.items()) or "none",
+        "binlake/whole_table": r.whole_table,
+        "binlake/seconds": round(r.seconds, 2),
+    }
+    if r.mismatches:
+        metadata.update({
+            "binlake/differing": MetadataValue.table(schema=DIFFERING, records=[TableRecord({
+                "chunk": m.index, "key": m.key or "(whole table)", "from": "-" if m.lo is None else str(m.lo),
+                "to": "-" if m.hi is None else str(m.hi), "mysql_rows": m.mysql_rows, "delta_rows": m.delta_rows})
+                for m in r.mismatches]),
+            "binlake/rechecks": r.rechecks,
+            "binlake/server_position": str(r.server_position) if r.server_position else None,
+            "binlake/stream_position": str(r.stream_position) if r.stream_position else None})
+    description = (f"{len(r.mismatches)} of {r.chunks_checked} chunks differ after {r.rechecks} re-checks: launch "
+                   f"{REPAIR_JOB} (tables: [{r.table}]) to backfill them" if r.mismatches else
+                   f"{r.chunks_checked} chunks: counts and checksums equal")
+    if r.excluded:
+        description += f"; counted but not in the checksum: {', '.join(r.excluded)}"
+    return AssetCheckResult(asset_key=AssetKey(r.table.split(".", 1)), check_name=CHECKSUM, passed=r.equal,
+                            severity=AssetCheckSeverity.ERROR, description=description,
+                            metadata={k: v for k, v in metadata.items() if v is not None})
+
+
+class ReconcileConfig(Config):
+    """How reconciliation re-checks a differing chunk before reporting it (``binlake reconcile
+    --rechecks/--recheck-wait``): the stream may be catching up on it."""
+
+    rechecks: int = DEFAULT_RECHECKS
+    recheck_wait_seconds: float = DEFAULT_RECHECK_WAIT
+
+    def reconcile(self, cfg, tables: list[str] | None, context=None):
+        """``reconcile_tables`` of ``tables`` (None: every captured table), recorded in
+        ``_binlake/reconcile_runs``; each table's end is logged to ``context``."""
+        from pipelines.reconcile_checksum import reconcile_tables
+
+        def progress(table: str, done: int, total: int) -> None:
+            if context is not None and done == total:
+                context.log.info(f"reconcile {table}: {total} chunks summed on the server")
+
+        return reconcile_tables(cfg, tables, rechecks=self.rechecks, recheck_wait=self.recheck_wait_seconds,
+                                progress=progress)
+
+
+def checksum_checks(keys: list[AssetKey]):
+    """Checksum parity (``binlake reconcile`` without repair) for the tables ``keys``."""
+    specs = [AssetCheckSpec(CHECKSUM, asset=k, description="per snapshot chunk, MySQL and Delta hold the same "
+                                                           "rows: counts and checksums (binlake reconcile)")
+             for k in keys]
+
+    @multi_asset_check(specs=specs, can_subset=True, name="binlake_checksum_checks")
+    def _checks(context: AssetCheckExecutionContext, config: ReconcileConfig, binlake: BinlakeResource):
+        tables = sorted(table_of(k.asset_key) for k in context.selected_asset_check_keys)
+        for r in config.reconcile(binlake.load(), tables, context).tables:
+            yield checksum_result(r)
+
+    return _checks
+
+
 def all_checks(keys: list[AssetKey]) -> list:
     """binlake's checks and Dagster's column-schema change checks for ``keys``."""
     if not keys:
         return []
-    return [table_checks(keys), *build_column_schema_change_checks(assets=keys)]
+    return [table_checks(keys), checksum_checks(keys), *build_column_schema_change_checks(assets=keys)]
 
 
-checks_job = define_asset_job("binlake_checks", selection=AssetSelection.all_asset_checks(),
-                              description="Run every binlake asset check (row counts, schemas, lag, column changes)")
-checks_schedule = ScheduleDefinition(name="binlake_checks_schedule", job=checks_job, cron_schedule="0 * * * *")
+def check_jobs(keys: list[AssetKey], reconcile_cron: str) -> tuple[list, list]:
+    """The jobs and schedules of the checks on ``keys``: the cheap ones hourly
+    (``binlake_checks``), checksum parity nightly (``binlake_reconcile``)."""
+    checksum = AssetSelection.checks(*[AssetCheckKey(k, CHECKSUM) for k in keys])
+    checks = define_asset_job(CHECKS_JOB, selection=AssetSelection.all_asset_checks() - checksum,
+                              description="Row counts, schemas, lag and column changes of every table (hourly)")
+    reconcile = define_asset_job(RECONCILE_JOB, selection=checksum,
+                                 description="Checksum parity of every table, chunk by chunk (binlake reconcile); "
+                                             f"repair what differs with {REPAIR_JOB}")
+    return [checks, reconcile], [
+        ScheduleDefinition(name="binlake_checks_schedule", job=checks, cron_schedule="0 * * * *"),
+        ScheduleDefinition(name="binlake_reconcile_schedule", job=reconcile, cron_schedule=reconcile_cron)]

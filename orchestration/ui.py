@@ -110,6 +110,21 @@ def launch_snapshot(port: int, tables: list[str]) -> str:
     return answer["backfillId"]
 
 
+LAUNCH_RUN = """mutation($params: ExecutionParams!) { launchRun(executionParams: $params) {
+  __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
+  ... on RunConfigValidationInvalid { errors { message } } ... on InvalidSubsetError { message } } }"""
+
+
+def launch_job(port: int, job: str, run_config: dict | None = None) -> str:
+    """The Launchpad's Launch Run for ``job`` of the binlake location; returns the run id."""
+    params = {"selector": {"repositoryLocationName": "binlake", "repositoryName": "__repository__", "jobName": job},
+              "runConfigData": run_config or {}}
+    answer = graphql(port, LAUNCH_RUN, {"params": params})["launchRun"]
+    if answer["__typename"] != "LaunchRunSuccess":
+        raise RuntimeError(f"{job} not launched: {answer}")
+    return answer["run"]["runId"]
+
+
 def terminate_run(port: int, run_id: str) -> None:
     """The UI's Terminate button."""
     answer = graphql(port, """mutation($id: String!) { terminateRun(runId: $id) { __typename
@@ -206,7 +221,10 @@ Dagster UI: http://127.0.0.1:{args.port}   (Ctrl-C stops everything)
   4. Change the schema (mariadb -h 127.0.0.1 -P {env.server.port} -u root -p shop; the root password is
      ROOT_PASSWORD in pipelines/local_mariadb.py), e.g. ALTER TABLE shop.customers ADD COLUMN tier INT:
      schema_change_sensor launches apply_schema_changes, and the column appears on the asset.
-  5. Terminate the stream run: it commits, checkpoints and stops cleanly.
+  5. Jobs → binlake_reconcile → Launch (nightly on its schedule): each table's checksum_parity check
+     compares MySQL and Delta chunk by chunk; where it fails, launch binlake_repair from its
+     Launchpad to backfill exactly the differing chunks through the running stream.
+  6. Terminate the stream run: it commits, checkpoints and stops cleanly.
 """, flush=True)
         while env.dagster.poll() is None:
             time.sleep(1)

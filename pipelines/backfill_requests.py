@@ -11,7 +11,7 @@ from typing import Any
 from cdc_core.backfill import BackfillRequest, BackfillState, key_value
 from cdc_core.chunking import chunk_key
 from cdc_core.config import BinlakeConfig
-from cdc_core.errors import BadInput
+from cdc_core.errors import BadInput, BinlakeError
 from cdc_core.routes import Router
 from cdc_core.source import connect, connection_settings, describe_captured
 from cdc_core.table_schema import TableSchema
@@ -39,6 +39,20 @@ def request_ranges(cfg: BinlakeConfig, table: str, ranges: list[tuple[Any, Any]]
     for req in requests:
         store.save_backfill(req)
     return requests
+
+
+def request_repairs(cfg: BinlakeConfig, report) -> tuple[list[BackfillRequest], dict[str, str]]:
+    """A backfill request per chunk a reconciliation (``ReconcileReport``) found different;
+    and the tables that cannot be backfilled online, with why."""
+    requests, refused = [], {}
+    for r in report.tables:
+        if r.mismatches:
+            try:
+                requests += request_ranges(cfg, r.table, [(m.lo, m.hi) for m in r.mismatches],
+                                           reason="reconcile --repair")
+            except BinlakeError as e:
+                refused[r.table] = str(e)
+    return requests, refused
 
 
 def refusal(cfg: BinlakeConfig, table: str, schema: TableSchema | None = None, *, described: bool = False

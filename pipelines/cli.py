@@ -9,6 +9,8 @@ re-checks, 2 on bad input (an unknown ``--table``); with ``--repair`` it request
 each chunk that differs (exit 0 once they are done).
 ``backfill`` stores its request, then takes the lock and streams until the request is done;
 when another process holds the lock (a running stream) it hands the request to it and waits.
+``resync`` (a writing command) is the way out when the stream's binlog position was purged
+(pipelines/resync.py).
 """
 
 from __future__ import annotations
@@ -219,6 +221,28 @@ def cmd_backfill(args) -> int:
     return EXIT_OK if req.state == BackfillState.DONE else EXIT_RUNTIME
 
 
+def cmd_resync(args) -> int:
+    from cdc_core.backfill import BackfillState
+    from pipelines.backfill_requests import current
+    from pipelines.resync import resync
+
+    cfg = _load(args.config)
+    with _sole_writer(cfg, args):
+        if _problems(cfg):
+            return EXIT_BAD_INPUT
+        offset, requests = resync(cfg)
+        out.print(f"resync of {cfg.pipeline.name}: the stream restarts at {offset.applied}; "
+                  f"{len(requests)} tables to backfill online", soft_wrap=True, highlight=False)
+        if args.no_wait:
+            out.print("the next `binlake stream` backfills them")
+            return EXIT_OK
+        _stream(cfg, until_now=True)
+    reqs = current(cfg, [r.id for r in requests])
+    for r in reqs:
+        out.print(f"backfill {r.id} of {r.table}: {r.progress()}", soft_wrap=True, highlight=False)
+    return EXIT_OK if all(r.state == BackfillState.DONE for r in reqs) else EXIT_RUNTIME
+
+
 def _carry_out(cfg: BinlakeConfig, args, request_ids: list[str]) -> list:
     """Backfill requests done: by this process (it takes the writer lock and streams until they
     and the binlog up to now are done) when no other writes the pipeline, else by the running
@@ -333,20 +357,15 @@ def _repair(cfg: BinlakeConfig, args, report) -> int:
     """``reconcile --repair``: a backfill of each differing chunk, carried out (or handed to the
     running stream) and waited for; exit 0 once every one is done."""
     from cdc_core.backfill import BackfillState
-    from pipelines.backfill_requests import request_ranges
+    from pipelines.backfill_requests import request_repairs
 
-    ids, refused = [], False
-    for r in report.tables:
-        if not r.mismatches:
-            continue
-        try:
-            reqs = request_ranges(cfg, r.table, [(m.lo, m.hi) for m in r.mismatches], reason="reconcile --repair")
-        except BinlakeError as e:
-            _line("[red]✗[/red]", f"{r.table} cannot be repaired by a backfill: {e}")
-            refused = True
-            continue
-        ids += [q.id for q in reqs]
-        out.print(f"{escape(r.table)}: backfill of {len(reqs)} differing chunks requested", highlight=False)
+    reqs, refused = request_repairs(cfg, report)
+    for table, why in refused.items():
+        _line("[red]✗[/red]", f"{table} cannot be repaired by a backfill: {why}")
+    for table in dict.fromkeys(q.table for q in reqs):
+        out.print(f"{escape(table)}: backfill of {sum(q.table == table for q in reqs)} differing chunks requested",
+                  highlight=False)
+    ids = [q.id for q in reqs]
     done = _carry_out(cfg, args, ids) if ids else []
     for q in done:
         out.print(f"backfill {q.id} of {q.table} ({escape(q.describe_range())}): {q.progress()}", soft_wrap=True,
@@ -374,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
         ("backfill", cmd_backfill, "read a table (or a key range) again while the stream runs"),
         ("reconcile", cmd_reconcile, "compare each table with MySQL by per-chunk counts and checksums "
                                      "(exit 1 when chunks differ)"),
+        ("resync", cmd_resync, "after the stream's binlog position was purged: restart at the binlog end and "
+                               "backfill every table online"),
     ):
         p = sub.add_parser(name, help=help_)
         p.add_argument("-c", "--config", required=True, help="binlake YAML config file")
@@ -388,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--from", dest="lo", metavar="KEY", help="only chunk-key values at or above KEY")
             p.add_argument("--to", dest="hi", metavar="KEY", help="only chunk-key values below KEY")
             p.add_argument("--no-wait", action="store_true", help="return once the request is stored")
+        if name == "resync":
+            p.add_argument("--no-wait", action="store_true", help="return once the backfills are requested")
             p.add_argument("--list", action="store_true", help="list the pipeline's backfill requests")
             p.add_argument("--cancel", metavar="ID", help="cancel a request")
             p.add_argument("--pause", metavar="ID", help="pause a request")

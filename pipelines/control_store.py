@@ -39,6 +39,7 @@ CHECKPOINT_SCHEMA = pa.schema([
     ("pipeline", pa.string()), ("state", pa.string()), ("resume_file", pa.string()), ("resume_pos", pa.int64()),
     ("applied_file", pa.string()), ("applied_pos", pa.int64()), ("gtid", pa.string()), ("event_time", pa.int64()),
     ("rows_applied", pa.int64()), ("committed_at", pa.timestamp("us", tz="UTC")), ("seq", pa.int64()),
+    ("offset", pa.string()),  # the whole offset as JSON (cdc_core/offsets.py), from failover on
 ])
 # The checkpoint table gains one small file per batch; past this many live rows it is
 # rewritten as its latest row (one atomic overwrite), so reading it stays cheap.
@@ -48,6 +49,7 @@ HISTORY_SCHEMA = pa.schema([
     ("change_index", pa.int32()), ("kind", pa.string()), ("description", pa.string()), ("ddl", pa.string()),
     ("schema_json", pa.string()), ("status", pa.string()), ("detail", pa.string()), ("held_ms", pa.float64()),
     ("recorded_at", pa.timestamp("us", tz="UTC")), ("needs_backfill", pa.bool_()),
+    ("base", pa.int32()),  # the position's base (after a failover; cdc_core/positions.py)
 ])
 RECONCILE_SCHEMA = pa.schema([
     ("pipeline", pa.string()), ("table", pa.string()), ("sink", pa.string()),
@@ -61,6 +63,7 @@ CHUNKS_SCHEMA = pa.schema([
     ("pipeline", pa.string()), ("table", pa.string()), ("chunk_index", pa.int32()), ("rows", pa.int64()),
     ("lw_file", pa.string()), ("lw_pos", pa.int64()), ("hw_file", pa.string()), ("hw_pos", pa.int64()),
     ("window_changes", pa.int64()), ("delta_version", pa.int64()), ("completed_at", pa.timestamp("us", tz="UTC")),
+    ("base", pa.int32()),  # the watermarks' position base (after a failover; cdc_core/positions.py)
 ])
 
 BACKFILL_SCHEMA = pa.schema([
@@ -181,7 +184,7 @@ class ControlStore:
             "change_index": entry.index, "kind": entry.kind, "description": entry.description, "ddl": entry.ddl,
             "schema_json": entry.schema.to_json() if entry.schema else None, "status": str(entry.status),
             "detail": entry.detail, "held_ms": entry.held_ms, "needs_backfill": entry.needs_backfill,
-            "recorded_at": entry.recorded_at or dt.datetime.now(dt.UTC)}], HISTORY_SCHEMA)
+            "recorded_at": entry.recorded_at or dt.datetime.now(dt.UTC), "base": entry.position.base}], HISTORY_SCHEMA)
 
     def backfills(self) -> list[BackfillRequest]:
         """Every backfill request of this pipeline in its current state, oldest first
@@ -214,9 +217,18 @@ class ControlStore:
             return None
         # The last written (see the module invariants); rows of an older binlake have no seq.
         r = max(rows, key=lambda r: (r.get("seq") or -1, r["committed_at"]))
-        offset = StreamOffset(BinlogPosition(r["resume_file"], r["resume_pos"]),
-                              BinlogPosition(r["applied_file"], r["applied_pos"]), r["gtid"], r["event_time"] or 0)
+        if r.get("offset"):
+            offset = StreamOffset.from_json(r["offset"])
+        else:  # written by a binlake without failover
+            offset = StreamOffset(BinlogPosition(r["resume_file"], r["resume_pos"]),
+                                  BinlogPosition(r["applied_file"], r["applied_pos"]), r["gtid"], r["event_time"] or 0)
         return Checkpoint(offset, r["state"], r["rows_applied"] or 0, r["committed_at"], r.get("seq") or 0)
+
+    def position_base(self) -> int:
+        """The base of the pipeline's positions on the source now: the checkpoint's (0 before
+        the stream first committed, or before any failover)."""
+        cp = self.checkpoint()
+        return cp.offset.applied.base if cp else 0
 
     def save_checkpoint(self, offset: StreamOffset, state: str, rows_applied: int) -> None:
         """Append a checkpoint (after every table of a batch is committed)."""
@@ -227,7 +239,8 @@ class ControlStore:
         row = {"pipeline": self.pipeline, "state": state, "resume_file": offset.resume.file,
                "resume_pos": offset.resume.pos, "applied_file": offset.applied.file,
                "applied_pos": offset.applied.pos, "gtid": offset.gtid, "event_time": offset.event_time,
-               "rows_applied": rows_applied, "committed_at": dt.datetime.now(dt.UTC), "seq": self._checkpoint_seq}
+               "rows_applied": rows_applied, "committed_at": dt.datetime.now(dt.UTC), "seq": self._checkpoint_seq,
+               "offset": offset.to_json()}
         # One handle for the stream's life: a checkpoint per batch must not replay the table's log each time.
         t = self._checkpoints = self._checkpoints or open_table(f"{self.root}/stream_checkpoint", self.storage_options)
         if t is None:
@@ -265,7 +278,8 @@ class Checkpoint:
 
 
 def _entry(r: dict) -> HistoryEntry:
-    return HistoryEntry(r["table"], BinlogPosition(r["file"], r["pos"]), r["change_index"], r["kind"],
+    at = BinlogPosition(r["file"], r["pos"], r.get("base") or 0)
+    return HistoryEntry(r["table"], at, r["change_index"], r["kind"],
                         Status(r["status"]), r["description"] or "", r["ddl"] or "",
                         TableSchema.from_json(r["schema_json"]) if r["schema_json"] else None, r["detail"] or "",
                         r["held_ms"], bool(r.get("needs_backfill")), r["recorded_at"])

@@ -427,6 +427,29 @@ def count_rows(dt: DeltaTable, source: str | None = None) -> int:
     return dt.to_pyarrow_dataset().count_rows(filter=None if source is None else source_filter(source))
 
 
+def last_stream_offset(dt: DeltaTable, pipeline: str) -> StreamOffset | None:
+    """The offset of the commit that set ``dt``'s stream transaction version (its own last
+    applied position), or None if the stream never committed to it."""
+    version = dt.transaction_version(app_id(pipeline))
+    if version is None:
+        return None
+    for commit in dt.history():  # newest first
+        text = commit.get(OFFSET_KEY)
+        if text:
+            offset = StreamOffset.from_json(text)
+            if offset.applied.seq() == version:
+                return offset
+    return None
+
+
+def restamp(dt: DeltaTable, pipeline: str, offset: StreamOffset) -> None:
+    """Commit no data, only ``offset`` as ``dt``'s own stream offset (a failover's translation)."""
+    dt.create_write_transaction([], mode="append", schema=pa.schema(dt.schema().to_arrow()),
+                                commit_properties=stream_commit_properties(pipeline, offset),
+                                post_commithook_properties=post_commit_hooks(dt))
+    dt.update_incremental()
+
+
 def applied_position_key(dt: DeltaTable, pipeline: str) -> tuple[int, int] | None:
     """(file number, offset) of the last binlog event the stream applied to ``dt``, or None."""
     version = dt.transaction_version(app_id(pipeline))

@@ -37,6 +37,7 @@ from cdc_core.schema_change import SchemaChange, UnparsedDDL, parse_ddl
 from cdc_core.schema_history import RESOLVED, HistoryEntry, Status
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import applied_position_key, open_table, stream_commit_properties, table_uri
+from pipelines.pause_points import pause_at
 from pipelines.schema_applier import ApplyResult, SchemaChangeRejected, apply_schema_change
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,8 @@ def apply_pending(cfg: BinlakeConfig, pending: PendingChange, *, store: ControlS
     except SchemaChangeRejected as e:
         record(Status.FAILED, str(e))
         raise SchemaChangeRejected(f"{e} (DDL at {p}: {pending.ddl})") from None
+    if not result.skipped:
+        pause_at("schema_applied")
     record(Status.SKIPPED if result.skipped else Status.APPLIED, result.action)
     log.info("schema change of %s at %s: %s → %s", pending.table, p, pending.description, result.action)
     return result

@@ -79,6 +79,7 @@ from pipelines.delta_sink import (
     write_parquet,
 )
 from pipelines.lake_storage import UnsafeSink, is_local, require_safe_commits
+from pipelines.pause_points import pause_at
 from pipelines.schema_applier import conform_routed, delta_schema, widen_to
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,7 @@ class GroupTask:
     pipeline: str
     target: pa.Schema | None = None  # routed: the sink table's schema (rows get _cdc_source)
     storage_options: tuple[tuple[str, str], ...] = ()  # sink.storage_options: the executor writes there
+    base: int = 0  # of the pipeline's positions on the source (after a failover, cdc_core/positions.py)
 
 
 _worker_connections: dict[ConnectionSettings, pymysql.connections.Connection] = {}
@@ -130,7 +132,7 @@ def run_group(task: GroupTask) -> dict:
     ``{"failed": "Type: message", "traceback": ...}``."""
     c = task.conn
     try:
-        reader = ChunkReader(c, _worker_connection(c), chunk_fetch(c, task.schema), task.server_id)
+        reader = ChunkReader(c, _worker_connection(c), chunk_fetch(c, task.schema), task.server_id, base=task.base)
         result = reader.read(task.schema, Chunk.span(list(task.chunks)))
         table = result.table
         counts = _rows_per_chunk(task.schema, task.chunks, table)
@@ -235,7 +237,7 @@ def plan_snapshot(cfg: BinlakeConfig, names: list[str]) -> dict[str, list[Chunk]
     missing = [n for n in names if n not in plans]
     if missing:
         with connect(connection_settings(cfg)) as conn, conn.cursor() as cur:
-            at = master_position(cur)
+            at = master_position(cur, store.position_base())
             for n, schema in describe_captured(cur, missing, cfg.source).items():
                 plans[n] = plan_table(cfg, store, cur, schema, at)
     return {n: plans[n] for n in names if n in plans}
@@ -304,6 +306,7 @@ class SnapshotJob:
         self.sink = cfg.sink.path if urlparse(cfg.sink.path).scheme else os.path.abspath(cfg.sink.path)
         self.router = Router(cfg.routes)
         self.store = ControlStore.of(cfg)
+        self.base = self.store.position_base()
         # Concurrent groups: the configured parallelism, but no more than Spark has task slots
         # (extra concurrent jobs would only queue inside Spark).
         self.slots = max(1, min(cfg.pipeline.parallelism, spark.sparkContext.defaultParallelism))
@@ -356,7 +359,7 @@ class SnapshotJob:
               summary: SnapshotSummary) -> None:
         """Plan what has no plan (recording its baseline schema first), then read every chunk
         of ``names`` that has no record."""
-        at = master_position(cur)  # before describing: a DDL after it is found by _changed_during_snapshot
+        at = master_position(cur, self.base)  # before describing: a DDL after it is found by _changed_during_snapshot
         # A routed sink is shaped by all its sources, also those outside an `only` subset.
         sinks = {self.router.sink(n) for n in names}
         routed = [n for n in captured if self.router.routed(n) and self.router.sink(n) in sinks]
@@ -384,7 +387,7 @@ class SnapshotJob:
         per_group = self._group_size(total_pending)
         task_conn = replace(self.conn, read_timeout=self.retry.read_timeout)  # a stalled read fails, then retries
         options = tuple(sorted(self.cfg.sink.storage_options.items()))
-        tasks = [GroupTask(task_conn, 0, schema, tuple(g), uri, self.cfg.pipeline.name, target, options)
+        tasks = [GroupTask(task_conn, 0, schema, tuple(g), uri, self.cfg.pipeline.name, target, options, self.base)
                  for schema, uri, pending, target in work for g in _groups(pending, per_group)]
         log.info("snapshot: %d tables, %d chunks to read in %d tasks", len(names), total_pending, len(tasks))
         self._execute(tasks, tables, by_table, summary, total_pending)
@@ -397,7 +400,7 @@ class SnapshotJob:
             if e.status == Status.BASELINE and e.table in names:
                 baselines[e.table] = e.position  # the last one: history is in binlog order
         with connect(self.conn) as c, c.cursor() as cur:
-            end = master_position(cur)
+            end = master_position(cur, self.base)
         windows = {}
         plans = self.store.load_plans()
         for name in names:
@@ -448,7 +451,7 @@ class SnapshotJob:
         """Forget ``name``'s chunks and rows, record its new baseline and plan it again."""
         sink = self.router.sink(name)
         dt_ = tables[sink]
-        at = master_position(cur)
+        at = master_position(cur, self.base)
         try:
             schema = captured_schema(describe_table(cur, *name.split(".", 1)), self.cfg.source)
         except LookupError:
@@ -583,6 +586,7 @@ class SnapshotJob:
                              "object-store URI, or a folder mounted at the same path on every host")
         version = commit_files(table, files, schema, {SNAPSHOT_CHUNKS_KEY: [r.to_json_row() for r in records]})
         records = [replace(r, delta_version=version) for r in records]
+        pause_at("snapshot_chunk_committed")
         # The data commit already holds these records; the mirror table is appended in
         # batches (recovery unites both, see pipelines/control_store.py).
         self._unmirrored.extend(records)

@@ -9,7 +9,7 @@ import time
 from cdc_core.config import BinlakeConfig
 from cdc_core.positions import BinlogPosition, master_position
 from cdc_core.routes import Router
-from cdc_core.schema_history import fold
+from cdc_core.schema_history import TableState, fold
 from cdc_core.source import captured_tables, connect, connection_settings
 from cdc_core.startup import binlog_files, lag_bytes
 from pipelines.control_store import ControlStore
@@ -23,8 +23,18 @@ def _file_name(number: int, like: str | None) -> str:
     return f"{base}.{number:06d}"
 
 
-def _position_name(key: tuple[int, int], like: str | None) -> str:
-    return f"{_file_name(key[0], like)}:{key[1]}"
+def _position_name(key: tuple[int, int], end: BinlogPosition | None) -> str:
+    """The position of ``key`` on the source whose binlog ends at ``end`` (its base subtracted)."""
+    base = end.base if end else 0
+    return f"{_file_name(key[0] - base, end.file if end else None)}:{key[1]}"
+
+
+def _left(state: TableState) -> bool:
+    """Whether a table's last schema-history entry is the DROP or RENAME that took it out of the capture
+    (not a RENAME that brought it in, which needs a backfill)."""
+    last = state.history[-1] if state.history else None
+    return (last is not None and not state.streamed and last.kind in ("drop_table", "rename_table")
+            and not last.needs_backfill)
 
 
 def _reconcile_summary(r: dict | None) -> dict | None:
@@ -51,16 +61,19 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
     cp = store.checkpoint()
     plans = store.load_plans()
     names, files, end, source_error = [], None, None, None
+    base = cp.offset.applied.base if cp else 0  # of the positions on the source now (a failover's)
     try:
         with connect(connection_settings(cfg), connect_timeout=5) as conn, conn.cursor() as cur:
             names = captured_tables(cfg, cur)
             files = binlog_files(cur)
-            end = master_position(cur)
+            end = master_position(cur, base)
     except Exception as e:  # noqa: BLE001 - status still shows the lake's side
         source_error = f"{type(e).__name__}: {e.args[-1] if e.args else e}"
     history = store.schema_history()
     last = max((e.position for e in history), default=None)
-    backfill = {n for n in {e.table for e in history} if fold(n, history, last).needs_backfill}
+    folded = {n: fold(n, history, last) for n in {e.table for e in history}}
+    backfill = {n for n, state in folded.items() if state.needs_backfill}
+    left = {n: state.history[-1] for n, state in folded.items() if _left(state)}
     held = {p.table: p for p in pending_changes(store, history)}
     requests = store.backfills()
     backfilling: dict = {}
@@ -74,7 +87,7 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
     def lag(applied_key: tuple[int, int] | None, event_time: int) -> tuple[float | None, int | None]:
         if files is None or applied_key is None:
             return None, None
-        applied = BinlogPosition(_file_name(applied_key[0], end.file if end else None), applied_key[1])
+        applied = BinlogPosition(_file_name(applied_key[0] - base, end.file if end else None), applied_key[1])
         nbytes = lag_bytes(files, applied)
         return (0.0 if nbytes == 0 else max(0.0, now - event_time) if event_time else None), nbytes
 
@@ -93,6 +106,8 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
             phase = f"backfill {r.progress()} ({r.describe_range()})"
         elif n in backfill:
             phase = "needs backfill" + (" (not streamed)" if key is None else "")
+        elif n in left:  # dropped or renamed away: nothing more is streamed into its Delta table
+            phase = f"not captured since {left[n].position} ({left[n].description}); Delta table kept"
         elif key is not None or (cp is not None and (not plan or len(done) == len(plan))):
             phase = f"streaming ({cp.state})" if cp else "streaming"
             if cp is not None:  # the checkpoint is at or past every table's own commit
@@ -106,12 +121,13 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
             phase = "not started"
         lag_s, lag_b = lag(key, cp.offset.event_time if cp else 0)
         tables.append({"table": n, "sink": sink, "phase": phase, "rows": rows,
-                       "committed_position": _position_name(key, end.file if end else None) if key else None,
+                       "committed_position": _position_name(key, end) if key else None,
                        "lag_seconds": lag_s, "lag_bytes": lag_b, "reconcile": _reconcile_summary(reconciled.get(n))})
     stream = {"state": cp.state if cp else "not started",
               "committed_position": str(cp.offset.applied) if cp else None,
               "resume_position": str(cp.offset.resume) if cp else None,
               "gtid": cp.offset.gtid if cp else None,
+              "server_id": cp.offset.server_id if cp else None,
               "checkpoint_at": cp.committed_at.isoformat() if cp else None,
               "source_end": str(end) if end else None}
     key = cp.offset.applied.key if cp else None

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
+from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -14,7 +18,13 @@ from pipelines.delta_sink import table_uri
 from pipelines.reconcile import TableDiff, compare_table
 from pipelines.snapshot_job import SnapshotJob
 
+if TYPE_CHECKING:
+    from pipelines.stream import StreamEngine
+    from pipelines.stream.state import StreamSummary
+
 PASSWORD_VAR = "BINLAKE_TEST_PASSWORD"  # conftest's make_config sets it to the test server's password
+# What assert_equal compared in this session (conftest prints it): tables and rows found equal.
+COMPARED: Counter = Counter()
 
 
 def write_config_file(cfg: BinlakeConfig, path: Path, **extra) -> str:
@@ -33,6 +43,49 @@ def write_config_file(cfg: BinlakeConfig, path: Path, **extra) -> str:
     return str(path)
 
 
+class EngineThread(threading.Thread):
+    """``engine.run()`` in a daemon thread that keeps what it returned or raised. A bare
+    thread only prints an engine's exception, so a test would go on as if the engine had
+    stopped cleanly; ``join`` and ``stop`` raise it in the test's thread."""
+
+    def __init__(self, engine: StreamEngine):
+        super().__init__(name="engine", daemon=True)  # daemon: a failed test does not hang the session
+        self.engine = engine
+        self.summary: StreamSummary | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.summary = self.engine.run()
+        except BaseException as e:  # noqa: BLE001 - raised again in the test's thread by join()
+            self.error = e
+
+    def join(self, timeout: float | None = 120) -> StreamSummary:
+        """The engine's summary once it has ended; its exception if it failed."""
+        super().join(timeout)
+        if self.is_alive():
+            raise AssertionError(f"the engine did not stop within {timeout} s")
+        if self.error is not None:
+            raise self.error
+        return self.summary
+
+    def stop(self, timeout: float | None = 120) -> StreamSummary:
+        """Request a stop and join."""
+        self.engine.request_stop()
+        return self.join(timeout)
+
+    def wait_streaming(self, timeout: float = 60) -> None:
+        """Until the engine streams (its start is done); its exception if it ended first."""
+        deadline = time.monotonic() + timeout
+        while self.engine.life.state != "streaming":
+            if not self.is_alive():
+                self.join()
+                raise AssertionError(f"the engine ended before streaming: {self.summary}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the engine was not streaming after {timeout} s")
+            time.sleep(0.05)
+
+
 def snapshot(cfg: BinlakeConfig, spark):
     return SnapshotJob(cfg, spark).run()
 
@@ -48,6 +101,8 @@ def assert_equal(cfg: BinlakeConfig, names: list[str]) -> None:
     bad = [d.describe() for d in diffs if not d.equal]
     assert not bad, "\n".join(bad)
     assert all(d.mysql_rows == d.delta_rows for d in diffs)
+    COMPARED["tables"] += len(diffs)
+    COMPARED["rows"] += sum(d.mysql_rows for d in diffs)
 
 
 def replay_handoff(cfg: BinlakeConfig, names: list[str]) -> dict[str, dict]:

@@ -6,7 +6,6 @@ is released and Delta equals MySQL)."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunRequest, SkipReason, build_sensor_context
@@ -22,7 +21,7 @@ from pipelines.schema_registry import pending_changes
 from pipelines.source_catalog import discover
 from pipelines.stream import StreamEngine
 from resources.binlake import STOPPED_TAG, for_dagster
-from tests.helpers import assert_equal, snapshot, write_config_file
+from tests.helpers import EngineThread, assert_equal, snapshot, write_config_file
 
 # Where a queued run came from (the instance requires one for queued runs).
 ORIGIN = RemoteJobOrigin(RemoteRepositoryOrigin(InProcessCodeLocationOrigin(LoadableTargetOrigin(
@@ -88,13 +87,11 @@ def test_schema_sensor_fires_once_per_pending_change(db, make_config, spark, tmp
         return schema_change_sensor(build_sensor_context(instance=instance, resources=defs.resources))
 
     assert "no pending schema change" in tick().skip_message
-    engine = StreamEngine(cfg)
-    worker = threading.Thread(target=engine.run, daemon=True)
+    worker = EngineThread(StreamEngine(cfg))
+    engine = worker.engine
     worker.start()
     try:
-        deadline = time.monotonic() + 60  # its baseline is the schema before the DDL
-        while engine.life.state != "streaming" and time.monotonic() < deadline:
-            time.sleep(0.1)
+        worker.wait_streaming()  # its baseline is the schema before the DDL
         with conn.cursor() as cur:
             cur.execute("ALTER TABLE a ADD COLUMN note VARCHAR(20) DEFAULT 'n/a'")
             cur.execute("INSERT INTO a VALUES (100, 100, 'after')")
@@ -122,6 +119,5 @@ def test_schema_sensor_fires_once_per_pending_change(db, make_config, spark, tmp
             time.sleep(0.2)
         time.sleep(1)
     finally:
-        engine.request_stop()
-        worker.join(60)
+        worker.stop(60)
     assert_equal(cfg, [f"{name}.a"])

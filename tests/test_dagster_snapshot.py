@@ -1,12 +1,14 @@
 """Snapshot chunks as Dagster partitions against a real MariaDB and Spark: the partitions
 sensor plans chunks and adds them as dynamic partitions; one run materialises a range of
 chunks (single-run backfill policy), each partition as its chunk is committed; a chunk
-that failed is re-run alone; the asset checks pass afterwards."""
+that failed is re-run alone; the hourly asset checks pass afterwards, and the nightly
+reconciliation's checksum parity check passes chunk by chunk."""
 
 from __future__ import annotations
 
 import pytest
 from dagster import (
+    AssetCheckKey,
     AssetKey,
     DagsterInstance,
     SensorResult,
@@ -16,6 +18,7 @@ from dagster import (
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from orchestration.build import build_binlake_definitions
+from orchestration.checks import CHECKSUM, RECONCILE_JOB
 from orchestration.snapshot import snapshot_partitions_sensor
 from orchestration.translator import chunk_partition_key, chunk_partitions
 from pipelines.snapshot_job import SnapshotJob
@@ -99,3 +102,14 @@ def test_chunks_are_partitions_and_a_failed_chunk_reruns_alone(dagster_setup, sp
     evaluations = {(e.asset_key, e.check_name): e for e in checks.get_asset_check_evaluations()}
     assert evaluations[key, "row_count_parity"].passed
     assert evaluations[key, "schema_parity"].passed
+    assert not [k for k in evaluations if k[1] == CHECKSUM]  # hourly: the costly checksum is left to the nightly job
+
+    schedules = {s.name: s for s in defs.schedules}
+    assert schedules["binlake_reconcile_schedule"].cron_schedule == cfg.dagster.reconcile_cron == "0 2 * * *"
+    assert schedules["binlake_reconcile_schedule"].job_name == RECONCILE_JOB
+    nightly = defs.resolve_job_def(RECONCILE_JOB).get_subset(asset_check_selection={AssetCheckKey(key, CHECKSUM)})
+    (checksum,) = nightly.execute_in_process(instance=instance, resources=defs.resources).get_asset_check_evaluations()
+    md = {k: v.value for k, v in checksum.metadata.items()}
+    assert checksum.passed and checksum.asset_key == key
+    assert (md["binlake/chunks_checked"], md["binlake/differing_chunks"]) == (len(keys), 0)
+    assert md["binlake/mysql_rows"] == md["binlake/delta_rows"] == 400

@@ -1,7 +1,8 @@
 """A bounded run of the stream job against a real MariaDB: every committed micro-batch is
 a materialization of each touched table's asset whose offset metadata equals that
 table's Delta commit (position, ``_cdc_seq`` = transaction version, Delta version, rows by
-op); an untouched table gets one heartbeat; Delta equals MySQL afterwards."""
+op); an untouched table gets one heartbeat; Delta equals MySQL afterwards. The backfill and
+repair jobs request their backfills and wait while a bounded stream run does them."""
 
 from __future__ import annotations
 
@@ -70,44 +71,85 @@ def test_bounded_run_records_offsets_per_batch(db, make_config, spark, tmp_path)
     assert_equal(cfg, [f"{name}.a", f"{name}.b"])
 
 
-def test_backfill_job_waits_for_the_stream_job_to_do_it(db, make_config, spark, tmp_path):
-    """The backfill job requests a backfill and waits; the (bounded) stream run does it and
-    Delta, damaged by hand before, equals MySQL again."""
+def test_backfill_and_repair_jobs_wait_for_the_stream_job_to_do_them(db, make_config, spark, tmp_path):
+    """Delta damaged by hand in two tables. The checksum parity check of ``b`` fails, listing
+    its differing chunks; ``binlake_repair`` of ``b`` and ``binlake_backfill`` of ``a`` each
+    request backfills and wait; one bounded stream run does them; the repair records ``b``'s
+    check again, passing; Delta equals MySQL."""
     import threading
 
+    from dagster import AssetCheckKey
+    from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
     from deltalake import write_deltalake
 
+    from orchestration.checks import CHECKSUM, RECONCILE_JOB
     from pipelines.control_store import ControlStore
 
     name, conn = db
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE a (id INT PRIMARY KEY, v INT)")
         cur.execute("INSERT INTO a SELECT seq, seq FROM seq_1_to_500")
+        cur.execute("CREATE TABLE b (id INT PRIMARY KEY, v INT)")
+        cur.execute("INSERT INTO b SELECT seq, seq FROM seq_1_to_300")
     cfg = make_config(name, chunk_size=120)
     snapshot(cfg, spark)
     dt = DeltaTable(table_uri(cfg.sink.path, f"{name}.a"))
     dt.delete("id % 3 = 0")
     write_deltalake(dt, dt.to_pyarrow_table().slice(0, 1), mode="append")  # a key twice
+    b = DeltaTable(table_uri(cfg.sink.path, f"{name}.b"))
+    b.delete("id >= 10 AND id < 20")  # chunk 0 loses rows
+    b.update(predicate="id = 250", updates={"v": "-1"})  # chunk 2 has a changed row
     path = write_config_file(cfg, tmp_path / "binlake.yaml")
     discover(cfg).write(tmp_path / "tables.json")
     defs = build_binlake_definitions(path, tmp_path / "tables.json")
     instance = DagsterInstance.ephemeral()
-    results = []
-    waiter = threading.Thread(target=lambda: results.append(defs.resolve_job_def("binlake_backfill").execute_in_process(
-        instance=instance, run_config={"ops": {"backfill_table": {"config": {"table": f"{name}.a"}}}})))
-    waiter.start()
+    no_rechecks = {"rechecks": 0}  # nothing changes the tables here: a difference is reported at once
+    check_b = AssetCheckKey(AssetKey([name, "b"]), CHECKSUM)
+    nightly = defs.resolve_job_def(RECONCILE_JOB).get_subset(asset_check_selection={check_b}).execute_in_process(
+        instance=instance, run_config={"ops": {"binlake_checksum_checks": {"config": no_rechecks}}})
+    (failed,) = nightly.get_asset_check_evaluations()
+    assert not failed.passed and "binlake_repair" in failed.description
+    assert failed.metadata["binlake/differing_chunks"].value == 2
+    assert (failed.metadata["binlake/mysql_rows"].value, failed.metadata["binlake/delta_rows"].value) == (300, 290)
+    differing = failed.metadata["binlake/differing"].value.records
+    assert [(r.data["chunk"], r.data["mysql_rows"], r.data["delta_rows"]) for r in differing] == [(0, 120, 110),
+                                                                                                (2, 60, 60)]
+
+    results, instances = {}, {}
+
+    def launch(job: str, op: str, config: dict) -> threading.Thread:
+        # Each run in its own thread has its own instance: one in-memory SQLite written from three
+        # threads at once can fail with "database table is locked".
+        instances[job] = DagsterInstance.ephemeral()
+        t = threading.Thread(target=lambda: results.__setitem__(job, defs.resolve_job_def(job).execute_in_process(
+            instance=instances[job], run_config={"ops": {op: {"config": config}}})))
+        t.start()
+        return t
+
+    waiters = [launch("binlake_backfill", "backfill_table", {"table": f"{name}.a"}),
+               launch("binlake_repair", "repair_chunks", {"tables": [f"{name}.b"], **no_rechecks})]
     store = ControlStore.of(cfg)
-    for _ in range(300):
-        if store.backfills():
+    for _ in range(600):
+        if {r.table for r in store.backfills()} == {f"{name}.a", f"{name}.b"}:
             break
-        waiter.join(0.1)
-    assert store.backfills(), "the backfill job did not request a backfill"
+        waiters[1].join(0.1)
+    requested = store.backfills()
+    assert {r.table for r in requested} == {f"{name}.a", f"{name}.b"}, "the jobs did not request their backfills"
+    repairs = sorted((r for r in requested if r.table == f"{name}.b"), key=lambda r: r.lo or 0)
+    assert [(r.lo, r.hi) for r in repairs] == [(None, 121), (241, None)]  # exactly the two differing chunks
     stream = defs.resolve_job_def("binlake_stream").execute_in_process(
         instance=instance, run_config={"ops": {"stream_binlog": {"config": {"continuous": False}}}})
     assert stream.success
-    waiter.join(120)
-    assert results and results[0].success
-    output = next(e for e in results[0].all_node_events if e.event_type_value == "STEP_OUTPUT")
+    for w in waiters:
+        w.join(120)
+    assert results["binlake_backfill"].success and results["binlake_repair"].success
+    output = next(e for e in results["binlake_backfill"].all_node_events if e.event_type_value == "STEP_OUTPUT")
     md = output.event_specific_data.metadata
     assert md["binlake/chunks"].value >= 4 and md["binlake/table"].value == f"{name}.a"
-    assert_equal(cfg, [f"{name}.a"])
+    output = next(e for e in results["binlake_repair"].all_node_events if e.event_type_value == "STEP_OUTPUT")
+    assert output.event_specific_data.metadata["binlake/differing_chunks"].value == 2
+    (recorded,) = results["binlake_repair"].get_asset_check_evaluations()
+    assert recorded.asset_check_key == check_b and recorded.passed
+    latest = instances["binlake_repair"].event_log_storage.get_asset_check_execution_history(check_b, limit=1)[0]
+    assert latest.status == AssetCheckExecutionRecordStatus.SUCCEEDED  # what the asset page shows now
+    assert_equal(cfg, [f"{name}.a", f"{name}.b"])

@@ -29,7 +29,7 @@ from pipelines.schema_applier import SchemaChangeRejected
 from pipelines.snapshot_job import SnapshotJob
 from pipelines.status import pipeline_status
 from pipelines.stream import StreamEngine
-from tests.helpers import assert_equal, snapshot
+from tests.helpers import EngineThread, assert_equal, snapshot
 
 SHARDS = {
     "user_1": "id INT PRIMARY KEY, name VARCHAR(20), score INT, note VARCHAR(10)",
@@ -243,29 +243,22 @@ def test_route_config_errors_name_the_tables(db, spark, make_config):
 def _stream_while(cfg, conn, statements: list[str], done) -> BaseException | None:
     """Run the engine in the background, execute ``statements`` once it streams (so their
     DDL is met by the running stream), stop it when ``done()`` or when it fails; returns its error."""
-    engine, errors = StreamEngine(cfg), []
-
-    def run() -> None:
-        try:
-            engine.run()
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            errors.append(e)
-
-    runner = threading.Thread(target=run)
-    runner.start()
+    engine, error = EngineThread(StreamEngine(cfg)), None
+    engine.start()
     try:
-        while engine.life.state != "streaming" and runner.is_alive():
-            time.sleep(0.05)
+        engine.wait_streaming()
         with conn.cursor() as cur:
             for sql in statements:
                 cur.execute(sql)
         deadline = time.monotonic() + 30
-        while runner.is_alive() and not done() and time.monotonic() < deadline:
+        while engine.is_alive() and not done() and time.monotonic() < deadline:
             time.sleep(0.2)
     finally:
-        engine.request_stop()
-        runner.join(60)
-    return errors[0] if errors else None
+        try:
+            engine.stop(60)
+        except Exception as e:  # noqa: BLE001 - handed to the test, which checks what stopped the engine
+            error = e
+    return error
 
 
 def test_new_tables_that_cannot_join_a_route_are_not_streamed(db, make_config):

@@ -8,7 +8,6 @@ orders the rows written before a DDL are read after it already ran in MySQL."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
@@ -22,7 +21,7 @@ from pipelines.control_store import ControlStore
 from pipelines.delta_sink import table_uri
 from pipelines.schema_applier import SchemaChangeRejected
 from pipelines.stream import StreamEngine
-from tests.helpers import assert_equal, diff_tables, snapshot
+from tests.helpers import EngineThread, assert_equal, diff_tables, snapshot
 
 
 def _stream(cfg):
@@ -173,18 +172,16 @@ def test_matrix_with_a_restart_between_every_two_statements(db, spark, make_conf
 @pytest.mark.parametrize("behavior", ["evolve", "lenient"])
 def test_matrix_streamed_live_as_it_happens(db, spark, make_config, behavior):
     name, conn, cfg = _setup(db, spark, make_config, behavior, "live")
-    engine = StreamEngine(cfg)
-    runner = threading.Thread(target=engine.run)
-    runner.start()
+    engine = EngineThread(StreamEngine(cfg))
+    engine.start()
     try:
         with conn.cursor() as cur:
             for _ in _write(cur, name):
                 time.sleep(0.02)
     finally:
         time.sleep(1)
-        engine.request_stop()
-        runner.join(120)
-    assert not runner.is_alive() and engine.summary.stop_reason == "stop requested"
+        summary = engine.stop()
+    assert summary.stop_reason == "stop requested"
     _stream(cfg)
     _check(cfg, name, behavior)
 

@@ -5,7 +5,6 @@ stream. Every test ends with Delta equal to MySQL row by row."""
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 import time
@@ -20,7 +19,7 @@ from cdc_core.startup import StartupError
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import table_uri
 from pipelines.stream import StreamEngine
-from tests.helpers import assert_equal, snapshot
+from tests.helpers import EngineThread, assert_equal, snapshot
 
 
 def stream_until_now(cfg):
@@ -172,45 +171,71 @@ def test_snapshot_mode_stops_at_highest_high_watermark(db, spark, make_config):
     assert 99999 not in ids and len(ids) == 999
 
 
+def _wait(predicate, what: str, engine: EngineThread, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert engine.is_alive(), f"the engine ended while waiting for {what}: {engine.join()}"
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.05)
+
+
 def test_heartbeat_moves_checkpoint_past_other_tables(db, make_config):
+    """With only uncaptured tables changing, the running stream still moves its checkpoint
+    past them every ``heartbeat_seconds``, without a Delta commit (a restart need not read them
+    again); checked while it runs, as the stop's own checkpoint would move it anyway."""
     name, conn = db
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE quiet (id INT PRIMARY KEY)")
         cur.execute("CREATE TABLE busy (id INT PRIMARY KEY)")
     cfg = make_config(name, source={"startup": {"mode": "latest"}, "exclude_tables": [rf"{name}\.busy"]},
                       stream={"heartbeat_seconds": 0.5})
-    engine = StreamEngine(cfg, max_seconds=4)
-    t = threading.Thread(target=engine.run)
-    t.start()
-    time.sleep(1.5)
-    with conn.cursor() as cur:
-        cur.executemany("INSERT INTO busy VALUES (%s)", [(i,) for i in range(50)])
-        end = master_position(cur)
-    t.join()
-    cp = ControlStore(cfg.sink.path, cfg.pipeline.name).checkpoint()
-    assert cp.offset.applied >= end and cp.state == "stopped"
-    assert DeltaTable(table_uri(cfg.sink.path, f"{name}.quiet")).history()[0]["operation"] == "CREATE TABLE"
+    store = ControlStore(cfg.sink.path, cfg.pipeline.name)
+    engine = EngineThread(StreamEngine(cfg))
+    engine.start()
+    try:
+        engine.wait_streaming()
+        start = store.checkpoint().offset.applied
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO busy VALUES (%s)", [(i,) for i in range(50)])
+            end = master_position(cur)
+        _wait(lambda: store.checkpoint().offset.applied >= end, "the heartbeat checkpoint", engine)
+        cp = store.checkpoint()
+        assert start < end <= cp.offset.applied and cp.state == "streaming"
+        assert engine.engine.summary.changes == 0  # nothing captured changed: no batch carried it
+    finally:
+        summary = engine.stop()
+    assert summary.stop_reason == "stop requested"
+    history = DeltaTable(table_uri(cfg.sink.path, f"{name}.quiet")).history()
+    assert [h["operation"] for h in history] == ["CREATE TABLE"]  # the checkpoint moved without a commit
 
 
 def test_stop_request_commits_and_resumes(db, make_config):
+    """A stop request commits every change read so far (batches are never due by themselves
+    here) and checkpoints it; the next run resumes right after it."""
     name, conn = db
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE s (id INT PRIMARY KEY, v INT)")
-    cfg = make_config(name, source={"startup": {"mode": "latest"}})
-    engine = StreamEngine(cfg)
-    t = threading.Thread(target=engine.run)
-    t.start()
-    time.sleep(1.5)
-    with conn.cursor() as cur:
-        for i in range(200):
-            cur.execute("INSERT INTO s VALUES (%s, %s)", (i, i))
-    time.sleep(0.5)
-    engine.request_stop()
-    t.join(30)
-    assert not t.is_alive() and engine.summary.stop_reason == "stop requested"
-    with conn.cursor() as cur:
-        cur.execute("UPDATE s SET v = -v")
-    stream_until_now(cfg)
-    assert_equal(cfg, [f"{name}.s"])
+    cfg = make_config(name, source={"startup": {"mode": "latest"}},
+                      stream={"max_batch_seconds": 3600, "max_batch_rows": 1_000_000, "heartbeat_seconds": 3600})
+    engine = EngineThread(StreamEngine(cfg))
+    engine.start()
+    try:
+        engine.wait_streaming()
+        with conn.cursor() as cur:
+            for i in range(200):
+                cur.execute("INSERT INTO s VALUES (%s, %s)", (i, i))
+            end = master_position(cur)
+        _wait(lambda: engine.engine.state.position >= end, "the inserts to be read", engine)
+        assert DeltaTable(table_uri(cfg.sink.path, f"{name}.s")).to_pyarrow_dataset().count_rows() == 0
+    finally:
+        summary = engine.stop(30)
+    assert summary.stop_reason == "stop requested"
+    assert_equal(cfg, [f"{name}.s"])  # committed by the stop, before any other run
+    assert summary.changes == 200
     cp = ControlStore(cfg.sink.path, cfg.pipeline.name).checkpoint()
-    assert json.loads(cp.offset.to_json())["applied"]["file"].startswith("binlog")
+    assert cp.state == "stopped" and cp.offset.applied >= end
+    with conn.cursor() as cur:
+        cur.execute("UPDATE s SET v = v + 1000")
+    resumed = stream_until_now(cfg)
+    assert resumed.start == cp.offset.resume and resumed.changes == 200  # the updates only: nothing read twice
+    assert_equal(cfg, [f"{name}.s"])

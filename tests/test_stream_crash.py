@@ -12,7 +12,9 @@
 - the source server restarting (clean stop and crash) mid-stream: the stream
   reconnects and catches up;
 - binlog rotation (FLUSH BINARY LOGS) between writes while streaming;
-- a purged resume position: exit 2, one line saying so and to re-snapshot;
+- a purged resume position: exit 2, one line saying so and what to do; then ``binlake
+  resync`` restarts at the binlog end and backfills the table online: Delta equals MySQL
+  again, the rows only the purged binlog had included, the table's history kept;
 - a server_id already in use by a running stream, or equal to the source's own:
   exit 2, one line naming server_id; the running stream is undisturbed.
 
@@ -36,6 +38,7 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 
 from cdc_core.config import BinlakeConfig, parse_config
 from cdc_core.offsets import OFFSET_KEY, StreamOffset, app_id
@@ -43,6 +46,7 @@ from cdc_core.positions import BinlogPosition
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import table_uri
 from pipelines.local_mariadb import LocalMariaDB
+from pipelines.stream.backfill import BACKFILL_KEY
 from tests.helpers import PASSWORD_VAR, assert_equal, diff_tables, snapshot, write_config_file
 
 SEED = int(os.environ.get("BINLAKE_CRASH_SEED", "20240611"))
@@ -56,18 +60,21 @@ def _env(password: str) -> dict:
 
 
 class Stream:
-    """One ``binlake stream`` process in its own session (so a kill reaches its reader too)."""
+    """One ``binlake stream`` process (or another ``command``) in its own session (so a kill
+    reaches its reader, or its Spark JVM, too); ``env``: extra environment variables."""
 
     count = itertools.count()
 
-    def __init__(self, config: str, log_dir: Path, *args: str, password: str):
+    def __init__(self, config: str, log_dir: Path, *args: str, password: str, command: str = "stream",
+                 env: dict | None = None):
         n = next(self.count)
         log_dir.mkdir(parents=True, exist_ok=True)
-        self.out_path, self.err_path = log_dir / f"stream-{n}.out", log_dir / f"stream-{n}.err"
-        self.args = args
+        self.out_path, self.err_path = log_dir / f"{command}-{n}.out", log_dir / f"{command}-{n}.err"
+        self.args = (command, *args)
         with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "stream", "-c", config, *args],
-                                         stdout=out, stderr=err, env=_env(password), start_new_session=True)
+            self.proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", command, "-c", config, *args],
+                                         stdout=out, stderr=err, env={**_env(password), **(env or {})},
+                                         start_new_session=True)
 
     @property
     def stdout(self) -> str:
@@ -78,7 +85,7 @@ class Stream:
         return self.err_path.read_text()
 
     def describe(self) -> str:
-        return f"binlake stream {' '.join(self.args)} exited {self.proc.returncode}:\n{self.stdout}\n{self.stderr}"
+        return f"binlake {' '.join(self.args)} exited {self.proc.returncode}:\n{self.stdout}\n{self.stderr}"
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -99,8 +106,9 @@ class Stream:
         return self.proc.wait(timeout)
 
 
-def run_stream(config: str, log_dir: Path, *args: str, password: str, timeout: float = 180) -> Stream:
-    s = Stream(config, log_dir, *args, password=password)
+def run_stream(config: str, log_dir: Path, *args: str, password: str, timeout: float = 180,
+               command: str = "stream") -> Stream:
+    s = Stream(config, log_dir, *args, password=password, command=command)
     try:
         s.wait(timeout)
     except subprocess.TimeoutExpired:
@@ -133,52 +141,58 @@ def replica_registered(server, server_id: int) -> bool:
 def tables_equal(cfg: BinlakeConfig, names: list[str]) -> bool:
     try:
         return all(d.equal for d in diff_tables(cfg, names))
-    except Exception:  # noqa: BLE001 - a table may not exist yet
+    except TableNotFoundError:  # the stream has not created it yet
         return False
 
 
 # --- what the stream committed ----------------------------------------------------------------
 
-def _log_versions(uri: str) -> list[tuple[int, list[dict]]]:
-    """(version, actions) of every JSON commit in the table's Delta log, oldest first."""
+def _log_versions(uri: str, since: int = 0) -> list[tuple[int, list[dict]]]:
+    """(version, actions) of every JSON commit in the table's Delta log from ``since`` on, oldest first."""
     out = []
     for f in sorted((Path(uri) / "_delta_log").glob("*.json")):
-        out.append((int(f.stem), [json.loads(line) for line in f.read_text().splitlines() if line.strip()]))
+        if int(f.stem) >= since:
+            out.append((int(f.stem), [json.loads(line) for line in f.read_text().splitlines() if line.strip()]))
     return out
 
 
-def assert_commits_strictly_increase(cfg: BinlakeConfig, name: str) -> int:
+def assert_commits_strictly_increase(cfg: BinlakeConfig, name: str, since: int = 0) -> int:
     """No double apply: each stream commit of the table carries exactly one transaction of
     the pipeline's app id, whose version is its offset's applied position, and both
-    strictly increase from commit to commit. Returns the number of stream commits."""
+    strictly increase from commit to commit (a backfill merge carries the offset of the
+    batch committed before it: pipelines/stream/backfill.py; it is never behind it).
+    ``since``: only the commits from that version on (tests/test_soak.py checks each restart's).
+    Returns the number of stream commits, backfill merges left out."""
     uri, app = table_uri(cfg.sink.path, name), app_id(cfg.pipeline.name)
+    dt = DeltaTable(uri)
     # The commit metadata, as a reader sees it.
-    history = sorted(DeltaTable(uri).history(), key=lambda c: c["version"])
+    history = sorted(dt.history(dt.version() + 1 - since), key=lambda c: c["version"])
     offsets = [(c["version"], StreamOffset.from_json(c[OFFSET_KEY])) for c in history if c.get(OFFSET_KEY)]
+    merges = {c["version"] for c in history if c.get(BACKFILL_KEY)}
     for (v0, a), (v1, b) in itertools.pairwise(offsets):
-        assert b.applied > a.applied, (f"{name}: commit {v1} applies through {b.applied}, not after commit {v0}'s "
-                                       f"{a.applied}: a change was applied twice")
+        assert b.applied > a.applied or (v1 in merges and b.applied == a.applied), (
+            f"{name}: commit {v1} applies through {b.applied}, not after commit {v0}'s {a.applied}: a change was "
+            "applied twice")
         assert b.resume <= b.applied
     # The transaction identifiers, as the log stores them.
     prev = None
     by_version = dict(offsets)
-    for version, actions in _log_versions(uri):
+    for version, actions in _log_versions(uri, since):
         txns = [a["txn"] for a in actions if "txn" in a and a["txn"]["appId"] == app]
         if version not in by_version:
             assert not txns, f"{name}: commit {version} has a stream transaction but no offset metadata"
             continue
         assert len(txns) == 1, f"{name}: commit {version} carries {len(txns)} transactions of {app}"
         assert txns[0]["version"] == by_version[version].applied.seq(), f"{name}: commit {version}"
-        assert prev is None or txns[0]["version"] > prev, (
+        assert prev is None or txns[0]["version"] > prev or (version in merges and txns[0]["version"] == prev), (
             f"{name}: commit {version} has transaction version {txns[0]['version']}, not above {prev}")
         prev = txns[0]["version"]
-    dt = DeltaTable(uri)
     if offsets:
         assert dt.transaction_version(app) == offsets[-1][1].applied.seq()
         cp = ControlStore(cfg.sink.path, cfg.pipeline.name).checkpoint()
         assert cp is not None and cp.offset.applied >= offsets[-1][1].applied, \
             f"{name}: the final checkpoint {cp and cp.offset.applied} is behind the table's last commit"
-    return len(offsets)
+    return len(offsets) - len(merges)
 
 
 def stream_commit_count(cfg: BinlakeConfig, names: list[str]) -> int:
@@ -225,6 +239,8 @@ class Writer(threading.Thread):
     """Random inserts, counter-bumping updates, deletes, primary-key updates, multi-table
     transactions, rolled-back transactions and, on request or now and then, transactions
     of thousands of rows. Every update also does ``counter = counter + 1``."""
+
+    BIG_RATE = 0.004  # the chance of a transaction of thousands of rows per step
 
     def __init__(self, server, database: str, seed: int, pace: float = 0.01):
         super().__init__(name="writer", daemon=True)
@@ -333,7 +349,7 @@ class Writer(threading.Thread):
                 self.big_requests -= 1
                 big = True
             else:
-                big = self.rng.random() < 0.004
+                big = self.rng.random() < self.BIG_RATE
         if big:
             self.big_transaction(cur)
             return
@@ -622,7 +638,7 @@ def test_source_server_restart_mid_stream(own_server, tmp_path):
         s.kill()
     m = re.search(r"(\d+) reconnects", s.stdout)
     assert m and int(m.group(1)) >= 2, f"expected at least two reconnects: {s.describe()}"
-    assert "stopped: stop requested" in s.stdout
+    assert "stopped: stopped by SIGTERM" in s.stdout
     _rows(server, range(6001, 6501), "while stopped")
     final = run_stream(config, logs, "--until", "now", password=server.password)
     assert final.proc.returncode == 0, final.describe()
@@ -675,7 +691,7 @@ def test_binlog_rotation_while_streaming(mariadb, db, spark, make_config, tmp_pa
 
 # --- purged position --------------------------------------------------------------------------
 
-def test_purged_position_exits_2_and_says_to_resnapshot(own_server, tmp_path):
+def test_purged_position_then_resync(own_server, tmp_path):
     server = own_server
     _setup_own(server)
     cfg = own_config(tmp_path, server, "shop", 4343)
@@ -688,6 +704,8 @@ def test_purged_position_exits_2_and_says_to_resnapshot(own_server, tmp_path):
     assert second.proc.returncode == 0, second.describe()
     assert_equal(cfg, ["shop.t"])
     applied = ControlStore(cfg.sink.path, cfg.pipeline.name).checkpoint().offset
+    early = run_stream(config, logs, password=server.password, command="resync")
+    assert early.proc.returncode == 2 and "nothing to resync" in early.stderr, early.describe()
 
     _rows(server, range(501, 1001), "second")  # never streamed: lost with the purge
     with server.connect() as c, c.cursor() as cur:
@@ -709,10 +727,23 @@ def test_purged_position_exits_2_and_says_to_resnapshot(own_server, tmp_path):
         assert r.proc.returncode == 2, r.describe()
         (line,) = _lines(r.stderr)
         assert "purged" in line or "no longer has" in line, line
-        assert "snapshot" in line, line
+        assert "binlake resync" in line and "re-snapshot" in line, line
         assert applied.resume.file in line, line
         assert "Traceback" not in r.stdout + r.stderr
     assert DeltaTable(table_uri(cfg.sink.path, "shop.t")).version() == version  # nothing written
+
+    # The way out: resync restarts at the binlog end and backfills the table online, keeping it.
+    _rows(server, range(1001, 1201), "third")
+    r = run_stream(config, logs, password=server.password, command="resync")
+    assert r.proc.returncode == 0, r.describe()
+    assert "done" in r.stdout, r.describe()
+    assert_equal(cfg, ["shop.t"])  # the rows only the purged binlog had are in Delta
+    table = DeltaTable(table_uri(cfg.sink.path, "shop.t"))
+    assert table.version() > version and len(table.history()) > version  # the same table, history kept
+    _rows(server, range(1201, 1401), "fourth")
+    r = run_stream(config, logs, "--until", "now", password=server.password)
+    assert r.proc.returncode == 0, r.describe()
+    assert_equal(cfg, ["shop.t"])
 
 
 # --- server_id in use -------------------------------------------------------------------------
@@ -736,14 +767,15 @@ def test_server_id_in_use_by_a_running_stream(mariadb, db, make_config, tmp_path
         with conn.cursor() as cur:
             cur.executemany("INSERT INTO t VALUES (%s, 0)", [(i,) for i in range(50)])
         for args in ((), ("--until", "now")):
-            t0 = time.monotonic()
             second = run_stream(config_b, logs, *args, password=mariadb.password, timeout=60)
-            took = time.monotonic() - t0
             assert second.proc.returncode == 2, second.describe()
+            # Refused before reading: one line, no reconnect attempt (retrying could only take the
+            # running stream's connection), and the running stream still holds the server_id.
             (line,) = _lines(second.stderr)
             assert "server_id" in line and str(server_id) in line and "in use" in line, line
             assert "Traceback" not in second.stdout + second.stderr
-            assert took < 30
+            assert "reconnecting" not in second.stdout + second.stderr, second.describe()
+            assert first.alive() and replica_registered(mariadb, server_id), first.describe()
         assert not Path(tmp_path / "lake_b" / "_binlake" / "stream_checkpoint").exists()
         # The running stream was not disturbed: it still applies changes.
         with conn.cursor() as cur:

@@ -41,6 +41,7 @@ from cdc_core.types import binlog_value
 from pipelines.backfill_requests import refusal
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import apply_changes, deduplicate, deletions, stream_commit_properties, table_uri
+from pipelines.pause_points import pause_at
 from pipelines.schema_applier import conform, delta_name, delta_schema
 from pipelines.stream.sinks import Sinks
 from pipelines.stream.start import stable_describe
@@ -256,7 +257,8 @@ class Backfills:
             self._candidates[req.id] = self._find_candidates(req, schema)
         if self._control is None:
             self._control = connect(self.conn)
-        reader = ChunkReader(self.conn, self._control, chunk_fetch(self.conn, schema), self.cfg.source.server_id + 1)
+        reader = ChunkReader(self.conn, self._control, chunk_fetch(self.conn, schema), self.cfg.source.server_id + 1,
+                             base=s.position.base)
         result = reader.select(schema, chunk)
         self.inflight = InFlight(req, schema, result, ChunkMerge(), time.monotonic() - started,
                                  since or result.low_watermark)
@@ -369,6 +371,7 @@ class Backfills:
                                     table_uri(self.cfg.sink.path, sink), self.cfg.sink.storage_options)
         else:  # the range already equals MySQL: nothing to commit
             applied = RowsApplied()
+        pause_at("backfill_merged")
         done = req.chunks_done + 1
         finished = done == len(req.chunks)
         merge_s = time.monotonic() - merging

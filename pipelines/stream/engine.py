@@ -28,8 +28,10 @@ Invariants (tests/test_stream*.py; the parts' own docstrings state theirs):
   baseline are already in what binlake read of it and are not applied.
 - Faults that pass (connection lost, server restart, the lake briefly unwritable)
   commit what was read and read again from the checkpoint with backoff; a purged
-  position or a server_id in use stops the engine with an error saying what to do; a
-  SIGTERM/SIGINT, also one that reached the reader process first, is a clean stop.
+  position or a server_id in use stops the engine with an error saying what to do.
+- A stop is a stop: after a stop request (SIGTERM/SIGINT, also sent to the whole process
+  group) the engine commits what it read and ends, naming the signal; a fault seen once
+  a stop is requested ends the run without a reconnect (tests/test_stream_signals.py).
 """
 
 from __future__ import annotations
@@ -60,16 +62,24 @@ from cdc_core.offsets import StreamOffset
 from cdc_core.positions import BinlogPosition
 from cdc_core.routes import RouteError, Router
 from cdc_core.source import connect, connection_settings
-from cdc_core.startup import PositionPurged, ServerIdInUse, StartupError, check_available, check_server_id
-from cdc_core.stream_reader import ReaderSpec
+from cdc_core.startup import (
+    PURGED_WAY_OUT,
+    PositionPurged,
+    ServerIdInUse,
+    StartupError,
+    check_available,
+    check_server_id,
+)
+from cdc_core.stream_reader import STOP_SIGNALS, ReaderSpec
 from cdc_core.table_batch import TableBatch, keyless_problem, table_batch
 from cdc_core.table_commit import TableCommit
 from cdc_core.table_schema import TableSchema, describe_table
 from cdc_core.transient import Retry, RetryPolicy
 from pipelines.control_store import ControlStore
+from pipelines.pause_points import pause_at
 from pipelines.stream.backfill import Backfills
 from pipelines.stream.commit import Committer
-from pipelines.stream.reader import ReaderProcess, ReaderStopped
+from pipelines.stream.reader import ReaderProcess
 from pipelines.stream.schema_changes import APPEARED, SchemaChanges, StopRequested
 from pipelines.stream.sinks import Sinks
 from pipelines.stream.start import resolve_start
@@ -110,6 +120,7 @@ class StreamEngine:
         # Chunk keys in the server's order (the hand-off), on one connection made on first use.
         self.key_orders = KeyOrders(ServerSql(lambda: connect(self.conn)))
         self._stop = threading.Event()
+        self._stop_reason = "stop requested"
         self.state: EngineState | None = None
         self._summary = StreamSummary()
         self._report_as = f"binlake:{cfg.pipeline.name}"  # how the binlog connection registers (SHOW SLAVE HOSTS)
@@ -118,8 +129,10 @@ class StreamEngine:
     def summary(self) -> StreamSummary:
         return self.state.summary if self.state else self._summary
 
-    def request_stop(self) -> None:
-        """Ask the engine to commit what it has read and stop (thread- and signal-safe)."""
+    def request_stop(self, reason: str = "stop requested") -> None:
+        """Ask the engine to commit what it has read and stop (thread- and signal-safe); ``reason``
+        becomes the summary's stop reason."""
+        self._stop_reason = reason  # before the event: the loop reads it once the event is set
         self._stop.set()
 
     # --- start ----------------------------------------------------------------------------------
@@ -128,10 +141,11 @@ class StreamEngine:
         with connect(self.conn) as control, control.cursor() as cur:
             plan = resolve_start(self.cfg, self.store, self.router, self.conn, cur, until_now=self.until_now,
                                  key_orders=self.key_orders)
-            s = self.state = EngineState(plan.start, plan.applied or plan.start, plan.start,
-                                         StreamOffset(plan.start, plan.applied or plan.start), plan.decide_at,
+            s = self.state = EngineState(plan.start, plan.offset.applied, plan.start, plan.offset, plan.decide_at,
+                                         gtid=plan.offset.gtid, server_id=plan.server_id,
                                          tables=plan.tables, filters=plan.filters, undecided=plan.undecided,
                                          summary=self._summary)
+            s.rewind()
             problems = [p for p in map(keyless_problem, s.streamed().values()) if p]
             if problems:
                 raise StartupError("; ".join(problems))
@@ -214,7 +228,7 @@ class StreamEngine:
         while True:
             if self._stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
                 self._commit()
-                s.summary.stop_reason = "stop requested" if self._stop.is_set() else "max-seconds reached"
+                s.summary.stop_reason = self._stop_reason if self._stop.is_set() else "max-seconds reached"
                 return
             self.changes.poll_holds()
             if (ended and not s.holds) or self._past_until():
@@ -236,11 +250,7 @@ class StreamEngine:
             if ended or s.held_rows() >= self.cfg.stream.max_held_rows:
                 self._stop.wait(0.05)  # the reader blocks on the full queue: memory stays bounded
             else:
-                try:
-                    records = self.reader.take(0.05)
-                except ReaderStopped as e:
-                    log.info("%s: stopping", e)
-                    self._stop.set()
+                records = self.reader.take(0.05)
             try:
                 for rec in records:
                     if self._handle(rec):
@@ -283,8 +293,7 @@ class StreamEngine:
         if isinstance(rec, RowsEvent):
             self._on_rows(rec)
         elif isinstance(rec, TransactionEnd):
-            s.position = s.resume = rec.position
-            s.gtid, s.event_time = rec.gtid or s.gtid, rec.timestamp or s.event_time
+            s.boundary(rec.position, rec.gtid, rec.timestamp)
         elif isinstance(rec, TableLayout):
             s.layouts[rec.id] = rec
         elif isinstance(rec, Heartbeat):
@@ -305,18 +314,18 @@ class StreamEngine:
         if t is None or not t.streamed:
             if name in s.undecided:  # a row of it before its CREATE: it existed before the stream's start
                 self.changes.needs_backfill(name, ev.position, 0, "appeared", APPEARED)
-            s.position = ev.position
+            s.read(ev)
             return
         sink = self.router.sink(name)
         if s.skip.applied(sink, ev.position) or (t.baseline is not None and ev.position <= t.baseline):
-            s.position = ev.position
+            s.read(ev)
             return
         key = (name, ev.layout)
         schema = s.conversions.get(key)
         if schema is None:
             schema = self.changes.conversion(name, s.layouts[ev.layout], ev.position)
             if schema is None:  # not streamed after all (no primary key)
-                s.position = ev.position
+                s.read(ev)
                 return
             s.conversions[key] = schema
         hold = s.holds.get(sink)
@@ -325,7 +334,8 @@ class StreamEngine:
             self.changes.wait_for_holds([name])
             self._commit()
             batch = s.batch
-        s.position, s.event_time = ev.position, ev.timestamp or s.event_time
+        s.read(ev)
+        s.event_time = ev.timestamp or s.event_time
         self.backfills.on_rows(name, schema, ev)
         f = s.filters.get(name)
         if f is not None:
@@ -348,8 +358,7 @@ class StreamEngine:
         self._commit()
         self.reader.stop()
         if rec.kind == ReadFailure.PURGED:
-            raise PositionPurged(f"reading the binlog failed: {rec.message}. Re-snapshot: delete the sink folder (or "
-                                 "use a new pipeline.name) and run `binlake run` again")
+            raise PositionPurged(f"reading the binlog failed: {rec.message}; {PURGED_WAY_OUT}")
         if rec.kind == ReadFailure.SERVER_ID:
             raise ServerIdInUse(f"source.server_id {self.cfg.source.server_id} is in use by another replica, which "
                                 f"took over the binlog connection ({rec.message}); give each pipeline and replica "
@@ -362,6 +371,11 @@ class StreamEngine:
         """Read again from the checkpoint after a fault that passes, with backoff."""
         s = self.state
         self.reader.stop()
+        if self._stop.is_set():
+            # A stop is a stop: once one is requested, a fault is not retried (a retry would read
+            # on past the stop); the loop commits what it has and ends next.
+            log.info("stopping (%s) after: %s", self._stop_reason, reason)
+            return
         delay = self.retry.next_delay()
         if delay is None:
             budget = self.retry.policy.budget_seconds
@@ -383,7 +397,7 @@ class StreamEngine:
         s.layouts.clear()
         s.conversions.clear()
         s.skip = self.sinks.skip_filter(s.offset.applied)
-        s.resume, s.position = s.offset.resume, s.offset.applied
+        s.rewind()
         self.reader.start(s.offset.resume, s.offset.applied)
 
     # --- commit and checkpoint ------------------------------------------------------------------------
@@ -400,11 +414,15 @@ class StreamEngine:
         b, s.batch = s.batch, MicroBatch()
         if s.position <= s.offset.applied and not b.tables:
             return
-        offset = StreamOffset(min(s.resume, s.position), s.position, s.gtid, s.event_time)
+        offset = s.offset_here()
         for name, tb in b.tables.items():
             s.summary.tables[name] = s.summary.tables.get(name, 0) + tb.rows_in - tb.dropped
             s.summary.changes += tb.rows_in - tb.dropped
+        if b.tables:
+            pause_at("batch_read")
         commits = self.committer.apply(b, offset)
+        if commits:
+            pause_at("tables_committed")
         s.summary.commits += len(commits)
         s.summary.batches += 1
         self._checkpoint(offset)
@@ -427,7 +445,11 @@ class StreamEngine:
     def _install_signals(self):
         if threading.current_thread() is not threading.main_thread():
             return None
-        return {sig: signal.signal(sig, lambda *_: self.request_stop()) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+        def on_signal(signum: int, _frame) -> None:
+            self.request_stop(f"stopped by {signal.Signals(signum).name}")
+
+        return {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
 
     @staticmethod
     def _restore_signals(handlers) -> None:

@@ -1,12 +1,14 @@
 """The reader process as the engine sees it: start it at a position, take its records,
 stop it.
 
-Invariants (tests/test_stream_crash.py):
+Invariants (tests/test_stream_crash.py, tests/test_stream_signals.py):
 - At most one reader process runs per engine; ``start`` stops the previous one first,
   so a reconnect never has two readers on one server_id.
+- The reader process never ends by SIGTERM/SIGINT: a supervisor or Ctrl-C signals the
+  whole process group, and the engine alone decides to stop (it commits what it read,
+  then ends the reader). It ignores both from the instant it is forked.
 - A reader that exits without an end or an error record (killed, crashed) is reported
-  as a transient ``ReaderError``, except when it was terminated by SIGTERM/SIGINT,
-  which is a stop (a supervisor signalling the whole process group): never a reconnect.
+  as a transient ``ReaderError``.
 """
 
 from __future__ import annotations
@@ -19,13 +21,7 @@ import signal
 
 from cdc_core.events import ReaderError, ReaderRecord, ReadFailure
 from cdc_core.positions import BinlogPosition
-from cdc_core.stream_reader import QUEUE_ITEMS, ReaderSpec, run_reader
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-class ReaderStopped(Exception):
-    """The reader process was terminated by a stop signal (its process group was signalled)."""
+from cdc_core.stream_reader import QUEUE_ITEMS, STOP_SIGNALS, ReaderSpec, run_reader
 
 
 class ReaderProcess:
@@ -51,29 +47,30 @@ class ReaderProcess:
         spec = dataclasses.replace(self.spec, start=start, skip_through=skip_through)
         self.process = ctx.Process(target=run_reader, args=(spec, self._queue, os.getpid()), name="binlake-reader",
                                    daemon=True)
-        self.process.start()
+        # Stop signals stay blocked across the fork: the child starts with them blocked and ignores
+        # them before unblocking (run_reader), so a group signal landing in between cannot end it.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            self.process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     def take(self, timeout: float) -> list[ReaderRecord]:
-        """The next records (a list, in binlog order), or [] if none came within ``timeout``.
-        Raises ReaderStopped when the reader was terminated by a stop signal."""
+        """The next records (a list, in binlog order), or [] if none came within ``timeout``."""
         try:
             return self._queue.get(timeout=timeout)
         except queue_mod.Empty:
             if self.process.is_alive():
                 return []
-            code = self.process.exitcode
-            if code is not None and -code in STOP_SIGNALS:
-                raise ReaderStopped(f"the reader process was terminated by {signal.Signals(-code).name}") from None
-            return [ReaderError(ReadFailure.TRANSIENT, f"reader process exited with code {code}")]
+            return [ReaderError(ReadFailure.TRANSIENT, f"reader process exited with code {self.process.exitcode}")]
 
     def stop(self) -> None:
         if self.process is None:
             return
-        self.process.terminate()
-        self.process.join(10)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
+        # SIGKILL, as the reader ignores SIGTERM; it has nothing to flush (its queue is dropped
+        # here, and the server ends the replication connection when its socket closes).
+        self.process.kill()
+        self.process.join()
         self._queue.close()
         self._queue.cancel_join_thread()
         self.process = None

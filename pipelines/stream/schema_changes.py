@@ -107,9 +107,8 @@ class SchemaChanges:
             unparsed.tables if unparsed else ())
         self.wait_for_holds(touched)  # a table's changes stay in binlog order
         self.commit()  # everything before the statement is durable before it takes effect
-        s.position = s.resume = p
-        s.gtid, s.event_time = st.gtid or s.gtid, st.timestamp or s.event_time
-        offset = StreamOffset(p, p, s.gtid, s.event_time)
+        s.boundary(p, st.gtid, st.timestamp)
+        offset = s.offset_here()
         if unparsed is not None:
             self._unparsed(unparsed, st)
         for i, change in enumerate(changes):
@@ -247,7 +246,7 @@ class SchemaChanges:
         s.tables[name] = TableState(name, streamed=True)
         s.set_schema(name, schema)
         sink = self.router.sink(name)
-        props = props or stream_commit_properties(self.cfg.pipeline.name, StreamOffset(p, p))
+        props = props or stream_commit_properties(self.cfg.pipeline.name, s.offset_here())
         if schema is None:  # columns unknown until its first table map: empty any old rows of that name now
             dt = self.sinks.existing(sink)
             routed = self.router.routed(name)
@@ -397,7 +396,7 @@ class SchemaChanges:
             widen_to(self.sinks.tables[sink], sink_schema([schema], base=self.sinks.schemas[sink], sink=sink))
             self.sinks.refresh(sink)
             return
-        props = stream_commit_properties(self.cfg.pipeline.name, StreamOffset(min(s.resume, s.position), s.position))
+        props = stream_commit_properties(self.cfg.pipeline.name, s.offset_here())
         current = self.sinks.schemas[sink]
         for col, field in zip(schema.columns, output_schema(schema)):
             have = delta_name(current.names, col.name)

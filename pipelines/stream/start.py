@@ -18,6 +18,9 @@ Invariants (tests/test_stream.py, tests/test_schema_at_position.py):
   Delta does not have, and it is recorded as needing a backfill — never half-captured.
   On a first start from a past position (``earliest``, ``specific``, ``timestamp``) a
   table's schema is taken from its first table map instead (Delta starts empty there).
+- A checkpoint written on another server (its ``server_id`` is not the source's) is
+  found on the source by GTID before anything else (pipelines/stream/failover.py); every
+  position of the plan then carries the checkpoint's base (cdc_core/positions.py).
 - The live schemas are described at ``live_at``, a binlog position with no DDL on the
   captured tables around the description. When the stream reaches it, each streamed
   table's schema there (the history plus every DDL read since) must be the live one; a
@@ -27,6 +30,7 @@ Invariants (tests/test_stream.py, tests/test_schema_at_position.py):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 
@@ -36,6 +40,7 @@ from cdc_core.config import BinlakeConfig, SourceConfig
 from cdc_core.ddl import parse_statement
 from cdc_core.handoff import HandoffFilter
 from cdc_core.key_order import KeyOrders
+from cdc_core.offsets import StreamOffset
 from cdc_core.positions import BinlogPosition, master_position
 from cdc_core.schema_history import HistoryEntry, Status, TableState, fold
 from cdc_core.source import ConnectionSettings, captured_tables, describe_captured
@@ -43,6 +48,7 @@ from cdc_core.startup import StartupError, earliest_position, scan_for_start
 from cdc_core.table_schema import TableSchema
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import open_table, table_uri
+from pipelines.stream.failover import fail_over, source_server_id
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +61,7 @@ class StartPlan:
 
     start: BinlogPosition  # a transaction boundary
     applied: BinlogPosition | None  # the checkpoint's applied position (None on a first start)
+    offset: StreamOffset  # the checkpoint (translated after a failover), else the start's
     until: BinlogPosition | None  # stop here (``--until now``, or the snapshot mode's highest high watermark)
     decide_at: BinlogPosition  # the binlog end at start (undecided tables, see the module invariants)
     filters: dict[str, HandoffFilter] = field(default_factory=dict)
@@ -63,6 +70,7 @@ class StartPlan:
     baselines: list[HistoryEntry] = field(default_factory=list)  # to record before streaming
     live: dict[str, TableSchema] = field(default_factory=dict)  # captured tables as they are now (route checks)
     live_at: BinlogPosition | None = None  # a position ``live`` is the schemas at (no DDL around the describe)
+    server_id: int | None = None  # the source's own @@server_id
 
 
 def _handoff_filters(cfg: BinlakeConfig, store: ControlStore, router, schemas: dict[str, TableSchema],
@@ -88,14 +96,14 @@ def _handoff_filters(cfg: BinlakeConfig, store: ControlStore, router, schemas: d
     return filters, low
 
 
-def stable_describe(conn: ConnectionSettings, server_id: int, cur, names: list[str], source: SourceConfig
-                    ) -> tuple[BinlogPosition, dict[str, TableSchema]]:
+def stable_describe(conn: ConnectionSettings, server_id: int, cur, names: list[str], source: SourceConfig,
+                    base: int = 0) -> tuple[BinlogPosition, dict[str, TableSchema]]:
     """The live captured schemas of ``names`` and a binlog position they are the schemas at:
     the binlog end before and after describing, with no DDL on those tables in between."""
     for _ in range(STABLE_DESCRIBE_ATTEMPTS):
-        before = master_position(cur)
+        before = master_position(cur, base)
         schemas = describe_captured(cur, names, source)
-        after = master_position(cur)
+        after = master_position(cur, base)
         touched = {t for st in read_statements(conn, server_id, before, after)
                    for t in parse_statement(st.sql, st.database).tables} if after > before else set()
         if not touched & set(names):
@@ -108,11 +116,16 @@ def resolve_start(cfg: BinlakeConfig, store: ControlStore, router, conn: Connect
                   until_now: bool, key_orders: KeyOrders) -> StartPlan:
     """The start plan (see the module invariants)."""
     names = captured_tables(cfg, cur)
+    server_id = source_server_id(cur)
     cp = store.checkpoint()
+    if cp is not None and cp.offset.server_id not in (None, server_id):
+        cp = dataclasses.replace(cp, offset=fail_over(cfg, store, conn, cur, cp, server_id,
+                                                      sorted({router.sink(n) for n in names})))
+    base = cp.offset.applied.base if cp else 0
     startup = cfg.source.startup
     mode = startup.mode
     # server_id + 1: the stream's own id may still be registered by a process being replaced.
-    live_at, described = stable_describe(conn, cfg.source.server_id + 1, cur, names, cfg.source)
+    live_at, described = stable_describe(conn, cfg.source.server_id + 1, cur, names, cfg.source, base)
     # A first start at the binlog end: the live schemas are the schemas there.
     live = described if cp is None and mode == "latest" else {}
     filters, low_watermark = _handoff_filters(cfg, store, router, described, key_orders)
@@ -137,12 +150,13 @@ def resolve_start(cfg: BinlakeConfig, store: ControlStore, router, conn: Connect
         if startup.timestamp_ms is None:
             raise StartupError("source.startup.mode timestamp needs timestamp_ms")
         start, applied = scan_for_start(conn, cfg.source.server_id, cur, timestamp_ms=startup.timestamp_ms), None
-    end = master_position(cur)
+    end = master_position(cur, base)
     until = end if until_now else None
     if mode == "snapshot" and filters:
         hw = max(f.max_high_watermark for f in filters.values())
         until = hw if until is None else min(until, hw)
-    plan = StartPlan(start, applied, until, end, filters, live=described, live_at=live_at)
+    offset = cp.offset if cp else StreamOffset(start, start, server_id=server_id)
+    plan = StartPlan(start, applied, offset, until, end, filters, live=described, live_at=live_at, server_id=server_id)
     _known_tables(plan, store.schema_history(), names, live, cfg.source, first_from_past=cp is None and mode in (
         "earliest", "specific", "timestamp"))
     _legacy_baselines(plan, names)

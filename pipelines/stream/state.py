@@ -4,6 +4,9 @@ recorder the parts share.
 Invariants:
 - ``position`` is the end of the last event read; ``resume`` the last transaction
   boundary read (``resume <= position``); ``offset`` the last checkpoint written.
+- ``txn_rows`` counts the captured rows of the transaction being read up to
+  ``position`` (also those a restart skipped: it starts from the checkpoint's count), so
+  an offset inside a transaction can be found on another server (cdc_core/failover.py).
 - ``tables`` holds every source table the stream knows (cdc_core/schema_history.py:
   TableState); a table is applied to Delta only while ``streamed``.
 - The recorder writes each (table, position, change, status) once, also across
@@ -15,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from cdc_core.events import Heartbeat, TableLayout
+from cdc_core.events import Heartbeat, RowsEvent, TableLayout
 from cdc_core.handoff import HandoffFilter
 from cdc_core.micro_batch import MicroBatch
 from cdc_core.offsets import SkipFilter, StreamOffset
@@ -61,8 +64,11 @@ class EngineState:
     resume: BinlogPosition
     offset: StreamOffset
     decide_at: BinlogPosition
-    gtid: str | None = None
+    gtid: str | None = None  # of the transaction that ended at ``resume``
     event_time: int = 0
+    server_id: int | None = None  # the source's own
+    txn_gtid: str | None = None  # of the transaction being read
+    txn_rows: int = 0
     batch: MicroBatch = field(default_factory=MicroBatch)
     tables: dict[str, TableState] = field(default_factory=dict)  # by source table
     layouts: dict[int, TableLayout] = field(default_factory=dict)  # of the running reader process
@@ -72,6 +78,28 @@ class EngineState:
     holds: dict[str, Hold] = field(default_factory=dict)  # by Delta (sink) table
     undecided: set[str] = field(default_factory=set)
     summary: StreamSummary = field(default_factory=StreamSummary)
+
+    def read(self, ev: RowsEvent) -> None:
+        """Row event ``ev`` is read: the position moves past it, inside its transaction."""
+        self.position, self.txn_gtid = ev.position, ev.gtid
+        self.txn_rows += len(ev.rows)
+
+    def boundary(self, position: BinlogPosition, gtid: str | None, timestamp: int) -> None:
+        """A transaction (or statement) ended at ``position``: a place to resume from."""
+        self.position = self.resume = position
+        self.gtid, self.event_time = gtid or self.gtid, timestamp or self.event_time
+        self.txn_gtid, self.txn_rows = None, 0
+
+    def offset_here(self) -> StreamOffset:
+        """The offset of everything read so far."""
+        inside = self.position > self.resume
+        return StreamOffset(min(self.resume, self.position), self.position, self.gtid, self.event_time,
+                            self.server_id, self.txn_gtid if inside else None, self.txn_rows if inside else 0)
+
+    def rewind(self) -> None:
+        """Read again from the checkpoint (a reconnect): its transaction's rows counted."""
+        self.resume, self.position = self.offset.resume, self.offset.applied
+        self.txn_gtid, self.txn_rows = self.offset.txn_gtid, self.offset.txn_rows
 
     def streamed(self) -> dict[str, TableSchema]:
         """Schemas of the tables applied to Delta whose schema is known."""
