@@ -40,8 +40,9 @@ test: install
 lint: install
 	$(BIN)/ruff check .
 
+# Issue 13's benchmarks, then one table of its figures (bench/issue13.py; --report prints the last).
 bench: install
-	$(BIN)/python bench/snapshot.py
+	$(BIN)/python bench/issue13.py
 
 clean:
 	rm -rf $(VENV) demo-lake .demo .ui .ui-screenshots bench/out

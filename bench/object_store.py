@@ -59,7 +59,7 @@ import pyarrow.parquet as pq  # noqa: E402
 from bench.snapshot import DB as SNAP_DB  # noqa: E402
 from bench.snapshot import TABLE as SNAP_TABLE  # noqa: E402
 from bench.snapshot import binlake_config, load_table  # noqa: E402
-from bench.stream import DB, TABLES, Backlog, generate_backlog, stream_config  # noqa: E402
+from bench.stream import DB, TABLES, Backlog, create_tables, generate_backlog, stream_config  # noqa: E402
 from cdc_core.config import BinlakeConfig, SinkConfig, parse_config  # noqa: E402
 from pipelines.delta_sink import count_rows, open_table, table_uri, write_parquet  # noqa: E402
 from pipelines.local_mariadb import LocalMariaDB  # noqa: E402
@@ -180,6 +180,7 @@ def run_stream(server: LocalMariaDB, runs: Runs, where: str, backlog: Backlog, r
 
 def measure_stream(server: LocalMariaDB, runs: Runs, args) -> dict:
     print(f"\n2. stream: generating {args.changes:,} row changes ...", flush=True)
+    create_tables(server)
     backlog = generate_backlog(server, args.changes)
     results: dict[str, list[dict]] = {"local": [], "s3": []}
     sid = iter(range(6500, 6600))

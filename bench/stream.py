@@ -87,7 +87,7 @@ from pymysqlreplication import BinLogStreamReader  # noqa: E402
 from pymysqlreplication.event import XidEvent  # noqa: E402
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent  # noqa: E402
 
-from bench.snapshot import DDL  # noqa: E402  (the same 7-column table as the snapshot benchmark)
+from bench.snapshot import DDL, VALUES  # noqa: E402  (the same 7-column table as the snapshot benchmark)
 from cdc_core.config import BinlakeConfig, parse_config  # noqa: E402
 from cdc_core.positions import BinlogPosition, master_position  # noqa: E402
 from cdc_core.source import connect, connection_settings  # noqa: E402
@@ -229,6 +229,7 @@ class Backlog:
 
     start: BinlogPosition
     end: BinlogPosition
+    tables: tuple[str, ...] = TABLES
     changes: int = 0
     inserts: int = 0
     updates: int = 0
@@ -247,22 +248,44 @@ class Backlog:
         return d
 
 
-def generate_backlog(server: LocalMariaDB, rows: int, mix: tuple[float, float, float] = MIX,
-                     seed: int = 7) -> Backlog:
-    """Create ``bench.t1..t3`` empty, then write ``rows`` row changes (see the module docstring)."""
+def backlog_tables(preload: int) -> tuple[str, ...]:
+    """The backlog's tables: t1..t3, or t1 alone when it is preloaded (the update-heavy mix)."""
+    return TABLES[:1] if preload else TABLES
+
+
+def create_tables(server: LocalMariaDB, preload: int = 0) -> BinlogPosition:
+    """Create the backlog's tables empty; with ``preload``, insert rows 1..preload into t1 (binlogged,
+    so a stream from the returned position reads them). Returns the position before the preload."""
     conn = server.connect()
     with conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{DB}` DEFAULT CHARSET utf8mb4")
-        for t in TABLES:
+        for t in backlog_tables(preload):
             cur.execute(DDL.format(db=DB, table=t))
+        start = master_position(cur)
+        conn.select_db(DB)  # seq_M_to_N (Sequence engine) resolves in the current database
+        step = 100_000  # binlogged transactions of a moderate size
+        for lo in range(1, preload + 1, step):
+            hi = min(lo + step - 1, preload)
+            cur.execute(f"INSERT INTO `{DB}`.`{TABLES[0]}` SELECT {VALUES} FROM seq_{lo}_to_{hi}")
+        return start
+
+
+def generate_backlog(server: LocalMariaDB, rows: int, mix: tuple[float, float, float] = MIX,
+                     seed: int = 7, preload: int = 0) -> Backlog:
+    """Write ``rows`` row changes into the tables :func:`create_tables` made (see the module docstring):
+    on the three tables, or with ``preload`` on t1 only, whose ids 1..preload already exist."""
+    tables = backlog_tables(preload)
+    conn = server.connect()
+    with conn, conn.cursor() as cur:
         start = master_position(cur)
         t0 = time.perf_counter()
         conn.autocommit(False)
         rng = random.Random(seed)
-        live = {t: [1, 1] for t in TABLES}  # live ids are [lo, hi): deletes take the oldest, inserts append
-        b = Backlog(start, start)
+        # live ids are [lo, hi): deletes take the oldest, inserts append
+        live = {t: [1, preload + 1 if t == TABLES[0] else 1] for t in tables}
+        b = Backlog(start, start, tables)
         while b.changes < rows:
-            table = rng.choice(TABLES)
+            table = rng.choice(tables)
             size = min(rng.randint(*TX_ROWS), max(rows - b.changes, 1))
             lo, hi = live[table]
             r = rng.random()
@@ -287,7 +310,7 @@ def generate_backlog(server: LocalMariaDB, rows: int, mix: tuple[float, float, f
         conn.autocommit(True)
         b.seconds = time.perf_counter() - t0
         b.end = master_position(cur)
-    b.mysql_rows = mysql_counts(server, DB, TABLES)
+    b.mysql_rows = mysql_counts(server, DB, tables)
     return b
 
 
@@ -323,12 +346,35 @@ def run_raw_reader(server: LocalMariaDB, backlog: Backlog, server_id: int) -> di
             "cpu_s": {"reader (this process)": cpu["self"], "mariadbd": cpu["mariadbd"]}}
 
 
+@dataclass(frozen=True)
+class BaseLake:
+    """A lake the stream brought up to the backlog's start (the update-heavy mix's preloaded
+    table): each (b) run resumes from its checkpoint in a copy of it."""
+
+    path: Path
+    pipeline: str
+    seconds: float
+
+
+def preload_lake(server: LocalMariaDB, start: BinlogPosition, work: Path, args: argparse.Namespace) -> BaseLake:
+    """Stream (start, now] (the preload) into a lake of its own, untimed by the measurement."""
+    lake, name = work / "lake-preloaded", "bench_stream_preloaded"
+    t0 = time.perf_counter()
+    StreamEngine(parse_config(stream_config(server, lake, name, SERVER_ID_STREAM - 1, DB, start, args)),
+                 until_now=True).run()
+    return BaseLake(lake, name, time.perf_counter() - t0)
+
+
 def run_engine(server: LocalMariaDB, backlog: Backlog, work: Path, run_id: str, server_id: int,
-               args: argparse.Namespace, check: bool = False) -> dict:
-    """(b) binlake end to end into a fresh sink over (start, end]; verifies Delta = MySQL."""
+               args: argparse.Namespace, check: bool = False, base: BaseLake | None = None) -> dict:
+    """(b) binlake end to end over (start, end], into a fresh sink or a copy of ``base`` (resumed
+    from its checkpoint at ``start``); verifies Delta = MySQL."""
     lake = work / f"lake-throughput-{run_id}"
-    cfg = parse_config(stream_config(server, lake, f"bench_stream_{run_id}", server_id, DB,
-                                         backlog.start, args))
+    name = f"bench_stream_{run_id}"
+    if base is not None:
+        shutil.copytree(base.path, lake)  # before the clock starts
+        name = base.pipeline
+    cfg = parse_config(stream_config(server, lake, name, server_id, DB, backlog.start, args))
     first_commit: list[float] = []
     t0 = time.perf_counter()
 
@@ -341,8 +387,8 @@ def run_engine(server: LocalMariaDB, backlog: Backlog, work: Path, run_id: str, 
     summary = engine.run()
     seconds = time.perf_counter() - t0
     cpu = cpu_delta(cpu0, cpu_snapshot(server))
-    counts = delta_counts(lake, DB, TABLES)
-    files = {t: len(DeltaTable(str(lake / DB / t)).file_uris()) for t in TABLES}
+    counts = delta_counts(lake, DB, backlog.tables)
+    files = {t: len(DeltaTable(str(lake / DB / t)).file_uris()) for t in backlog.tables}
     if counts != backlog.mysql_rows:
         raise AssertionError(f"(b) binlake: Delta rows {counts} != MySQL rows {backlog.mysql_rows}")
     if summary.changes != backlog.changes:
@@ -354,7 +400,7 @@ def run_engine(server: LocalMariaDB, backlog: Backlog, work: Path, run_id: str, 
            "cpu_s": {"engine (this process)": cpu["self"], "reader (forked child)": cpu["children"],
                      "mariadbd": cpu["mariadbd"]}}
     if check:
-        out["compare"] = compare_tables(cfg, lake, DB, TABLES)
+        out["compare"] = compare_tables(cfg, lake, DB, backlog.tables)
         bad = [d for d in out["compare"].values() if not d["equal"]]
         if bad:
             raise AssertionError(f"(b) binlake: Delta differs from MySQL: {bad}")
@@ -374,14 +420,15 @@ def compare_tables(cfg: BinlakeConfig, lake: Path, database: str, tables: tuple[
 
 
 def measure_throughput(server: LocalMariaDB, backlog: Backlog, work: Path, env: dict,
-                       args: argparse.Namespace) -> dict:
+                       args: argparse.Namespace, base: BaseLake | None = None) -> dict:
     results: dict[str, list[dict]] = {"a": [], "b": []}
     for i in range(args.repeat):
         r = run_raw_reader(server, backlog, SERVER_ID_RAW + i)
         results["a"].append(r)
         print(f"  [{i + 1}/{args.repeat}] (a) python-mysql-replication  {r['seconds']:7.2f} s  "
               f"{r['rows_per_s']:>9,.0f} rows/s", flush=True)
-        r = run_engine(server, backlog, work, str(i), SERVER_ID_STREAM + i, args, check=args.compare and i == 0)
+        r = run_engine(server, backlog, work, str(i), SERVER_ID_STREAM + i, args, check=args.compare and i == 0,
+                       base=base)
         results["b"].append(r)
         print(f"  [{i + 1}/{args.repeat}] (b) binlake stream → Delta     {r['seconds']:7.2f} s  "
               f"{r['rows_per_s']:>9,.0f} rows/s  ({r['batches']} batches, {r['table_commits']} table commits)",
@@ -397,9 +444,11 @@ def measure_throughput(server: LocalMariaDB, backlog: Backlog, work: Path, env: 
 
     print()
     mix = "/".join(f"{x * 100:.0f}" for x in args.mix)
-    print(f"1. Throughput ({mix} insert/update/delete transactions): {n:,} row changes ({backlog.inserts:,} "
+    preloaded = f", {DB}.{TABLES[0]} preloaded with {args.preload:,} rows" if args.preload else ""
+    print(f"1. Throughput ({mix} insert/update/delete transactions{preloaded}): {n:,} row changes ({backlog.inserts:,} "
           f"inserted, {backlog.updates:,} updated, {backlog.deletes:,} deleted) in {backlog.transactions:,} "
-          f"transactions on {len(TABLES)} tables, {backlog.binlog_bytes / 2**20:,.1f} MiB of binlog, "
+          f"transactions on {len(backlog.tables)} tables, "
+          f"{backlog.binlog_bytes / 2**20:,.1f} MiB of binlog, "
           f"{backlog.start} → {backlog.end}; repeat {args.repeat}")
     header = f"  {'run':<52}{'median s':>10}{'best s':>9}{'rows/s (median)':>17}{'rows/s (best)':>15}"
     print(header)
@@ -562,7 +611,7 @@ def measure_memory(server: LocalMariaDB, backlog: Backlog, work: Path, env: dict
     maxrss_kib = usage.ru_maxrss
     if code != 0:
         raise RuntimeError(f"binlake stream exited with {code}:\n{tail(log_path, 20)}")
-    counts = delta_counts(lake, DB, TABLES)
+    counts = delta_counts(lake, DB, backlog.tables)
     if counts != backlog.mysql_rows:
         raise AssertionError(f"memory run: Delta rows {counts} != MySQL rows {backlog.mysql_rows}")
     mib = 2**20
@@ -817,8 +866,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-batch-seconds", type=float, help="stream.max_batch_seconds (default: config default)")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--out-dir", type=Path, default=OUT_DIR)
+    ap.add_argument("--preload", type=int, default=0, metavar="N",
+                    help="update-heavy mix: bench.t1 holds ids 1..N in MySQL and in Delta before the backlog, "
+                         "which then writes to t1 only (e.g. --preload 1000000 --mix 0/100/0); throughput only")
     args = ap.parse_args(argv)
     only = set(args.only or ("throughput", "latency", "memory"))
+    if args.preload and "memory" in only:
+        ap.error("--preload measures throughput only (add --only throughput)")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     env = {"nproc": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
@@ -831,16 +885,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server.start()
         print(f"MariaDB on port {server.port}", flush=True)
-        backlog = None
+        backlog = base = None
         if only & {"throughput", "memory"}:
+            start = create_tables(server, args.preload)
+            if args.preload:
+                print(f"preloaded {args.preload:,} rows into {DB}.{TABLES[0]}; streaming them into a base lake ...",
+                      flush=True)
+                base = preload_lake(server, start, work, args)
+                print(f"  streamed in {base.seconds:.1f} s (untimed; each (b) run resumes from a copy)", flush=True)
             print(f"generating {args.rows:,} row changes ...", flush=True)
-            backlog = generate_backlog(server, args.rows, args.mix)
+            backlog = generate_backlog(server, args.rows, args.mix, preload=args.preload)
             print(f"  {backlog.changes:,} changes in {backlog.transactions:,} transactions in "
                   f"{backlog.seconds:.1f} s ({backlog.binlog_bytes / 2**20:,.1f} MiB of binlog)", flush=True)
         # Order matters: throughput and memory read (start, end] with --until now, so nothing
         # may be written after the backlog until both are done; the latency load comes last.
         if "throughput" in only:
-            passed.append(measure_throughput(server, backlog, work, env, args)["ratio_b_over_a"]["pass"])
+            passed.append(measure_throughput(server, backlog, work, env, args, base)["ratio_b_over_a"]["pass"])
         if "memory" in only:
             passed.append(measure_memory(server, backlog, work, env, args)["pass"])
         if "latency" in only:

@@ -38,7 +38,9 @@ from cdc_core.positions import BinlogPosition
 from cdc_core.table_schema import TableSchema
 from cdc_core.types import binlog_value
 
-_IDENTITY_TYPES = {"tinyint", "smallint", "mediumint", "int", "float", "double", "char", "varchar"}
+# Types whose decoded binlog values binlog_value returns unchanged when signed (its chain of
+# checks is skipped: a BIGINT key is in almost every row, and an update folds two images).
+_IDENTITY_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint", "float", "double", "char", "varchar"}
 
 Drop = Callable[[object, BinlogPosition], bool]
 
@@ -131,16 +133,23 @@ class TableBatch:
                 if not self._dropped(before, pos):
                     self._delete(before, seq)
             else:
-                self._update(conv(r[0]), conv(r[1]), seq, pos)
+                self._update(r[0], r[1], seq, pos)
 
     def _update(self, before: tuple, after: tuple, seq: int, pos: BinlogPosition) -> None:
-        if self._removes(before, after) and not self._dropped(before, pos):
-            self._delete(before, seq)
+        """An update's images as decoded: the before image is converted only when the update
+        removes it (an update of a keyed table that keeps its key needs nothing of it)."""
+        if self._removes(before, after):
+            before = self._convert(before)
+            if not self._dropped(before, pos):
+                self._delete(before, seq)
+        after = self._convert(after)
         if not self._dropped(after, pos):
             self._write(after, "u", seq, True)
 
     def _removes(self, before: tuple, after: tuple) -> bool:
-        """Whether an update removes its before image (a key update: the row moves)."""
+        """Whether an update removes its before image (a key update: the row moves), from the
+        decoded values: a conversion gives equal values equal results, and a key it would make
+        equal is removed and then written again, which leaves the same plan."""
         return self._key(before) != self._key(after)
 
     def plan(self) -> TablePlan:

@@ -10,13 +10,14 @@ import time
 import uuid
 from dataclasses import dataclass, replace
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, QueryBuilder, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
-from deltalake.transaction import AddAction
+from deltalake.transaction import AddAction, RemoveAction
 
 from cdc_core.chunk_reader import CDC_OP, CDC_SEQ
 from cdc_core.chunk_record import ChunkRecord
@@ -71,10 +72,12 @@ class WrittenFile:
         return AddAction(self.path, self.size, {}, int(time.time() * 1000), True, self.stats)
 
 
-def write_parquet(uri: str, table: pa.Table, storage_options: dict[str, str] | None = None) -> WrittenFile:
+def write_parquet(uri: str, table: pa.Table, storage_options: dict[str, str] | None = None,
+                  kind: str = "snapshot") -> WrittenFile:
     """Write ``table`` as one Parquet file into the table folder ``uri`` (a local folder or an
-    object-store URI reached with ``storage_options``); the file is not committed."""
-    name = f"part-snapshot-{uuid.uuid4().hex}.parquet"
+    object-store URI reached with ``storage_options``); the file is not committed. ``kind``
+    names the writer in the file name (snapshot, stream)."""
+    name = f"part-{kind}-{uuid.uuid4().hex}.parquet"
     fs, prefix = filesystem(uri, storage_options)
     # Dictionary encoding only for the op column: on high-cardinality columns it costs
     # about twice the write time for larger files (measured in bench/snapshot.py --profile).
@@ -177,14 +180,21 @@ def post_commit_hooks(dt: DeltaTable) -> PostCommitHookProperties:
 
 
 def apply_changes(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upsert: pa.Table, delete: pa.Table,
-                  props: CommitProperties) -> RowsApplied:
+                  props: CommitProperties, uri: str | None = None,
+                  storage_options: dict[str, str] | None = None) -> RowsApplied:
     """One Delta commit with a table's batch: rows new to the table are appended; when
-    any row may already exist, one MERGE on the primary key deletes, updates and inserts.
-    Returns what the commit did (the MERGE's own metrics)."""
+    any row may already exist, only the files holding those keys are rewritten
+    (:func:`_copy_on_write`), or on a table whose files cannot be rewritten that way
+    (:func:`_rewritable`) one MERGE on the primary key deletes, updates and inserts.
+    ``append``, ``upsert`` and ``delete`` share one schema, the Delta table's. ``uri`` and
+    ``storage_options``: the table's location as the sink names it, where rewritten files go
+    (default: the table's own URI, percent-encoded by delta-rs). Returns what the commit did."""
     hooks = post_commit_hooks(dt)
     if not upsert.num_rows and not delete.num_rows:
         write_deltalake(dt, append, mode="append", commit_properties=props, post_commithook_properties=hooks)
         return RowsApplied(inserted=append.num_rows)
+    if _rewritable(dt) and all(_joinable(append.schema.field(k).type) for k in key):
+        return _copy_on_write(dt, key, append, upsert, delete, props, hooks, uri or dt.table_uri, storage_options)
     source = pa.concat_tables([append, upsert, delete])
     on = " AND ".join(f"t.{_sql_ident(k)} = s.{_sql_ident(k)}" for k in key)
     # Every column named and quoted: delta-rs's update_all/insert_all do not quote column
@@ -200,6 +210,104 @@ def apply_changes(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upsert
     # object store that saves a LIST per commit, bench/object_store.py).
     return RowsApplied(metrics.get("num_target_rows_inserted", 0), metrics.get("num_target_rows_updated", 0),
                        metrics.get("num_target_rows_deleted", 0))
+
+
+def _rewritable(dt: DeltaTable) -> bool:
+    """Whether the table's data files hold its rows as they are, so that rewriting a file without
+    some rows removes exactly those: no partition columns (their values are not in the files), no
+    column mapping (physical names differ), no deletion vectors (a file is not all live rows).
+    Tables binlake created have none of these; one another engine made may."""
+    meta = dt.metadata()
+    return (not meta.partition_columns
+            and meta.configuration.get("delta.columnMapping.mode", "none") == "none"
+            and "deletionVectors" not in (dt.protocol().reader_features or ()))
+
+
+def _joinable(t: pa.DataType) -> bool:
+    """Whether Arrow's hash join (the copy-on-write's key match) takes key columns of type ``t``:
+    the types binlake gives keys, checked; any other key is left to a MERGE."""
+    return any(f(t) for f in (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
+                              pa.types.is_large_binary, pa.types.is_fixed_size_binary, pa.types.is_decimal128,
+                              pa.types.is_date, pa.types.is_timestamp, pa.types.is_time, pa.types.is_boolean))
+
+
+_ROW, _CHANGE = "_binlake_row", "_binlake_change"  # positions carried through the key joins
+
+
+def _copy_on_write(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upsert: pa.Table, delete: pa.Table,
+                   props: CommitProperties, hooks: PostCommitHookProperties, uri: str,
+                   storage_options: dict[str, str] | None) -> RowsApplied:
+    """The batch as one commit of file actions: each file holding a key of ``upsert`` or
+    ``delete`` is replaced by a copy without those rows and with the upserted rows of its
+    own keys (so a file keeps its key range and later batches still prune on it); the other
+    files are not read again (those whose key statistics rule the keys out) or are read and
+    left as they are. Upserts found in no file and ``append`` go into one new file.
+
+    Why not a MERGE: delta-rs's MERGE on the key scans every file in the key range of the
+    whole source and joins it in DataFusion; updates spread over a large table then read and
+    rewrite most of it every batch (bench/stream.py --preload). A key Delta holds twice (a
+    hand-made copy) loses both copies and is written once, where a MERGE updates both."""
+    schema = append.schema
+    changes = pa.concat_tables([upsert, delete])
+    keys = changes.select(list(key)).append_column(_CHANGE, pa.array(np.arange(changes.num_rows)))
+    written = np.zeros(changes.num_rows, dtype=bool)  # upserts already written back (each goes into one file)
+    actions: list[AddAction | RemoveAction] = []
+    now = int(time.time() * 1000)
+    updated = deleted = 0
+    dataset = dt.to_pyarrow_dataset()
+    # Files are pruned on one key column: an integer one if any (a route's key starts with the
+    # source's name, which statistics cannot prune on), see _files_holding.
+    prune = next((k for k in key if pa.types.is_integer(schema.field(k).type)), key[0])
+    candidates = _files_holding(dt, prune, changes.column(prune))
+    for fragment in dataset.get_fragments():
+        size = candidates.get(fragment.path)
+        if size is None:
+            continue
+        # The dataset's schema fills columns an older file lacks; the cast turns DataFusion's
+        # string_view (files a MERGE wrote) back into the table's types.
+        rows = fragment.to_table(schema=dataset.schema).cast(schema)
+        ids = rows.select(list(key)).append_column(_ROW, pa.array(np.arange(rows.num_rows)))
+        hits = ids.join(keys, list(key), join_type="inner", use_threads=False)
+        if not hits.num_rows:
+            continue
+        gone = hits.column(_ROW).to_numpy()
+        change = hits.column(_CHANGE).to_numpy()
+        back = np.unique(change[(change < upsert.num_rows) & ~written[change]])
+        updated += len(back)
+        deleted += int(np.count_nonzero(change >= upsert.num_rows))
+        written[back] = True
+        keep = np.ones(rows.num_rows, dtype=bool)
+        keep[gone] = False
+        rest = pa.concat_tables([rows.filter(pa.array(keep)), changes.take(pa.array(back, pa.int64()))])
+        actions.append(RemoveAction(fragment.path, True, now, size, {}))
+        if rest.num_rows:
+            actions.append(write_parquet(uri, rest, storage_options, kind="stream").add_action())
+    new = pa.concat_tables([append, upsert.filter(pa.array(~written[:upsert.num_rows]))])
+    if new.num_rows:
+        actions.append(write_parquet(uri, new, storage_options, kind="stream").add_action())
+    dt.create_write_transaction(actions, mode="append", schema=schema, commit_properties=props,
+                                post_commithook_properties=hooks)
+    dt.update_incremental()  # a write transaction does not move ``dt`` to the version it committed
+    return RowsApplied(new.num_rows, updated, deleted)
+
+
+def _files_holding(dt: DeltaTable, column: str, values: pa.ChunkedArray) -> dict[str, int]:
+    """Path -> size of each data file that may hold a row whose ``column`` is one of ``values``:
+    those whose min/max statistics of an integer ``column`` bracket one of them, and every file
+    without such statistics (or of a column of another type: its statistics may be truncated)."""
+    files = pa.table(dt.get_add_actions(flatten=True))
+    paths, sizes = files.column("path").to_pylist(), files.column("size_bytes").to_pylist()
+    lo, hi = f"min.{column}", f"max.{column}"
+    if not (pa.types.is_integer(values.type) and all(
+            n in files.column_names and pa.types.is_integer(files.schema.field(n).type) for n in (lo, hi))):
+        return dict(zip(paths, sizes))  # (a column no file has statistics of is of the null type)
+    wanted = np.sort(values.to_numpy())
+    known = pc.and_(files.column(lo).is_valid(), files.column(hi).is_valid()).to_numpy(zero_copy_only=False)
+    mins = files.column(lo).fill_null(0).to_numpy().astype(wanted.dtype)
+    maxs = files.column(hi).fill_null(0).to_numpy().astype(wanted.dtype)
+    first = np.minimum(np.searchsorted(wanted, mins), len(wanted) - 1)  # the smallest value >= each min
+    holds = ~known | ((wanted[first] >= mins) & (wanted[first] <= maxs))
+    return {p: s for p, s, h in zip(paths, sizes, holds) if h}
 
 
 def deletions(schema: pa.Schema, key: tuple[str, ...], keys: list[tuple]) -> pa.Table:

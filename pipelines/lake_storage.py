@@ -29,7 +29,7 @@ import logging
 import os
 import re
 import uuid
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import pyarrow.fs as pafs
 from deltalake.fs import DeltaStorageHandler
@@ -60,7 +60,7 @@ def filesystem(root: str, options: dict[str, str] | None) -> tuple[pafs.FileSyst
     """A pyarrow filesystem for the folder ``root`` of the lake and the prefix of paths in it:
     the local filesystem, or delta-rs's object store (one per root and options in this process)."""
     if is_local(root):
-        path = urlparse(root).path if root.startswith("file:") else root
+        path = unquote(urlparse(root).path) if root.startswith("file:") else root  # a URI's path is %-encoded
         return pafs.LocalFileSystem(), path.rstrip("/") + "/"
     return _store(root.rstrip("/"), tuple(sorted((options or {}).items()))), ""
 

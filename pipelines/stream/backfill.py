@@ -40,7 +40,7 @@ from cdc_core.table_schema import TableSchema
 from cdc_core.types import binlog_value
 from pipelines.backfill_requests import refusal
 from pipelines.control_store import ControlStore
-from pipelines.delta_sink import apply_changes, deduplicate, deletions, stream_commit_properties
+from pipelines.delta_sink import apply_changes, deduplicate, deletions, stream_commit_properties, table_uri
 from pipelines.pause_points import pause_at
 from pipelines.schema_applier import conform, delta_name, delta_schema
 from pipelines.stream.sinks import Sinks
@@ -367,7 +367,8 @@ class Backfills:
         if found.twice:  # first one copy of each: a MERGE would update every copy alike
             deduplicate(self.sinks.tables[sink], key, found.twice, props)
         if append.num_rows or upsert.num_rows or delete.num_rows:
-            applied = apply_changes(self.sinks.tables[sink], key, append, upsert, delete, props)
+            applied = apply_changes(self.sinks.tables[sink], key, append, upsert, delete, props,
+                                    table_uri(self.cfg.sink.path, sink), self.cfg.sink.storage_options)
         else:  # the range already equals MySQL: nothing to commit
             applied = RowsApplied()
         pause_at("backfill_merged")

@@ -31,7 +31,7 @@ from cdc_core.table_batch import TablePlan, plan_to_arrow
 from cdc_core.table_commit import RowsApplied, TableCommit
 from cdc_core.table_schema import TableSchema
 from cdc_core.transient import Retry
-from pipelines.delta_sink import apply_changes, apply_keyless, stream_commit_properties
+from pipelines.delta_sink import apply_changes, apply_keyless, stream_commit_properties, table_uri
 from pipelines.schema_applier import conform, conform_routed, delta_name
 from pipelines.stream.sinks import Sinks
 
@@ -114,4 +114,6 @@ class Committer:
             return apply_keyless(table, columns, rows("append"), rows("delete"), props)
         key = sink_key(parts[0].schema) if routed else parts[0].schema.row_key
         key = tuple(delta_name(target.names, k) or k for k in key)
-        return apply_changes(table, key, rows("append"), rows("upsert"), rows("delete"), props)
+        sink_cfg = self.sinks.cfg.sink
+        return apply_changes(table, key, rows("append"), rows("upsert"), rows("delete"), props,
+                             table_uri(sink_cfg.path, sink), sink_cfg.storage_options)

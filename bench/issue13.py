@@ -1,0 +1,169 @@
+"""Issue 13's figures in one table (``make bench``): every figure a benchmark in bench/
+measures, its baseline, the ratio, the goal and PASS/MISS; the figures no benchmark
+measures yet are listed as such.
+
+    .venv/bin/python bench/issue13.py                 # run every benchmark, then the table
+    .venv/bin/python bench/issue13.py --only stream_updates --only latency
+    .venv/bin/python bench/issue13.py --report        # the table from the last runs' JSON only
+
+Each benchmark runs as its own process with the issue's sizes and writes its JSON under
+bench/out/issue13/; the table is read back from those files, so ``--report`` prints the
+last figures without running anything (a figure never run shows as "not run"). Each row
+carries the load average at the end of its run: on 2 shared cores the ratios move with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "bench" / "out" / "issue13"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One row of the table: what is measured, against what, and the goal."""
+
+    name: str  # the benchmark run it comes from (--only)
+    what: str
+    baseline: str
+    goal: str
+    read: Callable[[dict], tuple[str, str, float | None, bool]] | None  # JSON -> measured, baseline, ratio, pass
+
+
+@dataclass(frozen=True)
+class Run:
+    """A benchmark process and the JSON file it leaves (under OUT)."""
+
+    script: str
+    args: tuple[str, ...]
+    json: str
+    repeats: bool = True  # takes --repeat as alternating repeats of what it compares
+
+    def command(self, repeat: int) -> list[str]:
+        path = OUT / self.json
+        # stream.py writes one file per measurement into a folder; the others write one file
+        where = ("--out-dir", str(path.parent)) if self.script == "stream.py" else ("--out", str(path))
+        return [sys.executable, str(REPO / "bench" / self.script), *self.args,
+                *(("--repeat", str(repeat)) if self.repeats else ()), *where]
+
+
+RUNS = {
+    "snapshot": Run("snapshot.py", ("--rows", "2000000"), "snapshot.json"),
+    "noop_snapshot": Run("noop_snapshot.py", ("--rows", "2000000"), "noop_snapshot.json", repeats=False),
+    "stream_inserts": Run("stream.py", ("--only", "throughput", "--rows", "600000", "--mix", "100/0/0"),
+                          "stream_inserts/stream_throughput.json"),
+    "stream_updates": Run("stream.py", ("--only", "throughput", "--preload", "1000000", "--rows", "300000",
+                                        "--mix", "0/100/0"), "stream_updates/stream_throughput.json"),
+    # 20,000 rows/s: 200 rows per transaction at 100 transactions/s; one paced load
+    "latency": Run("stream.py", ("--only", "latency", "--latency-seconds", "60", "--rows-per-tx", "200"),
+                   "stream_latency/stream_latency.json", repeats=False),
+}
+
+
+def _snapshot(doc: dict) -> tuple[str, str, float | None, bool]:
+    r, b = doc["results"], doc["results"][doc["b_method"]]
+    ratio = doc["ratios"]["(a)/(b)"]
+    return f"{r['a']['median_s']:.2f} s", f"{b['median_s']:.2f} s", ratio["median"], ratio["pass"]
+
+
+def _noop(doc: dict) -> tuple[str, str, float | None, bool]:
+    return (f"{doc['rerun_median_s']:.2f} s", f"{doc['first_s']:.2f} s (first run)",
+            doc["rerun_median_s"] / doc["first_s"], doc["pass"])
+
+
+def _stream(doc: dict) -> tuple[str, str, float | None, bool]:
+    r, ratio = doc["results"], doc["ratio_b_over_a"]
+    return (f"{r['b']['rows_per_s_median']:,.0f} rows/s ({doc['backlog']['changes']:,} changes)",
+            f"{r['a']['rows_per_s_median']:,.0f} rows/s",
+            ratio["median"], ratio["median"] >= STREAM_GOAL)
+
+
+def _latency(doc: dict) -> tuple[str, str, float | None, bool]:
+    d = doc["latency_s"]
+    ok = d["p50"] <= LATENCY_P50_S and d["p99"] <= LATENCY_P99_S and not doc["missing"]
+    return (f"p50 {d['p50']:.2f} s, p99 {d['p99']:.2f} s at {doc['achieved_rows_per_s']:,.0f} rows/s",
+            "-", None, ok)
+
+
+STREAM_GOAL = 0.9
+LATENCY_P50_S, LATENCY_P99_S = 0.5, 1.5
+
+FIGURES = (
+    Figure("snapshot", "1. snapshot 2M rows, binlake (in session) vs Spark JDBC", "Spark JDBC", ">= 2x", _snapshot),
+    Figure("", "1. snapshot 2M rows, whole process vs dlt (connectorx, partitioned)", "dlt", ">= 1x", None),
+    Figure("", "1. snapshot 20M rows vs dlt; peak RSS bounded", "dlt", ">= 1.5x", None),
+    Figure("noop_snapshot", "1. no-op `binlake snapshot` re-run, whole process", "first run", "< 3 s", _noop),
+    Figure("stream_inserts", "2. stream inserts, whole engine vs raw decode loop", "raw loop", ">= 0.9x",
+           _stream),
+    Figure("stream_updates", "2. stream updates over a 1M-row table vs raw loop", "raw loop", ">= 0.9x",
+           _stream),
+    Figure("", "3. 1M-change catch-up, parallel decode vs raw single reader", "raw loop", ">= 1.25x", None),
+    Figure("latency", "4. latency at 20,000 rows/s inserts", "-", "p50 <= 0.5 s, p99 <= 1.5 s", _latency),
+)
+
+
+def _load(doc: dict) -> str:
+    env = doc.get("env", {})
+    load = env.get("loadavg_end") or env.get("loadavg_start") or doc.get("loadavg_end")
+    return f"{load[0]:.1f}" if load else "-"
+
+
+def table() -> list[list[str]]:
+    rows = [["figure", "measured", "baseline", "ratio", "goal", "result", "load"]]
+    for f in FIGURES:
+        if f.read is None:
+            rows.append([f.what, "-", f.baseline, "-", f.goal, "not measured (no bench)", "-"])
+            continue
+        path = OUT / RUNS[f.name].json
+        if not path.exists():
+            rows.append([f.what, "-", f.baseline, "-", f.goal, "not run", "-"])
+            continue
+        doc = json.loads(path.read_text())
+        measured, baseline, ratio, ok = f.read(doc)
+        rows.append([f.what, measured, baseline, "-" if ratio is None else f"{ratio:.2f}", f.goal,
+                     "PASS" if ok else "MISS", _load(doc)])
+    return rows
+
+
+def print_table(rows: list[list[str]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for i, r in enumerate(rows):
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", choices=tuple(RUNS), action="append", help="run only this benchmark (repeatable)")
+    ap.add_argument("--repeat", type=int, default=2, help="alternating repeats of each benchmark (medians)")
+    ap.add_argument("--report", action="store_true", help="print the table from the last runs, run nothing")
+    args = ap.parse_args(argv)
+    failed = []
+    if not args.report:
+        OUT.mkdir(parents=True, exist_ok=True)
+        for name in args.only or tuple(RUNS):
+            command = RUNS[name].command(args.repeat)
+            print(f"== {name}: {' '.join(command[1:])}", flush=True)
+            # the benchmarks import the repository's packages: this checkout's, not an installed copy
+            path = os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))
+            if subprocess.run(command, cwd=REPO, env={**os.environ, "PYTHONPATH": path}).returncode:
+                failed.append(name)
+    print()
+    print("Issue 13: figures, baselines, goals (ratios are medians of one run's alternating repeats)")
+    print_table(table())
+    if failed:
+        print(f"\nbenchmarks that failed (their rows show an older run or none): {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
