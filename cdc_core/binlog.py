@@ -34,7 +34,15 @@ from dataclasses import dataclass
 
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
-from pymysqlreplication.event import QueryEvent, RotateEvent, XidEvent
+from pymysqlreplication.event import (
+    FormatDescriptionEvent,
+    MariadbBinLogCheckPointEvent,
+    MariadbGtidListEvent,
+    QueryEvent,
+    RotateEvent,
+    StopEvent,
+    XidEvent,
+)
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc_core import binlog_columns
@@ -49,9 +57,21 @@ ROW_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
 OPS = {WriteRowsEvent: Op.INSERT, UpdateRowsEvent: Op.UPDATE, DeleteRowsEvent: Op.DELETE}
 
 
+# Every kind of event a binlog end (SHOW MASTER STATUS) can come right after: a transaction's
+# end, a statement, and the events a server writes between transactions (a new file's
+# header, a binlog checkpoint, a shutdown). A reader that filters events must still see these,
+# or one stopping at an end position that follows them would wait for the next event forever
+# (found with a server restarted mid-snapshot: tests/test_snapshot_faults.py).
+END_MARKERS = (XidEvent, QueryEvent, RotateEvent, FormatDescriptionEvent, MariadbGtidListEvent,
+               MariadbBinLogCheckPointEvent, StopEvent)
+
+
 def open_binlog(conn: ConnectionSettings, server_id: int, start: BinlogPosition, **options) -> BinLogStreamReader:
     """A blocking replication reader from ``start`` (a transaction boundary); the
-    callers stop it themselves at their end position."""
+    callers stop it themselves at their end position. ``only_events`` always includes
+    END_MARKERS, so every end position is seen."""
+    if options.get("only_events") is not None:
+        options["only_events"] = list(dict.fromkeys([*options["only_events"], *END_MARKERS]))
     return BinLogStreamReader(
         connection_settings=conn.pymysql_kwargs(),
         server_id=server_id,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 
 from cdc_core.source import connect, connection_settings
 from cdc_core.transient import RetryPolicy
@@ -138,3 +139,40 @@ def test_groups_never_bridge_committed_chunks():
     groups = _groups(pending, 4)
     assert [[c.index for c in g] for g in groups] == [[0, 1, 2], [5, 6, 7, 8], [9], [12]]
     assert all(g[-1].index - g[0].index == len(g) - 1 for g in groups)
+
+
+def test_source_server_killed_mid_snapshot(spark, tmp_path):
+    """MariaDB SIGKILLed after the first chunk group's commit and started again on the same data
+    directory a moment later: the groups that failed are retried with backoff, and the snapshot
+    ends with Delta equal to MySQL."""
+    from pipelines.local_mariadb import LocalMariaDB
+    from tests.test_stream_crash import own_config
+
+    server = LocalMariaDB(server_id=1, base_dir=tmp_path / "mariadb").start()
+    try:
+        with server.connect() as c, c.cursor() as cur:
+            cur.execute("CREATE DATABASE shop")
+            cur.execute("USE shop")
+            _table(c, 6000)
+        cfg = own_config(tmp_path, server, "shop", 4545, source={"snapshot": {"chunk_size": 100}},
+                         pipeline={"parallelism": 2})
+        killed = []
+
+        def restart() -> None:
+            time.sleep(1.5)
+            server.start()
+
+        def kill_once(done: int, total: int, rows: int) -> None:
+            if done and not killed and done < total:
+                server._proc.kill()  # SIGKILL: the server crashes between and inside chunk reads
+                server._proc.wait()
+                killed.append(done)
+                threading.Thread(target=restart, daemon=True).start()
+
+        summary = SnapshotJob(cfg, spark, kill_once, retry=FAST).run()
+        assert killed, "the server was not killed mid-snapshot"
+        assert summary.retries >= 1
+        assert summary.tables[0].rows_written == 6000
+        assert_equal(cfg, ["shop.t"])
+    finally:
+        server.cleanup()
