@@ -444,7 +444,7 @@ def last_stream_offset(dt: DeltaTable, pipeline: str) -> StreamOffset | None:
 
 def restamp(dt: DeltaTable, pipeline: str, offset: StreamOffset) -> None:
     """Commit no data, only ``offset`` as ``dt``'s own stream offset (a failover's translation)."""
-    dt.create_write_transaction([], mode="append", schema=pa.schema(dt.schema().to_arrow()),
+    dt.create_write_transaction([], mode="append", schema=delta_schema(dt),
                                 commit_properties=stream_commit_properties(pipeline, offset),
                                 post_commithook_properties=post_commit_hooks(dt))
     dt.update_incremental()

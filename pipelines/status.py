@@ -23,10 +23,9 @@ def _file_name(number: int, like: str | None) -> str:
     return f"{base}.{number:06d}"
 
 
-def _position_name(key: tuple[int, int], end: BinlogPosition | None) -> str:
-    """The position of ``key`` on the source whose binlog ends at ``end`` (its base subtracted)."""
-    base = end.base if end else 0
-    return f"{_file_name(key[0] - base, end.file if end else None)}:{key[1]}"
+def _position_name(key: tuple[int, int], base: int, like: str | None) -> str:
+    """The position of ``key`` on the source whose positions carry ``base`` (subtracted)."""
+    return f"{_file_name(key[0] - base, like)}:{key[1]}"
 
 
 def _left(state: TableState) -> bool:
@@ -121,7 +120,7 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
             phase = "not started"
         lag_s, lag_b = lag(key, cp.offset.event_time if cp else 0)
         tables.append({"table": n, "sink": sink, "phase": phase, "rows": rows,
-                       "committed_position": _position_name(key, end) if key else None,
+                       "committed_position": _position_name(key, base, end.file if end else None) if key else None,
                        "lag_seconds": lag_s, "lag_bytes": lag_b, "reconcile": _reconcile_summary(reconciled.get(n))})
     stream = {"state": cp.state if cp else "not started",
               "committed_position": str(cp.offset.applied) if cp else None,
