@@ -146,8 +146,9 @@ def _snapshot_table(cfg: BinlakeConfig, summary) -> None:
     for col in ("chunks", "read now", "rows read", "Delta rows", "MySQL rows", "check"):
         t.add_column(col, justify="right")
     for s in summary.tables:
-        t.add_row(s.table, str(s.chunks), str(s.chunks_read), f"{s.rows_written:,}", f"{s.delta_rows:,}",
-                  f"{s.mysql_rows:,}", "[green]match[/green]" if s.matches else "[yellow]differs[/yellow]")
+        check = "[green]match[/green]" if s.matches else "[yellow]differs[/yellow]"
+        t.add_row(s.table, "streamed" if s.streamed else str(s.chunks), str(s.chunks_read), f"{s.rows_written:,}",
+                  f"{s.delta_rows:,}", f"{s.mysql_rows:,}", check)
     out.print(t)
     if any(not s.matches for s in summary.tables):
         out.print("Row counts differ where the source changed during the snapshot; the stream catches up from "

@@ -187,6 +187,7 @@ class TableSummary:
     delta_rows: int = 0
     mysql_rows: int = 0
     seconds: float = 0.0
+    streamed: bool = False  # the stream owns it (see ``streamed_already``): not read by the snapshot
 
     @property
     def matches(self) -> bool:
@@ -229,6 +230,13 @@ def plan_table(cfg: BinlakeConfig, store: ControlStore, cur, schema: TableSchema
     return chunks
 
 
+def streamed_already(router: Router, name: str, plans: dict[str, list[Chunk]], table: DeltaTable | None) -> bool:
+    """Whether the stream owns ``name``: Delta holds rows of it and no snapshot planned it (it
+    was streamed from the stream's first start, from its CREATE TABLE, or backfilled). A
+    snapshot would append every row a second time; ``binlake backfill`` re-reads it online."""
+    return name not in plans and table is not None and count_rows(table, name if router.routed(name) else None) > 0
+
+
 def plan_snapshot(cfg: BinlakeConfig, names: list[str]) -> dict[str, list[Chunk]]:
     """The chunk plans of the captured tables ``names``: stored ones as they are, the
     others planned now against the source and stored."""
@@ -262,9 +270,11 @@ def finished_snapshot(cfg: BinlakeConfig, only: set[str] | None = None) -> Snaps
             tables[sink] = open_table(table_uri(cfg.sink.path, sink), cfg.sink.storage_options)
             if tables[sink] is not None:
                 commits[sink] = snapshot_commits(tables[sink])
+        if streamed_already(router, name, plans, tables[sink]):
+            continue
         if name not in plans or sink not in commits or not commits[sink].is_verified(name):
             return None
-    summary = SnapshotSummary([TableSummary(n, len(plans[n])) for n in names])
+    summary = SnapshotSummary([TableSummary(n, len(plans.get(n, ())), streamed=n not in plans) for n in names])
     return _counted(cfg, summary, tables, start)
 
 
@@ -327,8 +337,15 @@ class SnapshotJob:
         with connect(self.conn) as control, control.cursor() as cur:
             captured = captured_tables(self.cfg, cur)
         names = [n for n in captured if self.only is None or n in self.only]
-        summary.tables = [TableSummary(n, 0) for n in names]
+        plans = self.store.load_plans()
+        streamed = {n for n in names if streamed_already(self.router, n, plans, open_table(
+            table_uri(self.sink, self.router.sink(n)), self.cfg.sink.storage_options))}
+        for n in sorted(streamed):
+            log.warning("snapshot: %s is streamed already (Delta holds its rows, no snapshot planned it): not read "
+                        "again; `binlake backfill --table %s` re-reads it online", n, n)
+        summary.tables = [TableSummary(n, 0, streamed=n in streamed) for n in names]
         by_table = {s.table: s for s in summary.tables}
+        names = [n for n in names if n not in streamed]
         for _ in range(MAX_PASSES):
             tables: dict[str, DeltaTable] = {}
             # A connection per pass and per reset: a fault during the reads may have dropped the last one.

@@ -18,6 +18,7 @@ from cdc_core.source import connect, connection_settings
 from cdc_core.startup import StartupError
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import table_uri
+from pipelines.snapshot_job import finished_snapshot
 from pipelines.stream import StreamEngine
 from tests.helpers import EngineThread, assert_equal, snapshot
 
@@ -239,3 +240,38 @@ def test_stop_request_commits_and_resumes(db, make_config):
     resumed = stream_until_now(cfg)
     assert resumed.start == cp.offset.resume and resumed.changes == 200  # the updates only: nothing read twice
     assert_equal(cfg, [f"{name}.s"])
+
+
+def test_snapshot_leaves_streamed_tables_to_the_stream(db, spark, make_config):
+    """A snapshot run after the stream began does not read again the tables the stream
+    already wrote without a chunk plan (one streamed from the stream's first start under
+    ``latest``, one streamed from its CREATE TABLE): that would append every row a second
+    time. A captured table Delta holds nothing of is snapshotted and handed off as usual."""
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE s (id INT PRIMARY KEY, v INT)")
+    cfg = make_config(name, source={"startup": {"mode": "latest"}})
+    stream_until_now(cfg)  # first start: s is streamed from here
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO s VALUES (%s, %s)", [(i, i) for i in range(300)])
+        cur.execute("CREATE TABLE n (id INT PRIMARY KEY, v VARCHAR(10))")
+        cur.executemany("INSERT INTO n VALUES (%s, %s)", [(i, f"n{i}") for i in range(250)])
+    stream_until_now(cfg)
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE fresh (id INT PRIMARY KEY, v INT)")  # while the stream is stopped
+        cur.executemany("INSERT INTO fresh VALUES (%s, %s)", [(i, -i) for i in range(400)])
+    summary = snapshot(cfg, spark)
+    by_table = {s.table: s for s in summary.tables}
+    assert by_table[f"{name}.s"].chunks_read == 0 and by_table[f"{name}.n"].chunks_read == 0
+    assert by_table[f"{name}.fresh"].chunks_read > 0
+    assert all(s.matches for s in summary.tables), summary.tables
+    with conn.cursor() as cur:
+        cur.execute("UPDATE s SET v = v + 1 WHERE id < 100")
+        cur.execute("DELETE FROM n WHERE id >= 200")
+        cur.execute("UPDATE fresh SET v = 7 WHERE id < 50")
+    stream_until_now(cfg)
+    assert_equal(cfg, [f"{name}.s", f"{name}.n", f"{name}.fresh"])
+    again = snapshot(cfg, spark)  # nothing left: the streamed tables do not count as work
+    assert sum(s.chunks_read for s in again.tables) == 0
+    done = finished_snapshot(cfg)  # and a re-run needs no Spark
+    assert done is not None and {s.table for s in done.tables if s.streamed} == {f"{name}.s", f"{name}.n"}
