@@ -239,10 +239,13 @@ def streamed_already(router: Router, name: str, plans: dict[str, list[Chunk]], t
 
 def plan_snapshot(cfg: BinlakeConfig, names: list[str]) -> dict[str, list[Chunk]]:
     """The chunk plans of the captured tables ``names``: stored ones as they are, the
-    others planned now against the source and stored."""
+    others planned now against the source and stored (none for a table the stream already
+    wrote: ``streamed_already``)."""
     store = ControlStore.of(cfg)
     plans = store.load_plans()
-    missing = [n for n in names if n not in plans]
+    router = Router(cfg.routes)
+    missing = [n for n in names if n not in plans and not streamed_already(router, n, plans, open_table(
+        table_uri(cfg.sink.path, router.sink(n)), cfg.sink.storage_options))]
     if missing:
         with connect(connection_settings(cfg)) as conn, conn.cursor() as cur:
             at = master_position(cur, store.position_base())

@@ -18,7 +18,7 @@ from cdc_core.source import connect, connection_settings
 from cdc_core.startup import StartupError
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import table_uri
-from pipelines.snapshot_job import finished_snapshot
+from pipelines.snapshot_job import finished_snapshot, plan_snapshot
 from pipelines.stream import StreamEngine
 from tests.helpers import EngineThread, assert_equal, snapshot
 
@@ -274,4 +274,5 @@ def test_snapshot_leaves_streamed_tables_to_the_stream(db, spark, make_config):
     again = snapshot(cfg, spark)  # nothing left: the streamed tables do not count as work
     assert sum(s.chunks_read for s in again.tables) == 0
     done = finished_snapshot(cfg)  # and a re-run needs no Spark
+    assert set(plan_snapshot(cfg, [s.table for s in done.tables])) == {f"{name}.fresh"}  # Dagster's partitions
     assert done is not None and {s.table for s in done.tables if s.streamed} == {f"{name}.s", f"{name}.n"}
