@@ -214,7 +214,10 @@ def test_ddl_during_the_snapshot_reads_the_table_again(db, spark, make_config):
         cur.execute("INSERT INTO t SELECT seq, seq, CONCAT('b', seq) FROM seq_1_to_3000")
         cur.execute("CREATE TABLE other (id INT PRIMARY KEY, v INT)")
         cur.execute("INSERT INTO other SELECT seq, seq FROM seq_1_to_500")
-    cfg = make_config(name, chunk_size=100, parallelism=2)
+    # One chunk per group: 35 groups, so the DDL after the first commit always lands before t's
+    # last group, however loaded the machine (with 4 groups of 9 it could come after them all).
+    cfg = make_config(name, chunk_size=100, parallelism=2, source={"snapshot": {"chunk_size": 100,
+                                                                             "max_rows_per_task": 100}})
     fired = []
 
     def ddl_mid_snapshot(done: int, total: int, rows: int) -> None:
