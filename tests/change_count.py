@@ -84,7 +84,8 @@ def stream_start(cfg: BinlakeConfig, names: list[str]) -> BinlogPosition:
     the completed chunks of ``names`` (every captured table)."""
     store, router = ControlStore.of(cfg), Router(cfg.routes)
     lows = [r.low_watermark for n in names
-            for r in store.completed_chunks(n, open_table(table_uri(cfg.sink.path, router.sink(n)))).values()]
+            for r in store.completed_chunks(n, open_table(table_uri(cfg.sink.path, router.sink(n)),
+                                                          cfg.sink.storage_options)).values()]
     assert lows, f"no completed snapshot chunk of {names}"
     return min(lows)
 
@@ -92,7 +93,8 @@ def stream_start(cfg: BinlakeConfig, names: list[str]) -> BinlogPosition:
 def committed_changes(cfg: BinlakeConfig, name: str) -> tuple[Counter, list[BinlogPosition]]:
     """The changes of source table ``name`` that its Delta table's stream commits record,
     summed over every commit, and each stream commit's applied position (oldest first)."""
-    dt = DeltaTable(table_uri(cfg.sink.path, Router(cfg.routes).sink(name)))
+    dt = DeltaTable(table_uri(cfg.sink.path, Router(cfg.routes).sink(name)),
+                    storage_options=cfg.sink.storage_options or None)
     total, ends = _zero(), []
     for commit in sorted(dt.history(), key=lambda c: c["version"]):
         if not commit.get(OFFSET_KEY):
