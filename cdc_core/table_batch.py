@@ -23,6 +23,9 @@ Invariants (tested in tests/test_table_batch.py):
   event's table map as cdc_core/schema_history.py: conversion_schema gives it): values
   arrive in schema order, so no column is ever matched by a name or position taken
   from elsewhere.
+- ``changes`` counts the binlog row changes folded in, per op (an update is one change,
+  whatever its images became): the changes the batch's commit covers, also those the
+  hand-off dropped and those that fold to nothing (docs/contracts.md: binlake.stream.changes).
 """
 
 from __future__ import annotations
@@ -94,6 +97,7 @@ class TableBatch:
         self.drop_idx = self.names.index(drop_column) if drop_column else None
         self.events = 0
         self.rows_in = 0
+        self.changes = {"c": 0, "u": 0, "d": 0}  # binlog row changes by op (see the module invariants)
         self.dropped = 0
 
     def _key(self, row: tuple) -> tuple:
@@ -121,6 +125,7 @@ class TableBatch:
         conv = self._convert
         self.events += 1
         self.rows_in += len(rows)
+        self.changes[op] += len(rows)
         base = pos.seq(0)
         for i, r in enumerate(rows):
             seq = base | min(i, 4095)

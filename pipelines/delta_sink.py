@@ -34,6 +34,9 @@ SNAPSHOT_RESET_KEY = "binlake.snapshot.reset"
 # A commit without files: no DDL changed these source tables between their baseline and their
 # last chunk (their snapshot is consistent), checked once.
 SNAPSHOT_VERIFIED_KEY = "binlake.snapshot.verified"
+# A stream commit's binlog row changes per source table and op, {"db.t": {"c": n, "u": n, "d": n}}:
+# those of its range that the batch folded in, applied or already in the snapshot (docs/contracts.md).
+CHANGES_KEY = "binlake.stream.changes"
 DEFAULT_CHECKPOINT_INTERVAL = 100  # delta.checkpointInterval when the table does not set it
 
 
@@ -442,12 +445,16 @@ def last_stream_offset(dt: DeltaTable, pipeline: str) -> StreamOffset | None:
     return None
 
 
-def restamp(dt: DeltaTable, pipeline: str, offset: StreamOffset) -> None:
-    """Commit no data, only ``offset`` as ``dt``'s own stream offset (a failover's translation)."""
-    dt.create_write_transaction([], mode="append", schema=delta_schema(dt),
-                                commit_properties=stream_commit_properties(pipeline, offset),
+def commit_no_data(dt: DeltaTable, props: CommitProperties) -> None:
+    """One commit of ``dt`` without files, carrying only ``props`` (an offset and its metadata)."""
+    dt.create_write_transaction([], mode="append", schema=delta_schema(dt), commit_properties=props,
                                 post_commithook_properties=post_commit_hooks(dt))
     dt.update_incremental()
+
+
+def restamp(dt: DeltaTable, pipeline: str, offset: StreamOffset) -> None:
+    """Commit no data, only ``offset`` as ``dt``'s own stream offset (a failover's translation)."""
+    commit_no_data(dt, stream_commit_properties(pipeline, offset))
 
 
 def applied_position_key(dt: DeltaTable, pipeline: str) -> tuple[int, int] | None:

@@ -23,7 +23,10 @@ After every kill the writer is quiesced and the stream restarts until the binlog
 engine in this process; the last restart as ``binlake stream --until now``): Delta must equal
 MySQL row by row (every update also bumps ``counter``: a change lost or applied on stale
 values shows), and each table's stream commits must carry strictly increasing offsets and
-transaction versions (no change applied twice). The same at the end.
+transaction versions (no change applied twice). The same at the end, and then the count: the
+changes every stream commit of every run records, summed per table and op, equal the binlog's
+changes from the stream's start to its end (tests/change_count.py: a batch applied twice or
+lost shows, although the rows end equal).
 
 Bounded: small tables, batches of 500 rows or 0.25 s, a fixed number of kills (measured: 6 to
 9 minutes on 2 cores shared with other test runs, load average 6-15; the phases' seconds are
@@ -48,6 +51,7 @@ from pipelines.backfill_requests import request_backfill
 from pipelines.delta_sink import table_uri
 from pipelines.pause_points import MARKER, PAUSE_ENV
 from pipelines.stream import StreamEngine
+from tests.change_count import assert_changes_counted
 from tests.helpers import assert_equal, snapshot, write_config_file
 from tests.test_stream_crash import (
     STREAM,
@@ -216,9 +220,12 @@ def test_soak_sigkill_at_targeted_points(mariadb, db, spark, make_config, tmp_pa
     _finish(cfg, config, names, logs, password)  # the last restart as a user runs it: Delta = MySQL
     commits = {n: assert_commits_strictly_increase(cfg, n) for n in names}  # every commit
     timings["restarts and Delta = MySQL"] += time.monotonic() - t0
+    t0 = time.monotonic()
+    changes = assert_changes_counted(cfg, names)  # over every run: no change applied twice, none lost
+    timings["change count"] = time.monotonic() - t0
     timings["total"] = time.monotonic() - began
     print(f"kills landed: {dict(landed)}; missed: {dict(missed)}; random kills: {dict(random_modes)}; "
-          f"workload: {dict(writer.ops)}; stream commits: {commits}; "
+          f"workload: {dict(writer.ops)}; stream commits: {commits}; binlog changes, each committed once: {changes}; "
           f"seconds: { {k: round(v) for k, v in timings.items()} }")
     assert all(commits.values()), commits
     for kind in ("snapshot_chunk_committed", *TARGETED, "random"):

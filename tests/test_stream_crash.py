@@ -3,10 +3,12 @@
 - SIGKILL at random instants (startup, MERGE, checkpoint commit, inside transactions
   split across batches) under a random workload, restarted each time: nothing lost,
   nothing applied twice (Delta equals MySQL row by row, every update also bumps a
-  ``counter`` column, and each table's stream commits carry strictly increasing
-  offsets and Delta transaction versions); one table has a primary key, one only a NOT
-  NULL unique key, one only configured key columns (source.key_columns) and one no key at
-  all (duplicate rows, one copy of several updated or deleted);
+  ``counter`` column, each table's stream commits carry strictly increasing offsets and
+  Delta transaction versions, and the changes they record, summed over every run, equal
+  the binlog's changes from the stream's start: tests/change_count.py); one table has a
+  primary key, one only a NOT NULL unique key, one only configured key columns
+  (source.key_columns) and one no key at all (duplicate rows, one copy of several
+  updated or deleted);
 - a SIGKILL of the main process alone (the reader process survives it) must not keep
   the server_id busy for the restart;
 - the source server restarting (clean stop and crash) mid-stream: the stream
@@ -47,6 +49,7 @@ from pipelines.control_store import ControlStore
 from pipelines.delta_sink import table_uri
 from pipelines.local_mariadb import LocalMariaDB
 from pipelines.stream.backfill import BACKFILL_KEY
+from tests.change_count import assert_changes_counted
 from tests.helpers import PASSWORD_VAR, assert_equal, diff_tables, snapshot, write_config_file
 
 SEED = int(os.environ.get("BINLAKE_CRASH_SEED", "20240611"))
@@ -499,7 +502,9 @@ def test_sigkill_at_random_moments_under_random_workload(mariadb, db, spark, mak
     _finish(cfg, config, names, tmp_path / "logs", mariadb.password)
     commits = {n: assert_commits_strictly_increase(cfg, n) for n in names}
     assert all(commits.values()), commits
-    print(f"kills: {dict(modes)}; workload: {dict(writer.ops)}; stream commits: {commits}")
+    changes = assert_changes_counted(cfg, names)
+    print(f"kills: {dict(modes)}; workload: {dict(writer.ops)}; stream commits: {commits}; "
+          f"binlog changes, each committed once: {changes}")
 
 
 def test_sigkill_while_catching_up_on_large_transactions(mariadb, db, spark, make_config, tmp_path):
@@ -520,7 +525,9 @@ def test_sigkill_while_catching_up_on_large_transactions(mariadb, db, spark, mak
     _finish(cfg, config, names, tmp_path / "logs", mariadb.password)
     commits = {n: assert_commits_strictly_increase(cfg, n) for n in names}
     assert all(commits.values()), commits
-    print(f"kills: {dict(modes)}; workload: {dict(writer.ops)}; stream commits: {commits}")
+    changes = assert_changes_counted(cfg, names)
+    print(f"kills: {dict(modes)}; workload: {dict(writer.ops)}; stream commits: {commits}; "
+          f"binlog changes, each committed once: {changes}")
 
 
 def test_sigkill_of_the_engine_process_alone_frees_the_server_id(mariadb, db, make_config, tmp_path):
@@ -687,6 +694,7 @@ def test_binlog_rotation_while_streaming(mariadb, db, spark, make_config, tmp_pa
     assert cp.offset.applied.file_number >= first_file.file_number + 7, (first_file, cp.offset)
     for n in names:
         assert assert_commits_strictly_increase(cfg, n) > 0
+    assert_changes_counted(cfg, names)  # a range across the rotated files and a kill
 
 
 # --- purged position --------------------------------------------------------------------------

@@ -83,6 +83,15 @@ def test_last_image_wins_and_keeps_op_and_seq():
     plan = batch.plan()
     assert plan.append == [(1, 11, "u", p2.seq(0))]  # key new to Delta: appended, no lookup
     assert plan.upsert == [] and plan.delete == []  # key 2 was inserted and deleted in the batch
+    assert batch.changes == {"c": 2, "u": 1, "d": 1}  # the binlog's row changes, before folding
+
+
+def test_changes_count_every_row_also_those_folding_to_nothing():
+    batch = TableBatch(SCHEMA)
+    p1, p2 = BinlogPosition("binlog.000002", 200), BinlogPosition("binlog.000002", 300)
+    batch.add_event("c", [(1, 10), (2, 20)], p1)
+    batch.add_event("d", [(1, 10), (2, 20)], p2)
+    assert batch.plan().empty and batch.changes == {"c": 2, "u": 0, "d": 2}
 
 
 def test_handoff_drop_judges_each_image_by_its_chunk():
@@ -94,6 +103,7 @@ def test_handoff_drop_judges_each_image_by_its_chunk():
     batch.add_event("u", [((3, 1), (13, 1))], BinlogPosition("binlog.000001", 300))
     plan = batch.plan()
     assert plan.delete == [] and [r[0] for r in plan.upsert] == [13] and batch.dropped == 1
+    assert batch.changes == {"c": 0, "u": 1, "d": 0}  # one change, one of its images already in the snapshot
 
 
 def test_table_without_primary_key_is_refused():

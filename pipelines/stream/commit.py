@@ -5,6 +5,12 @@ Invariants (tests/test_stream_crash.py, tests/test_table_batch.py):
 - Each Delta table gets at most one commit per batch (a route's sources together), and
   that commit carries the batch's offset atomically (a Delta transaction identifier
   whose version is the applied position's ``_cdc_seq``, plus the commit metadata).
+- Every table the batch read a row change of is committed, also when its changes fold to
+  nothing (an insert deleted again, every change already in the snapshot): a commit
+  without files then. Each commit records the binlog row changes it covers per source
+  table and op (``binlake.stream.changes``), so the sum over a table's commits equals the
+  binlog's changes of the table from the stream's start: a batch applied twice adds
+  them again, a lost one leaves them out (tests/change_count.py).
 - A commit that failed on a fault that passes is retried with backoff; before each
   retry the table's own offset is read again, and a commit that landed although its
   call failed is not repeated. A fault outlasting the retry budget, or any other
@@ -16,6 +22,7 @@ Invariants (tests/test_stream_crash.py, tests/test_table_batch.py):
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +38,14 @@ from cdc_core.table_batch import TablePlan, plan_to_arrow
 from cdc_core.table_commit import RowsApplied, TableCommit
 from cdc_core.table_schema import TableSchema
 from cdc_core.transient import Retry
-from pipelines.delta_sink import apply_changes, apply_keyless, stream_commit_properties, table_uri
+from pipelines.delta_sink import (
+    CHANGES_KEY,
+    apply_changes,
+    apply_keyless,
+    commit_no_data,
+    stream_commit_properties,
+    table_uri,
+)
 from pipelines.schema_applier import conform, conform_routed, delta_name
 from pipelines.stream.sinks import Sinks
 
@@ -43,6 +57,7 @@ class _Part:
     source: str
     schema: TableSchema
     plan: TablePlan
+    changes: dict[str, int]  # binlog row changes by op (TableBatch.changes)
 
 
 def _count(plan: TablePlan, op: str) -> int:
@@ -66,9 +81,8 @@ class Committer:
         """Commit every table of ``batch`` with ``offset`` (see the module invariants)."""
         work: dict[str, list[_Part]] = {}  # by Delta table: a route's sources go into one commit
         for name, tb in batch.tables.items():
-            plan = tb.plan()
-            if not plan.empty:
-                work.setdefault(self.router.sink(name), []).append(_Part(name, tb.schema, plan))
+            if tb.rows_in:  # committed even when its plan is empty: the commit records the changes it covers
+                work.setdefault(self.router.sink(name), []).append(_Part(name, tb.schema, tb.plan(), tb.changes))
         futures = [self._pool.submit(self._commit, sink, parts, offset) for sink, parts in work.items()]
         return [f.result() for f in futures]  # a failed table stops the engine before the checkpoint moves
 
@@ -107,7 +121,12 @@ class Committer:
             return pa.concat_tables([conform_routed(plan_to_arrow(p.schema, getattr(p.plan, kind)), p.source, target)
                                      for p in parts])
 
-        table, props = self.sinks.tables[sink], stream_commit_properties(self.pipeline, offset)
+        table = self.sinks.tables[sink]
+        props = stream_commit_properties(self.pipeline, offset,
+                                         {CHANGES_KEY: json.dumps({p.source: p.changes for p in parts})})
+        if all(p.plan.empty for p in parts):
+            commit_no_data(table, props)
+            return RowsApplied()
         if not routed and not parts[0].schema.row_key:  # rows identified by all their values (routes need a key)
             # The source's columns that Delta holds (one a behaviour kept out of Delta cannot tell rows apart there).
             columns = tuple(n for n in (delta_name(target.names, c.name) for c in parts[0].schema.columns) if n)
