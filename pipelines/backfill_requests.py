@@ -1,4 +1,4 @@
-"""Backfill requests as the command line makes them: checked against the source, stored
+"""Backfill requests as the command line and the Dagster jobs make them: checked against the source, stored
 in ``_binlake/backfill_requests`` for the stream process (the pipeline's only writer) to
 work on, paused, resumed, cancelled and waited for (the algorithm: cdc_core/backfill.py)."""
 
@@ -32,8 +32,8 @@ def request_backfills(cfg: BinlakeConfig, wanted: list[tuple[str, str | None, st
     entry is checked before anything is stored: bad input (a table not captured or missing, no
     row key, a routed table, a bound that is not a value of the key) stores nothing, and the
     ``BadInput`` names every refused entry."""
-    schemas, problems = _schemas(cfg, [table for table, _, _ in wanted])
-    ranges = []
+    schemas, refused = _schemas(cfg, [table for table, _, _ in wanted])
+    problems, ranges = list(refused.values()), []
     for table, lo, hi in wanted:
         if table not in schemas:
             continue
@@ -42,9 +42,9 @@ def request_backfills(cfg: BinlakeConfig, wanted: list[tuple[str, str | None, st
             ranges.append((table, key_value(col, lo) if lo is not None else None,
                            key_value(col, hi) if hi is not None else None))
         except BadInput as e:
-            problems[table] = f"{table}: {e}"
+            problems.append(f"{table}: {e}")
     if problems:
-        raise BadInput("; ".join(problems.values()))
+        raise BadInput("; ".join(problems))
     return _store(cfg, [BackfillRequest.new(table, lo, hi).next() for table, lo, hi in ranges])
 
 
@@ -59,8 +59,8 @@ def request_ranges(cfg: BinlakeConfig, table: str, ranges: list[tuple[Any, Any]]
 
 
 def _store(cfg: BinlakeConfig, requests: list[BackfillRequest]) -> list[BackfillRequest]:
-    # One commit: a launch's requests are all stored or none, and a reader sees them together.
-    ControlStore.of(cfg).save_backfill(*requests)
+    if requests:  # one commit: a launch's requests are all stored or none, and a reader sees them together
+        ControlStore.of(cfg).save_backfill(*requests)
     return requests
 
 

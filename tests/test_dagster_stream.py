@@ -232,8 +232,9 @@ def test_backfill_of_several_tables_in_one_launch_while_the_stream_runs_under_wr
 
 
 def test_backfill_naming_a_table_not_captured_requests_nothing(db, make_config, tmp_path):
-    """A launch naming a captured table, a table of another database and a captured name that
-    does not exist fails before anything is requested, naming each refused table."""
+    """A launch naming a captured table, a table of another database, a captured name that
+    does not exist and a bound that is not a value of the key fails before anything is
+    requested, naming each refused entry."""
     from pipelines.control_store import ControlStore
 
     name, conn = db
@@ -243,12 +244,13 @@ def test_backfill_naming_a_table_not_captured_requests_nothing(db, make_config, 
     defs = _backfill_defs(cfg, tmp_path)
     result = defs.resolve_job_def("binlake_backfill").execute_in_process(
         instance=DagsterInstance.ephemeral(), raise_on_error=False, run_config={"ops": {"backfill_table": {
-            "config": {"tables": [{"table": f"{name}.a"}, {"table": "mysql.user"}, {"table": f"{name}.nope"}]}}}})
+            "config": {"tables": [{"table": f"{name}.a"}, {"table": "mysql.user"}, {"table": f"{name}.nope"},
+                                  {"table": f"{name}.a", "from_key": "ten"}]}}}})
     assert not result.success
     (failure,) = [e for e in result.all_node_events if e.event_type_value == "STEP_FAILURE"]
     message = failure.event_specific_data.error.message
     assert "nothing requested" in message
     assert "mysql.user is not captured by this pipeline" in message
     assert f"{name}.nope does not exist on the source" in message
-    assert f"{name}.a " not in message
+    assert f"{name}.a: 'ten' is not a value of the chunk key column id" in message
     assert ControlStore.of(cfg).backfills() == []
