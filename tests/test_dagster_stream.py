@@ -254,3 +254,19 @@ def test_backfill_naming_a_table_not_captured_requests_nothing(db, make_config, 
     assert f"{name}.nope does not exist on the source" in message
     assert f"{name}.a: 'ten' is not a value of the chunk key column id" in message
     assert ControlStore.of(cfg).backfills() == []
+
+
+def test_backfill_config_selection_keeps_the_one_table_shorthand():
+    """``table``/``from_key``/``to_key`` (the one-table launch) is one more entry of ``tables``;
+    a range without a table, or no table at all, is refused."""
+    import pytest
+    from dagster import Failure
+
+    from orchestration.backfill import BackfillRunConfig
+
+    both = BackfillRunConfig(tables=[{"table": "d.a"}], table="d.b", from_key="5").selection()
+    assert [(t.table, t.from_key, t.to_key) for t in both] == [("d.a", None, None), ("d.b", "5", None)]
+    with pytest.raises(Failure, match="from_key/to_key without table"):
+        BackfillRunConfig(tables=[{"table": "d.a"}], to_key="9").selection()
+    with pytest.raises(Failure, match="nothing to backfill"):
+        BackfillRunConfig().selection()
