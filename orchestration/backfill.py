@@ -41,6 +41,7 @@ from dagster import (
     job,
     op,
 )
+from pydantic import Field
 
 from cdc_core.backfill import BackfillRequest, BackfillState
 from cdc_core.config import BinlakeConfig
@@ -61,20 +62,24 @@ class TableBackfill(Config):
     """One table to backfill: a captured table ``db.table``, optionally only keys in
     ``[from_key, to_key)`` of its chunk key (either bound may be left out)."""
 
-    table: str
-    from_key: str | None = None
-    to_key: str | None = None
+    table: str = Field(description="A captured table, db.table")
+    from_key: str | None = Field(default=None, description="Lowest chunk-key value backfilled (unset: the first)")
+    to_key: str | None = Field(default=None, description="Chunk-key value where the range ends, excluded "
+                                                         "(unset: the last)")
 
 
 class BackfillRunConfig(Config):
     """What to backfill: ``tables``, each with its own optional key range; ``table`` with
     ``from_key``/``to_key`` is the one-table shorthand (added to ``tables`` when both are given)."""
 
-    tables: list[TableBackfill] = []
-    table: str | None = None
-    from_key: str | None = None
-    to_key: str | None = None
-    timeout_seconds: float = DEFAULT_TIMEOUT
+    # The descriptions are what the Launchpad's config schema shows.
+    tables: list[TableBackfill] = Field(default=[], description="The tables to backfill, each whole or a key range")
+    table: str | None = Field(default=None, description="One table to backfill (shorthand for one `tables` entry)")
+    from_key: str | None = Field(default=None, description="With `table`: lowest chunk-key value backfilled")
+    to_key: str | None = Field(default=None, description="With `table`: chunk-key value where the range ends, "
+                                                         "excluded")
+    timeout_seconds: float = Field(default=DEFAULT_TIMEOUT, description="Fail the run if the backfills are not "
+                                                                        "done by then")
 
     def selection(self) -> list[TableBackfill]:
         """Every table to backfill, in the order given; a failure when there is none."""
