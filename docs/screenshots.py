@@ -11,12 +11,15 @@ and photographs, as the pipeline gets there:
 3. the stream job's runs and the stream run, the hand-off sensor's ticks (waiting for the
    snapshot, then the one launch);
 4. a DDL in MariaDB: the schema sensor's tick, the schema-change run, the new column on the asset;
-5. checksum parity: the traffic paused and rows deleted from one table's Delta by hand, the
+5. an online backfill of two tables in one launch (one of them a key range): the Launchpad
+   with its run config, and the run logging each table's progress while the stream runs;
+6. checksum parity: the traffic paused and rows deleted from one table's Delta by hand, the
    nightly reconciliation job (``binlake_reconcile``) fails that table's ``checksum_parity``
    check, listing the differing chunk; ``binlake_repair`` backfills it through the running
    stream and the check passes again.
 
-PNGs go to docs/screenshots/. Needs Debian's ``chromium`` (``apt-get install -y chromium``)
+The environment lives in a neutral temporary folder, not in the checkout: the asset pages
+show the lake's path. PNGs go to docs/screenshots/. Needs Debian's ``chromium`` (``apt-get install -y chromium``)
 and Python's ``playwright`` (``pip install playwright``; the system Chromium is used, no
 browser download). Both are installed when missing. Run from the repository root:
 ``.venv/bin/python docs/screenshots.py`` (``make screenshots``).
@@ -28,7 +31,9 @@ import argparse
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +46,15 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "-
 TABLES = ["shop.customers", "shop.orders", "shop.order_items"]
 DAMAGED = "shop.customers"  # its Delta loses rows by hand; reconciliation finds them, the repair restores them
 DAMAGE = "id <= 40"
+BACKFILL = """ops:
+  backfill_table:
+    config:
+      tables:
+        - table: shop.order_items
+        - table: shop.orders
+          from_key: "1"
+          to_key: "1000"
+"""
 
 
 def install() -> None:
@@ -173,6 +187,21 @@ def schema_change(env, instance, cam: Camera) -> None:
     cam.save("asset-customers-columns")
 
 
+def backfill(env, instance, cam: Camera) -> None:
+    """The Launchpad of binlake_backfill holding a selection of two tables, and its run."""
+    import yaml
+
+    from orchestration.ui import launch_job
+
+    cam.visit("/locations/binlake/pipeline_or_job/binlake_backfill/playground/setup?"
+              + urllib.parse.urlencode({"config": BACKFILL}), "from_key")
+    cam.save("backfill-launchpad")
+    run_id = launch_job(env.port, "binlake_backfill", yaml.safe_load(BACKFILL))  # the Launch Run button
+    wait(lambda: finished(instance, run_id), 900, "the backfill")
+    cam.visit(f"/runs/{run_id}", "binlake/backfills", height=1800)  # a finished run shows its log's end
+    cam.save("backfill-run")
+
+
 def checksum_parity(env, instance, cam: Camera) -> None:
     """Damage one table's Delta with the traffic paused, let the nightly reconciliation find
     it, repair it from the UI's jobs, photograph both states of the check."""
@@ -223,7 +252,7 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=3333)
     args = parser.parse_args()
     install()
-    env = UiEnvironment(args.port, base=ROOT / ".ui-screenshots")
+    env = UiEnvironment(args.port, base=Path(tempfile.gettempdir()) / "binlake-screenshots")
     try:
         env.start(traffic_pause=0.1)
         instance = DagsterInstance.from_config(str(env.base / "dagster_home"))
@@ -231,6 +260,7 @@ def main() -> int:
             cam = Camera(p, args.port)
             snapshot_and_stream(env, instance, cam)
             schema_change(env, instance, cam)
+            backfill(env, instance, cam)
             checksum_parity(env, instance, cam)
             cam.browser.close()
     except BaseException:

@@ -224,7 +224,10 @@ Dagster UI: http://127.0.0.1:{args.port}   (Ctrl-C stops everything)
   5. Jobs → binlake_reconcile → Launch (nightly on its schedule): each table's checksum_parity check
      compares MySQL and Delta chunk by chunk; where it fails, launch binlake_repair from its
      Launchpad to backfill exactly the differing chunks through the running stream.
-  6. Terminate the stream run: it commits, checkpoints and stops cleanly.
+  6. Jobs → binlake_backfill → Launchpad: list tables, each with an optional key range
+     (tables: [{{table: shop.orders}}, {{table: shop.customers, from_key: '1', to_key: '500'}}]),
+     Launch Run: the running stream backfills them online; each asset gets an observation.
+  7. Terminate the stream run: it commits, checkpoints and stops cleanly.
 """, flush=True)
         while env.dagster.poll() is None:
             time.sleep(1)

@@ -1,4 +1,4 @@
-"""Backfill requests as the command line makes them: checked against the source, stored
+"""Backfill requests as the command line and the Dagster jobs make them: checked against the source, stored
 in ``_binlake/backfill_requests`` for the stream process (the pipeline's only writer) to
 work on, paused, resumed, cancelled and waited for (the algorithm: cdc_core/backfill.py)."""
 
@@ -21,23 +21,46 @@ from pipelines.control_store import ControlStore
 def request_backfill(cfg: BinlakeConfig, table: str, lo: str | None = None, hi: str | None = None
                      ) -> BackfillRequest:
     """Store a request to backfill ``table`` (keys in ``[lo, hi)`` of its chunk key when given, as
-    typed on a command line); bad input (a table not captured or missing, no row key, a routed
-    table, a bound that is not a value of the key) is refused before anything is stored."""
-    schema = _backfillable(cfg, table)
-    col = schema.column(chunk_key(schema, cfg.source.snapshot.chunk_key_columns))
-    return request_ranges(cfg, table, [(key_value(col, lo) if lo is not None else None,
-                                        key_value(col, hi) if hi is not None else None)])[0]
+    typed on a command line); refused as :func:`request_backfills` refuses."""
+    return request_backfills(cfg, [(table, lo, hi)])[0]
+
+
+def request_backfills(cfg: BinlakeConfig, wanted: list[tuple[str, str | None, str | None]]
+                      ) -> list[BackfillRequest]:
+    """Store a request per ``(table, lo, hi)`` of ``wanted`` (keys in ``[lo, hi)`` of the table's
+    chunk key when given, as typed on a command line or in run config), in that order. Every
+    entry is checked before anything is stored: bad input (a table not captured or missing, no
+    row key, a routed table, a bound that is not a value of the key) stores nothing, and the
+    ``BadInput`` names every refused entry."""
+    schemas, refused = _schemas(cfg, [table for table, _, _ in wanted])
+    problems, ranges = list(refused.values()), []
+    for table, lo, hi in wanted:
+        if table not in schemas:
+            continue
+        col = schemas[table].column(chunk_key(schemas[table], cfg.source.snapshot.chunk_key_columns))
+        try:
+            ranges.append((table, key_value(col, lo) if lo is not None else None,
+                           key_value(col, hi) if hi is not None else None))
+        except BadInput as e:
+            problems.append(f"{table}: {e}")
+    if problems:
+        raise BadInput("; ".join(problems))
+    return _store(cfg, [BackfillRequest.new(table, lo, hi).next() for table, lo, hi in ranges])
 
 
 def request_ranges(cfg: BinlakeConfig, table: str, ranges: list[tuple[Any, Any]], reason: str = "requested"
                    ) -> list[BackfillRequest]:
     """Store one request per key range ``[lo, hi)`` of ``table`` (values of its chunk key, e.g.
     the chunks a reconciliation found different; None: unbounded)."""
-    _backfillable(cfg, table)
-    store = ControlStore.of(cfg)
-    requests = [BackfillRequest.new(table, lo, hi, reason).next() for lo, hi in ranges]
-    for req in requests:
-        store.save_backfill(req)
+    _, problems = _schemas(cfg, [table])
+    if problems:
+        raise BadInput(problems[table])
+    return _store(cfg, [BackfillRequest.new(table, lo, hi, reason).next() for lo, hi in ranges])
+
+
+def _store(cfg: BinlakeConfig, requests: list[BackfillRequest]) -> list[BackfillRequest]:
+    if requests:  # one commit: a launch's requests are all stored or none, and a reader sees them together
+        ControlStore.of(cfg).save_backfill(*requests)
     return requests
 
 
@@ -73,15 +96,20 @@ def refusal(cfg: BinlakeConfig, table: str, schema: TableSchema | None = None, *
     return None
 
 
-def _backfillable(cfg: BinlakeConfig, table: str) -> TableSchema:
-    problem = refusal(cfg, table)
-    if problem is None:
-        with connect(connection_settings(cfg)) as conn, conn.cursor() as cur:
-            schema = describe_captured(cur, [table], cfg.source).get(table)
-        problem = refusal(cfg, table, schema, described=True)
-    if problem:
-        raise BadInput(problem)
-    return schema
+def _schemas(cfg: BinlakeConfig, tables: list[str]) -> tuple[dict[str, TableSchema], dict[str, str]]:
+    """The schemas of those of ``tables`` that can be backfilled online, and why each other
+    cannot (:func:`refusal`); the source is asked once, only about the captured tables."""
+    problems = {t: p for t in tables if (p := refusal(cfg, t)) is not None}
+    asked = [t for t in dict.fromkeys(tables) if t not in problems]
+    if not asked:
+        return {}, problems
+    with connect(connection_settings(cfg)) as conn, conn.cursor() as cur:
+        found = describe_captured(cur, asked, cfg.source)
+    for t in asked:
+        problem = refusal(cfg, t, found.get(t), described=True)
+        if problem:
+            problems[t] = problem
+    return {t: found[t] for t in asked if t not in problems}, problems
 
 
 def change_state(cfg: BinlakeConfig, request_id: str, state: BackfillState) -> BackfillRequest:

@@ -191,9 +191,9 @@ class ControlStore:
         (cdc_core/backfill.py: ``latest_requests``)."""
         return latest_requests(BackfillRequest.from_row(r) for r in self._read("backfill_requests"))
 
-    def save_backfill(self, request: BackfillRequest) -> None:
-        """Append a backfill request's new state (the stream and the CLI both write here)."""
-        self._append("backfill_requests", [request.to_row(self.pipeline)], BACKFILL_SCHEMA)
+    def save_backfill(self, *requests: BackfillRequest) -> None:
+        """Append backfill requests' new states, in one commit (the stream and the CLI both write here)."""
+        self._append("backfill_requests", [r.to_row(self.pipeline) for r in requests], BACKFILL_SCHEMA)
 
     def record_reconcile(self, rows: list[dict]) -> None:
         """Append reconcile results, one row per table (pipelines/reconcile_checksum.py:

@@ -2,7 +2,9 @@
 a materialization of each touched table's asset whose offset metadata equals that
 table's Delta commit (position, ``_cdc_seq`` = transaction version, Delta version, rows by
 op); an untouched table gets one heartbeat; Delta equals MySQL afterwards. The backfill and
-repair jobs request their backfills and wait while a bounded stream run does them."""
+repair jobs request their backfills and wait while a bounded stream run does them; one
+backfill launch of several tables (a key range on one) is done by the running stream under
+writes; a launch naming a table that is not captured requests nothing."""
 
 from __future__ import annotations
 
@@ -145,7 +147,7 @@ def test_backfill_and_repair_jobs_wait_for_the_stream_job_to_do_them(db, make_co
     assert results["binlake_backfill"].success and results["binlake_repair"].success
     output = next(e for e in results["binlake_backfill"].all_node_events if e.event_type_value == "STEP_OUTPUT")
     md = output.event_specific_data.metadata
-    assert md["binlake/chunks"].value >= 4 and md["binlake/table"].value == f"{name}.a"
+    assert md["binlake/chunks"].value >= 4 and md["binlake/tables"].value == f"{name}.a"
     output = next(e for e in results["binlake_repair"].all_node_events if e.event_type_value == "STEP_OUTPUT")
     assert output.event_specific_data.metadata["binlake/differing_chunks"].value == 2
     (recorded,) = results["binlake_repair"].get_asset_check_evaluations()
@@ -153,3 +155,118 @@ def test_backfill_and_repair_jobs_wait_for_the_stream_job_to_do_them(db, make_co
     latest = instances["binlake_repair"].event_log_storage.get_asset_check_execution_history(check_b, limit=1)[0]
     assert latest.status == AssetCheckExecutionRecordStatus.SUCCEEDED  # what the asset page shows now
     assert_equal(cfg, [f"{name}.a", f"{name}.b"])
+
+
+def _backfill_defs(cfg, tmp_path):
+    path = write_config_file(cfg, tmp_path / "binlake.yaml")
+    discover(cfg).write(tmp_path / "tables.json")
+    return build_binlake_definitions(path, tmp_path / "tables.json")
+
+
+def test_backfill_of_several_tables_in_one_launch_while_the_stream_runs_under_writes(db, make_config, spark,
+                                                                                      tmp_path):
+    """Delta of ``a`` damaged everywhere, of ``b`` only in ``[400, 900)``. One ``binlake_backfill``
+    launch of ``a`` (whole) and ``b`` (keys ``[400, 900)``) while the stream runs and writers
+    change rows of both tables, in and out of the range: one request per table, each done by
+    the stream; the run records an observation per table (request id, range, chunks, rows,
+    duration) and a summary; Delta equals MySQL for both."""
+    from cdc_core.backfill import BackfillState
+    from cdc_core.source import connection_settings
+    from pipelines.control_store import ControlStore
+    from pipelines.stream import StreamEngine
+    from tests.helpers import EngineThread, diff_tables
+    from tests.test_backfill import _damage, _merges, _table, _writers
+    from tests.test_stream_crash import wait_for
+
+    name, conn = db
+    with conn.cursor() as cur:
+        _table(cur, "a", 3000)
+        _table(cur, "b", 1500)
+    cfg = make_config(name, chunk_size=400, stream={"max_batch_rows": 200, "max_batch_seconds": 0.3})
+    snapshot(cfg, spark)
+    a, b = f"{name}.a", f"{name}.b"
+    _damage(cfg, a, range(1, 3000))
+    damaged = DeltaTable(table_uri(cfg.sink.path, b))  # only in the range (_damage also adds keys outside it)
+    damaged.delete("id % 7 = 0 AND id >= 400 AND id < 900")
+    damaged.update(updates={"v": "-1"}, predicate="id % 5 = 0 AND id >= 400 AND id < 900")
+    assert not any(d.equal for d in diff_tables(cfg, [a, b]))
+    defs = _backfill_defs(cfg, tmp_path)
+    instance = DagsterInstance.ephemeral()
+    stream = EngineThread(StreamEngine(cfg))
+    stream.start()
+    try:
+        stream.wait_streaming()
+        with _writers(connection_settings(cfg), name, a=(3000, 11), b=(1500, 12)) as touched:
+            result = defs.resolve_job_def("binlake_backfill").execute_in_process(
+                instance=instance, run_config={"ops": {"backfill_table": {"config": {"tables": [
+                    {"table": a}, {"table": b, "from_key": "400", "to_key": "900"}]}}}})
+        assert len(touched["a"]) > 50 and any(400 <= k < 900 for k in touched["b"])
+        wait_for(lambda: all(d.equal for d in diff_tables(cfg, [a, b])), 60, "Delta to catch up with MySQL",
+                 interval=0.5)
+    finally:
+        stream.stop()
+    assert result.success
+    requests = ControlStore.of(cfg).backfills()
+    assert [(r.table, r.lo, r.hi, r.state) for r in requests] == [(a, None, None, BackfillState.DONE),
+                                                                  (b, 400, 900, BackfillState.DONE)]
+    observed = {e.asset_observation_data.asset_observation.asset_key: e.asset_observation_data.asset_observation
+                for e in result.all_node_events if e.event_type_value == "ASSET_OBSERVATION"}
+    assert set(observed) == {AssetKey([name, "a"]), AssetKey([name, "b"])}
+    for req in requests:
+        md = {k: v.value for k, v in observed[AssetKey(req.table.split("."))].metadata.items()}
+        assert (md["binlake/backfill_id"], md["binlake/table"], md["binlake/range"]) == (
+            req.id, req.table, req.describe_range())
+        assert (md["binlake/chunks"], md["binlake/rows"]) == (len(req.chunks), req.rows)
+        assert md["binlake/duration_seconds"] >= 0
+    assert len(requests[0].chunks) >= 8 and all(400 <= c.lo and c.hi <= 900 for c in requests[1].chunks)
+    output = next(e for e in result.all_node_events if e.event_type_value == "STEP_OUTPUT")
+    summary = output.event_specific_data.metadata
+    assert [(r.data["table"], r.data["backfill_id"]) for r in summary["binlake/backfills"].value.records] == [
+        (r.table, r.id) for r in requests]
+    assert summary["binlake/rows"].value == sum(r.rows for r in requests)
+    logged = [e.user_message for e in instance.all_logs(result.run_id)]
+    for r in requests:  # each table's progress, up to done
+        assert any(m.startswith(f"backfill {r.id} of {r.table} ({r.describe_range()}): done ") for m in logged)
+    assert {m["id"] for m in _merges(cfg, b)} == {requests[1].id}  # b: merges of its range only
+    assert_equal(cfg, [a, b])
+
+
+def test_backfill_naming_a_table_not_captured_requests_nothing(db, make_config, tmp_path):
+    """A launch naming a captured table, a table of another database, a captured name that
+    does not exist and a bound that is not a value of the key fails before anything is
+    requested, naming each refused entry."""
+    from pipelines.control_store import ControlStore
+
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE a (id INT PRIMARY KEY, v INT)")
+    cfg = make_config(name)
+    defs = _backfill_defs(cfg, tmp_path)
+    result = defs.resolve_job_def("binlake_backfill").execute_in_process(
+        instance=DagsterInstance.ephemeral(), raise_on_error=False, run_config={"ops": {"backfill_table": {
+            "config": {"tables": [{"table": f"{name}.a"}, {"table": "mysql.user"}, {"table": f"{name}.nope"},
+                                  {"table": f"{name}.a", "from_key": "ten"}]}}}})
+    assert not result.success
+    (failure,) = [e for e in result.all_node_events if e.event_type_value == "STEP_FAILURE"]
+    message = failure.event_specific_data.error.message
+    assert "nothing requested" in message
+    assert "mysql.user is not captured by this pipeline" in message
+    assert f"{name}.nope does not exist on the source" in message
+    assert f"{name}.a: 'ten' is not a value of the chunk key column id" in message
+    assert ControlStore.of(cfg).backfills() == []
+
+
+def test_backfill_config_selection_keeps_the_one_table_shorthand():
+    """``table``/``from_key``/``to_key`` (the one-table launch) is one more entry of ``tables``;
+    a range without a table, or no table at all, is refused."""
+    import pytest
+    from dagster import Failure
+
+    from orchestration.backfill import BackfillRunConfig
+
+    both = BackfillRunConfig(tables=[{"table": "d.a"}], table="d.b", from_key="5").selection()
+    assert [(t.table, t.from_key, t.to_key) for t in both] == [("d.a", None, None), ("d.b", "5", None)]
+    with pytest.raises(Failure, match="from_key/to_key without table"):
+        BackfillRunConfig(tables=[{"table": "d.a"}], to_key="9").selection()
+    with pytest.raises(Failure, match="nothing to backfill"):
+        BackfillRunConfig().selection()
