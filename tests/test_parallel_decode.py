@@ -5,6 +5,8 @@ cdc_core/binlog_ranges.py) against a real MariaDB:
 - the parallel reader gives exactly the records of one reader over the same range (row
   events, transaction ends, statements, positions, values), across transactions of
   several tables, a DDL, a non-transactional table's COMMIT and a binlog rotation;
+- a chunk reader's server_id used by another replica: one reader reads the backlog, and
+  the other replica keeps its connection;
 - the stream catches a backlog up with two workers: Delta equals MySQL;
 - SIGKILLed again and again while catching up with two workers, then resumed: Delta
   equals MySQL, nothing applied twice, each table's commits strictly increasing.
@@ -12,8 +14,10 @@ cdc_core/binlog_ranges.py) against a real MariaDB:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
+import re
 
 from cdc_core.binlog_ranges import cuts
 from cdc_core.config import ParallelDecodeConfig
@@ -32,7 +36,9 @@ from tests.test_stream_crash import (
     assert_commits_strictly_increase,
     create_tables,
     kill_at_random,
+    replica_registered,
     stream_commit_count,
+    wait_for,
     workload_keys,
 )
 
@@ -120,6 +126,27 @@ def test_cuts_and_the_parallel_reader_give_the_single_readers_records(db, make_c
     assert any(getattr(r, "sql", "").startswith("ALTER TABLE") for r in single)
 
 
+def test_a_chunk_readers_server_id_in_use_leaves_one_reader(mariadb, db, make_config):
+    name, conn = db
+    cfg = make_config(name)
+    spec = ReaderSpec(connection_settings(cfg), cfg.source.server_id, BinlogPosition("", 0), None, None,
+                      (rf"{name}\..*",), ())
+    with conn.cursor() as cur:
+        other = ReaderProcess(dataclasses.replace(spec, server_id=cfg.source.server_id + 3, report_as="other"))
+        other.start(master_position(cur), None)
+    try:
+        wait_for(lambda: replica_registered(mariadb, cfg.source.server_id + 3), 30, "the other replica")
+        start, end = _history(conn)
+        reader = ParallelReader(dataclasses.replace(spec, until=end), ParallelDecodeConfig(**SMALL_CHUNKS))
+        reader.start(start, None)
+        assert not reader._reading and reader._live.pid is not None  # no chunks: one reader from start
+        reader.stop()
+        assert not any(isinstance(r, ReaderError) for r in other.take(0.5))
+        assert replica_registered(mariadb, cfg.source.server_id + 3)
+    finally:
+        other.stop()
+
+
 def test_catch_up_with_two_workers(mariadb, db, spark, make_config, caplog):
     name, conn = db
     create_tables(conn)
@@ -135,7 +162,9 @@ def test_catch_up_with_two_workers(mariadb, db, spark, make_config, caplog):
                 writer.step(cur)
     with caplog.at_level(logging.INFO, logger="pipelines.stream.reader"):
         summary = StreamEngine(cfg, until_now=True).run()
-    assert any("chunks, 2 decoded at once" in m for m in caplog.messages), caplog.messages
+    planned = [int(m.group(1)) for m in map(re.compile(r"in (\d+) chunks, 2 decoded at once").search,
+                                                  caplog.messages) if m]
+    assert planned and planned[0] >= 3, caplog.messages  # the backlog was decoded in several chunks
     assert summary.changes > 0 and summary.reconnects == 0
     assert_equal(cfg, names)
     assert all(assert_commits_strictly_increase(cfg, n) for n in names)

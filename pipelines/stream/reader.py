@@ -30,7 +30,8 @@ one reader goes on from its end, as without parallel decoding.
   dies, however it dies. The reader after the last chunk is started once every spool is
   closed, so it holds none open for the stream's life.
 - No cut can be found (a small backlog, one huge transaction, the server unreachable while
-  planning): one reader reads it all, as without parallel decoding.
+  planning), or a chunk reader's server_id is the source's or another replica's: one
+  reader reads it all, as without parallel decoding.
 """
 
 from __future__ import annotations
@@ -212,10 +213,29 @@ class ParallelReader:
                     end = min(end, self.spec.until)
                 if backlog_bytes(cur, start, end) < self.decode.min_backlog_mb * MB:
                     return []
+                taken = self._ids_taken(cur)
+                if taken:
+                    log.warning("server_id %s in use by another replica: one reader reads the backlog "
+                                "(source.parallel_decode uses server_id + 2 ... + 1 + workers)", sorted(taken))
+                    return []
                 return cuts(cur, start, end, max(1, int(self.decode.chunk_mb * MB)))
         except pymysql.err.MySQLError as e:
             log.warning("cannot cut the backlog for parallel decoding (%s): one reader reads it", e)
             return []
+
+    def _ids_taken(self, cur) -> set[int]:
+        """The chunk readers' server ids that the source or a replica other than ours uses:
+        connecting with one would cut that replica off."""
+        ids = {self.spec.server_id + 2 + slot for slot in range(self.decode.workers)}
+        cur.execute("SELECT @@server_id")
+        taken = ids & {int(cur.fetchone()[0])}
+        try:
+            cur.execute("SHOW SLAVE HOSTS")
+        except pymysql.err.OperationalError as e:  # needs REPLICATION MASTER ADMIN on MariaDB
+            log.debug("cannot list replicas: %s", e)
+            return taken
+        ours = (self.spec.report_as, *(f"{self.spec.report_as}:decode{slot}" for slot in range(self.decode.workers)))
+        return taken | (ids & {int(r[0]) for r in cur.fetchall() if r[1] not in ours})
 
     def _fill(self) -> None:
         """Start chunks while fewer than ``workers`` are read; the last reader once every chunk is taken."""
