@@ -2,8 +2,8 @@
 stop it.
 
 Invariants (tests/test_stream_crash.py, tests/test_stream_signals.py):
-- At most one reader process runs per engine; ``start`` stops the previous one first,
-  so a reconnect never has two readers on one server_id.
+- At most one reader process per replication server_id runs per engine; ``start`` stops
+  the previous ones first, so a reconnect never has two readers on one server_id.
 - The reader process never ends by SIGTERM/SIGINT: a supervisor or Ctrl-C signals the
   whole process group, and the engine alone decides to stop (it commits what it read,
   then ends the reader). It ignores both from the instant it is forked.
@@ -72,8 +72,8 @@ class Spool:
     descriptor the fork hands down (the writer appends, the taker reads at its own offset),
     so no file is left behind by any ending."""
 
-    def __init__(self, directory: str | None = None):
-        fd, path = tempfile.mkstemp(prefix="binlake-spool-", dir=directory)
+    def __init__(self):
+        fd, path = tempfile.mkstemp(prefix="binlake-spool-")  # in $TMPDIR
         os.unlink(path)
         self._fd: int | None = fd
         self._offset = 0  # where the taker reads the next frame
@@ -110,11 +110,11 @@ class Spool:
 
 class ReaderProcess:
     """One binlog reader process at a time, feeding a bounded queue (or, with ``spool``, a
-    spool file in ``spool_dir``)."""
+    spool file)."""
 
-    def __init__(self, spec: ReaderSpec, *, spool: bool = False, spool_dir: str | None = None):
+    def __init__(self, spec: ReaderSpec, *, spool: bool = False):
         self.spec = spec  # start/skip_through are replaced on each start
-        self.spool, self.spool_dir = spool, spool_dir
+        self.spool = spool
         self.process: multiprocessing.Process | None = None
         self._queue = None
 
@@ -129,7 +129,7 @@ class ReaderProcess:
         # fork, not spawn: spawn re-imports the caller's __main__ (a script, Dagster, pytest),
         # and the reader needs nothing the parent's threads could hold (it only opens sockets).
         ctx = multiprocessing.get_context("fork")
-        self._queue = Spool(self.spool_dir) if self.spool else ctx.Queue(maxsize=QUEUE_ITEMS)
+        self._queue = Spool() if self.spool else ctx.Queue(maxsize=QUEUE_ITEMS)
         spec = dataclasses.replace(self.spec, start=start, skip_through=skip_through)
         self.process = ctx.Process(target=run_reader, args=(spec, self._queue, os.getpid()), name="binlake-reader",
                                    daemon=True)
@@ -171,10 +171,9 @@ class ParallelReader:
     invariants); then one reader from the backlog's end on. The engine uses it as it uses
     a ``ReaderProcess``."""
 
-    def __init__(self, spec: ReaderSpec, decode: ParallelDecodeConfig, spool_dir: str | None = None):
+    def __init__(self, spec: ReaderSpec, decode: ParallelDecodeConfig):
         self.spec = spec  # as ReaderProcess.spec: the engine may change ``until`` before a start
         self.decode = decode
-        self.spool_dir = spool_dir
         self._waiting: deque[ReaderProcess] = deque()  # chunks not started yet, in binlog order
         self._reading: deque[ReaderProcess] = deque()  # chunks started; the first is being taken
         self._live = ReaderProcess(spec)
@@ -196,7 +195,7 @@ class ParallelReader:
             self._waiting.append(ReaderProcess(dataclasses.replace(
                 self.spec, start=starts[i], skip_through=skip_through, until=until,
                 server_id=self.spec.server_id + 2 + slot, report_as=f"{self.spec.report_as}:decode{slot}",
-                first_layout_id=(i << 32) + 1), spool=True, spool_dir=self.spool_dir))
+                first_layout_id=(i << 32) + 1), spool=True))
         self._live = ReaderProcess(dataclasses.replace(self.spec, first_layout_id=(len(ends) << 32) + 1))
         self._live_from = (starts[-1], skip_through)
         if ends:
