@@ -189,13 +189,14 @@ class _Decoding:
 
 class RowDecoder:
     """Decodes row events into value tuples and reports each table's layout once per change;
-    ``keep("db.table", column)`` says which columns are captured (all when None)."""
+    ``keep("db.table", column)`` says which columns are captured (all when None). Layout ids
+    count up from ``first_id`` (decoders of one stream get disjoint id ranges)."""
 
-    def __init__(self, keep: Callable[[str, str], bool] | None = None) -> None:
+    def __init__(self, keep: Callable[[str, str], bool] | None = None, first_id: int = 1) -> None:
         self._keep = keep
         self._by_map: dict[tuple, _Decoding] = {}  # (table id, column names) -> decoding
         self._last: dict[str, TableLayout] = {}  # "db.table" -> the layout last reported
-        self._next_id = 0
+        self._next_id = first_id - 1  # the ids this decoder hands out: first_id, first_id + 1, ...
 
     def reset(self) -> None:
         """Forget cached table maps (table ids are reused after a reconnect or a server restart)."""

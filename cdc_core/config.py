@@ -71,6 +71,17 @@ class SnapshotConfig(_Strict):
     chunk_key_columns: dict[str, str] = {}
 
 
+class ParallelDecodeConfig(_Strict):
+    """Catch-up past the single binlog reader (``source.parallel_decode``; pipelines/stream/reader.py):
+    a backlog of at least ``min_backlog_mb`` at a (re)start is cut at transaction boundaries
+    into chunks of about ``chunk_mb`` of binlog, decoded by up to ``workers`` processes at once
+    (replication ids ``server_id + 2`` … ``server_id + 1 + workers``) and applied in binlog order."""
+
+    workers: int = Field(1, ge=1, le=16)  # 1: one reader, as before (the default)
+    min_backlog_mb: float = Field(64, ge=0)  # smaller backlogs are read by one reader: not worth the start-up
+    chunk_mb: float = Field(16, gt=0)  # binlog per chunk; at most `workers` chunks are spooled to disk at once
+
+
 class SslConfig(_Strict):
     """TLS to the source (``source.ssl``; present = required). Verification is on unless
     ``verify: false`` says otherwise: the server certificate must chain to ``ca`` (the system's
@@ -114,6 +125,7 @@ class SourceConfig(_Strict):
     key_columns: dict[str, list[str]] = {}
     startup: StartupConfig = StartupConfig()
     snapshot: SnapshotConfig = SnapshotConfig()
+    parallel_decode: ParallelDecodeConfig = ParallelDecodeConfig()
     ssl: SslConfig | None = None  # TLS to the server; absent: plain connections
 
     @field_validator("tables", "exclude_tables", "exclude_columns")

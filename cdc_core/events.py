@@ -9,8 +9,9 @@ and primary key, from the binlog itself (``binlog_row_metadata=FULL``), never fr
 the live ``information_schema``.
 
 Invariants (tests/test_binlog_decoder.py):
-- Layout ids are unique within one reader process; a ``RowsEvent`` names the layout
-  its values are in, column by column.
+- Layout ids are unique within one reader: one process, or the processes that decode
+  one stream's binlog ranges in parallel (each numbers from its own ``first_layout_id``);
+  a ``RowsEvent`` names the layout its values are in, column by column.
 - Nothing follows a ``ReaderEnd`` or a ``ReaderError``.
 """
 

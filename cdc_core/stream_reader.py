@@ -73,6 +73,7 @@ class ReaderSpec:
     exclude: tuple[str, ...]  # source.exclude_tables
     exclude_columns: tuple[str, ...] = ()  # source.exclude_columns
     report_as: str = "binlake"
+    first_layout_id: int = 1  # readers of one stream's ranges number their layouts apart (events.py)
 
 
 class _CaptureFilter:
@@ -181,8 +182,9 @@ def _die_with_parent(parent: int) -> None:
 
 
 def run_reader(spec: ReaderSpec, queue, parent: int) -> None:
-    """Process entry point: read from ``spec.start`` and put items on ``queue`` until
-    ``spec.until`` (if any), an error, or the process is terminated."""
+    """Process entry point: read from ``spec.start`` and put items on ``queue`` (anything
+    with a blocking ``put(list)``: a bounded queue, or a spool file) until ``spec.until``
+    (if any), an error, or the process is terminated."""
     # SIGTERM and SIGINT to the whole process group (a supervisor, Ctrl-C) are the engine's to
     # handle: it commits what this process read, then ends it. Were this process to die of them
     # first, the engine would see a lost reader. They arrive blocked (ReaderProcess.start); a
@@ -214,7 +216,8 @@ def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
         only_schemas=capture.only_schemas,
         only_tables=capture.only_tables,
     )
-    decoder = RowDecoder(lambda table, column: not excludes_column(spec.exclude_columns, f"{table}.{column}"))
+    decoder = RowDecoder(lambda table, column: not excludes_column(spec.exclude_columns, f"{table}.{column}"),
+                         spec.first_layout_id)
     skip, until = spec.skip_through, spec.until
     gtid = None
     try:

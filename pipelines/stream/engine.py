@@ -1,7 +1,8 @@
 """The stream engine: a short loop over the parts of the algorithm —
 
     start.py           where reading starts, what is applied, what each table's schema is
-    reader.py          the binlog reader process (cdc_core/stream_reader.py) and retries
+    reader.py          the binlog reader process (cdc_core/stream_reader.py), or several decoding a
+                       backlog in parallel (source.parallel_decode), and retries
     cdc_core/micro_batch.py + table_batch.py   row events folded into micro-batches
     schema_changes.py  DDL, table maps, capture changes, holds
     backfill.py        online backfill: chunks read between watermarks, merged at their high watermark
@@ -79,7 +80,7 @@ from pipelines.control_store import ControlStore
 from pipelines.pause_points import pause_at
 from pipelines.stream.backfill import Backfills
 from pipelines.stream.commit import Committer
-from pipelines.stream.reader import ReaderProcess
+from pipelines.stream.reader import ParallelReader, ReaderProcess
 from pipelines.stream.schema_changes import APPEARED, SchemaChanges, StopRequested
 from pipelines.stream.sinks import Sinks
 from pipelines.stream.start import resolve_start
@@ -114,7 +115,7 @@ class StreamEngine:
         self.limits = BatchLimits(cfg.stream.max_batch_rows, cfg.stream.max_batch_seconds)
         self.sinks = Sinks(cfg, self.router)
         self.committer = Committer(cfg.pipeline.name, self.router, self.sinks)
-        self.reader: ReaderProcess | None = None
+        self.reader: ReaderProcess | ParallelReader | None = None
         self.backfills: Backfills | None = None
         self.retry = Retry(retry or RetryPolicy())
         # Chunk keys in the server's order (the hand-off), on one connection made on first use.
@@ -176,10 +177,12 @@ class StreamEngine:
         # A read timeout on the binlog connection: a stalled one fails, and is read again, instead of
         # blocking forever (tests/test_stream_faults.py).
         binlog_conn = dataclasses.replace(self.conn, read_timeout=self.retry.policy.binlog_silence_seconds)
-        self.reader = ReaderProcess(ReaderSpec(
+        spec = ReaderSpec(
             binlog_conn, self.cfg.source.server_id, plan.start, plan.applied, plan.until if self.bounded else None,
             tuple(self.cfg.source.tables), tuple(self.cfg.source.exclude_tables),
-            tuple(self.cfg.source.exclude_columns), report_as=self._report_as))
+            tuple(self.cfg.source.exclude_columns), report_as=self._report_as)
+        decode = self.cfg.source.parallel_decode
+        self.reader = ParallelReader(spec, decode) if decode.workers > 1 else ReaderProcess(spec)
         if plan.applied is None:
             # The start point is durable before any table commit: a crash between the first
             # table commits and the first checkpoint must resume here, not at a new "latest".

@@ -2,33 +2,119 @@
 stop it.
 
 Invariants (tests/test_stream_crash.py, tests/test_stream_signals.py):
-- At most one reader process runs per engine; ``start`` stops the previous one first,
-  so a reconnect never has two readers on one server_id.
+- At most one reader process per replication server_id runs per engine; ``start`` stops
+  the previous ones first, so a reconnect never has two readers on one server_id.
 - The reader process never ends by SIGTERM/SIGINT: a supervisor or Ctrl-C signals the
   whole process group, and the engine alone decides to stop (it commits what it read,
   then ends the reader). It ignores both from the instant it is forked.
 - A reader that exits without an end or an error record (killed, crashed) is reported
   as a transient ``ReaderError``.
+
+Parallel decoding (``ParallelReader``, ``source.parallel_decode``; tests/test_parallel_decode.py):
+a backlog at a (re)start is cut at transaction ends (cdc_core/binlog_ranges.py) into chunks,
+each decoded by a reader process of its own into a spool file, at most ``workers`` chunks
+at once, while the engine takes the chunks' records in binlog order; after the last chunk
+one reader goes on from its end, as without parallel decoding.
+- The engine takes exactly the records one reader from the same start would give, in the
+  same order: the same row events, transaction ends and statements at the same positions;
+  only ``TableLayout`` records are repeated (each chunk reports the layouts it uses, under
+  ids of its own: ``first_layout_id``) and heartbeats are as the server sends them. A chunk
+  whose reader ends anywhere but at its chunk's end is an error, never a gap or a repeat.
+- Every chunk reader skips row events at or before ``skip_through``, and the engine's
+  restarts are unchanged: it starts the whole reader again from its checkpoint.
+- Chunk readers use replication ids ``server_id + 2 + (chunk % workers)`` (``server_id + 1``
+  is the stream's backfill reader), distinct among the chunks read at once; the reader
+  after the last chunk uses ``server_id``.
+- Disk stays bounded: at most ``workers`` spools exist; a spool is unlinked as it is
+  created (its readers hold it open), so it is gone once its chunk is taken or the engine
+  dies, however it dies. The reader after the last chunk is started once every spool is
+  closed, so it holds none open for the stream's life.
+- No cut can be found (a small backlog, one huge transaction, the server unreachable while
+  planning), or a chunk reader's server_id is the source's or another replica's: one
+  reader reads it all, as without parallel decoding.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import multiprocessing
 import os
+import pickle
 import queue as queue_mod
 import signal
+import struct
+import tempfile
+import time
+from collections import deque
 
-from cdc_core.events import ReaderError, ReaderRecord, ReadFailure
-from cdc_core.positions import BinlogPosition
+import pymysql
+
+from cdc_core.binlog_ranges import backlog_bytes, cuts
+from cdc_core.config import ParallelDecodeConfig
+from cdc_core.events import ReaderEnd, ReaderError, ReaderRecord, ReadFailure
+from cdc_core.positions import BinlogPosition, master_position
+from cdc_core.source import connect
 from cdc_core.stream_reader import QUEUE_ITEMS, STOP_SIGNALS, ReaderSpec, run_reader
+
+log = logging.getLogger(__name__)
+
+MB = 1 << 20
+SPOOL_POLL_SECONDS = 0.005  # how often a taker waiting on a spool looks for more
+_FRAME = struct.Struct("<Q")  # a spool frame: the pickled list's length, then the pickled list
+
+
+class Spool:
+    """A spool file: lists of records put by one reader process, taken in order by the
+    engine while they are still being written (a queue bounded by disk, not memory).
+
+    The file is unlinked as soon as it is created; writer and taker share the one open
+    descriptor the fork hands down (the writer appends, the taker reads at its own offset),
+    so no file is left behind by any ending."""
+
+    def __init__(self):
+        fd, path = tempfile.mkstemp(prefix="binlake-spool-")  # in $TMPDIR
+        os.unlink(path)
+        self._fd: int | None = fd
+        self._offset = 0  # where the taker reads the next frame
+
+    def put(self, items: list) -> None:
+        """Append one list (the reader process's side)."""
+        data = pickle.dumps(items, pickle.HIGHEST_PROTOCOL)
+        view = memoryview(_FRAME.pack(len(data)) + data)
+        while view:
+            view = view[os.write(self._fd, view):]
+
+    def get(self, timeout: float) -> list:
+        """The next list, waiting up to ``timeout`` for it (raises ``queue.Empty``); a frame
+        being written is not taken until it is whole."""
+        deadline = time.monotonic() + timeout
+        while True:
+            head = os.pread(self._fd, _FRAME.size, self._offset)
+            if len(head) == _FRAME.size:
+                (size,) = _FRAME.unpack(head)
+                data = os.pread(self._fd, size, self._offset + _FRAME.size)
+                if len(data) == size:
+                    self._offset += _FRAME.size + size
+                    return pickle.loads(data)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise queue_mod.Empty
+            time.sleep(min(SPOOL_POLL_SECONDS, left))
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class ReaderProcess:
-    """One binlog reader process at a time, feeding a bounded queue."""
+    """One binlog reader process at a time, feeding a bounded queue (or, with ``spool``, a
+    spool file)."""
 
-    def __init__(self, spec: ReaderSpec):
+    def __init__(self, spec: ReaderSpec, *, spool: bool = False):
         self.spec = spec  # start/skip_through are replaced on each start
+        self.spool = spool
         self.process: multiprocessing.Process | None = None
         self._queue = None
 
@@ -43,7 +129,7 @@ class ReaderProcess:
         # fork, not spawn: spawn re-imports the caller's __main__ (a script, Dagster, pytest),
         # and the reader needs nothing the parent's threads could hold (it only opens sockets).
         ctx = multiprocessing.get_context("fork")
-        self._queue = ctx.Queue(maxsize=QUEUE_ITEMS)
+        self._queue = Spool() if self.spool else ctx.Queue(maxsize=QUEUE_ITEMS)
         spec = dataclasses.replace(self.spec, start=start, skip_through=skip_through)
         self.process = ctx.Process(target=run_reader, args=(spec, self._queue, os.getpid()), name="binlake-reader",
                                    daemon=True)
@@ -62,6 +148,9 @@ class ReaderProcess:
         except queue_mod.Empty:
             if self.process.is_alive():
                 return []
+        try:  # it may have put its last records just before it ended
+            return self._queue.get(timeout=0.01)
+        except queue_mod.Empty:
             return [ReaderError(ReadFailure.TRANSIENT, f"reader process exited with code {self.process.exitcode}")]
 
     def stop(self) -> None:
@@ -72,5 +161,120 @@ class ReaderProcess:
         self.process.kill()
         self.process.join()
         self._queue.close()
-        self._queue.cancel_join_thread()
+        if not self.spool:
+            self._queue.cancel_join_thread()
         self.process = None
+
+
+class ParallelReader:
+    """A backlog decoded by several reader processes, taken in binlog order (see the module
+    invariants); then one reader from the backlog's end on. The engine uses it as it uses
+    a ``ReaderProcess``."""
+
+    def __init__(self, spec: ReaderSpec, decode: ParallelDecodeConfig):
+        self.spec = spec  # as ReaderProcess.spec: the engine may change ``until`` before a start
+        self.decode = decode
+        self._waiting: deque[ReaderProcess] = deque()  # chunks not started yet, in binlog order
+        self._reading: deque[ReaderProcess] = deque()  # chunks started; the first is being taken
+        self._live = ReaderProcess(spec)
+        self._live_from: tuple[BinlogPosition, BinlogPosition | None] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._reading[0].pid if self._reading else self._live.pid
+
+    def start(self, start: BinlogPosition, skip_through: BinlogPosition | None) -> None:
+        """(Re)start at ``start`` (a transaction boundary), skipping row events at or before
+        ``skip_through``: the backlog up to the server's end (or ``spec.until``) in chunks."""
+        self.stop()
+        ends = self._cuts(start)
+        starts = [start, *ends]
+        workers = self.decode.workers
+        for i, until in enumerate(ends):
+            slot = i % workers
+            self._waiting.append(ReaderProcess(dataclasses.replace(
+                self.spec, start=starts[i], skip_through=skip_through, until=until,
+                server_id=self.spec.server_id + 2 + slot, report_as=f"{self.spec.report_as}:decode{slot}",
+                first_layout_id=(i << 32) + 1), spool=True))
+        self._live = ReaderProcess(dataclasses.replace(self.spec, first_layout_id=(len(ends) << 32) + 1))
+        self._live_from = (starts[-1], skip_through)
+        if ends:
+            log.info("catching up %s..%s in %d chunks, %d decoded at once", start, ends[-1], len(ends), workers)
+        self._fill()
+
+    def _cuts(self, start: BinlogPosition) -> list[BinlogPosition]:
+        """Where the chunks end: transaction ends in the backlog; none when it is small or
+        the server cannot be asked (one reader then reads it, and reports what fails)."""
+        try:
+            with connect(self.spec.conn) as c, c.cursor() as cur:
+                end = master_position(cur, start.base)
+                if self.spec.until is not None:
+                    end = min(end, self.spec.until)
+                if backlog_bytes(cur, start, end) < self.decode.min_backlog_mb * MB:
+                    return []
+                taken = self._ids_taken(cur)
+                if taken:
+                    log.warning("server_id %s in use by another replica: one reader reads the backlog "
+                                "(source.parallel_decode uses server_id + 2 ... + 1 + workers)", sorted(taken))
+                    return []
+                return cuts(cur, start, end, max(1, int(self.decode.chunk_mb * MB)))
+        except pymysql.err.MySQLError as e:
+            log.warning("cannot cut the backlog for parallel decoding (%s): one reader reads it", e)
+            return []
+
+    def _ids_taken(self, cur) -> set[int]:
+        """The chunk readers' server ids that the source or a replica other than ours uses:
+        connecting with one would cut that replica off."""
+        ids = {self.spec.server_id + 2 + slot for slot in range(self.decode.workers)}
+        cur.execute("SELECT @@server_id")
+        taken = ids & {int(cur.fetchone()[0])}
+        try:
+            cur.execute("SHOW SLAVE HOSTS")
+        except pymysql.err.OperationalError as e:  # needs REPLICATION MASTER ADMIN on MariaDB
+            log.debug("cannot list replicas: %s", e)
+            return taken
+        ours = (self.spec.report_as, *(f"{self.spec.report_as}:decode{slot}" for slot in range(self.decode.workers)))
+        return taken | (ids & {int(r[0]) for r in cur.fetchall() if r[1] not in ours})
+
+    def _fill(self) -> None:
+        """Start chunks while fewer than ``workers`` are read; the last reader once every chunk is taken."""
+        while self._waiting and len(self._reading) < self.decode.workers:
+            chunk = self._waiting.popleft()
+            chunk.start(chunk.spec.start, chunk.spec.skip_through)
+            self._reading.append(chunk)
+        if not self._reading and self._live_from is not None:
+            self._live.start(*self._live_from)
+            self._live_from = None
+
+    def take(self, timeout: float) -> list[ReaderRecord]:
+        """The next records in binlog order (a chunk's end is not one), or [] if none came
+        within ``timeout``."""
+        if not self._reading:
+            return self._live.take(timeout)
+        chunk = self._reading[0]
+        records = chunk.take(timeout)
+        if not records:
+            return records
+        last = records[-1]
+        if isinstance(last, ReaderError):
+            name = f"decode worker (server_id {chunk.spec.server_id}, {chunk.spec.start}..{chunk.spec.until})"
+            records[-1] = dataclasses.replace(last, message=f"{name}: {last.message}")
+        elif isinstance(last, ReaderEnd):
+            if last.position != chunk.spec.until:  # the next chunk starts at until: events would repeat
+                records[-1] = ReaderError(ReadFailure.FATAL, f"a decode worker stopped at {last.position}, not at "
+                                                             f"its chunk's end {chunk.spec.until}")
+                return records
+            records.pop()
+            chunk.stop()
+            self._reading.popleft()
+            self._fill()
+        return records
+
+    def stop(self) -> None:
+        """Stop every reader process; spools go with them."""
+        for chunk in self._reading:
+            chunk.stop()
+        self._reading.clear()
+        self._waiting.clear()
+        self._live.stop()
+        self._live_from = None
