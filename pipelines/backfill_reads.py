@@ -1,0 +1,144 @@
+"""An online backfill's read groups on Spark (cdc_core/backfill.py): the stream process's
+Spark session, started lazily in the background, and one Spark task per chunk doing the
+chunk's SELECT between its own watermarks (``ChunkReader.select``).
+
+Invariants (tests/test_backfill.py):
+- The stream never waits for Spark: the session starts in a background thread the first
+  time a large request asks for it (until it is up, the backfill reads one chunk at a time
+  in the stream process), and a group's job runs in that thread too while the stream
+  goes on; a session already in the process (a test's, a Dagster run's) is used as it is
+  and never stopped here.
+- A task never fails: transient source faults and errors come back as values
+  (pipelines/snapshot_job.py's ``task_fault``); the driver raises them as the group's
+  read failure, and the backfill reads the group again (pipelines/stream/backfill.py).
+- Tasks only read the source (watermarks and one SELECT); rows come back to the driver as
+  Arrow IPC bytes, and only the stream process writes Delta.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from cdc_core.bulk_read import chunk_fetch
+from cdc_core.chunk_reader import ChunkReader, ChunkResult
+from cdc_core.chunking import Chunk
+from cdc_core.config import BinlakeConfig
+from cdc_core.errors import TransientError
+from cdc_core.source import ConnectionSettings
+from cdc_core.table_schema import TableSchema
+from pipelines.snapshot_job import task_fault, worker_connection
+
+log = logging.getLogger(__name__)
+
+
+class ReadFailed(RuntimeError):
+    """A chunk's read failed on an executor for a reason retrying may not fix (the message says which)."""
+
+
+class ReadInterrupted(TransientError):
+    """A chunk's read hit a transient source fault on an executor."""
+
+
+@dataclass(frozen=True)
+class ChunkTask:
+    """Work for one Spark task: one chunk's SELECT between its watermarks."""
+
+    conn: ConnectionSettings
+    server_id: int
+    schema: TableSchema
+    chunk: Chunk
+    base: int = 0  # of the pipeline's positions on the source (cdc_core/positions.py)
+
+
+def read_chunk(task: ChunkTask) -> dict:
+    """Executor side: the chunk's rows (Arrow IPC bytes) and watermarks, or a fault as a value."""
+    c = task.conn
+    try:
+        reader = ChunkReader(c, worker_connection(c), chunk_fetch(c, task.schema), task.server_id, base=task.base)
+        result = reader.select(task.schema, task.chunk)
+    except Exception as e:  # noqa: BLE001 - classified: transient faults are retried, the rest reported
+        return task_fault(e, c)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, result.table.schema) as w:
+        w.write_table(result.table)
+    return {"rows": sink.getvalue().to_pybytes(), "low": result.low_watermark, "high": result.high_watermark}
+
+
+class SparkReads:
+    """The stream process's Spark session for backfill read groups (see the module invariants)."""
+
+    def __init__(self, cfg: BinlakeConfig):
+        self.cfg = cfg
+        # One thread: the session's start, then one group's job at a time (one group is in flight).
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="backfill-spark")
+        self._session: Future | None = None
+        self._owned = False  # started here (stopped at close), not found in the process
+        self._broken = False
+        self._group: str | None = None  # the running job's group (cancelled at close)
+
+    def slots(self) -> int | None:
+        """Spark's task slots for backfill reads once the session is up; None until then (the
+        first call starts it in the background) or when it cannot start."""
+        if self._session is None:
+            log.info("backfill: starting Spark for parallel chunk reads (in the background)")
+            self._session = self._pool.submit(self._start)
+        if self._broken or not self._session.done():
+            return None
+        try:
+            sc = self._session.result().sparkContext
+        except Exception as e:  # noqa: BLE001 - no Spark (no Java, a bad master): read one chunk at a time
+            log.warning("backfill: Spark did not start (%s: %s); reading one chunk at a time", type(e).__name__, e)
+            self._broken = True
+            return None
+        return max(1, min(self.cfg.pipeline.parallelism, sc.defaultParallelism))
+
+    def _start(self):
+        from pyspark import SparkContext
+
+        from pipelines.spark_session import get_spark
+
+        self._owned = SparkContext._active_spark_context is None
+        return get_spark(self.cfg.spark.master, self.cfg.spark.conf)
+
+    def submit(self, tasks: list[ChunkTask]) -> Future:
+        """One Spark job reading ``tasks`` in parallel (call once :meth:`slots` is not None); a
+        future of their ``ChunkResult`` in the tasks' order, or of the first fault."""
+        return self._pool.submit(self._run, tasks)
+
+    def _run(self, tasks: list[ChunkTask]) -> list[ChunkResult]:
+        sc = self._session.result().sparkContext
+        first, last = tasks[0].chunk, tasks[-1].chunk
+        self._group = f"binlake-backfill-{uuid.uuid4().hex}"
+        sc.setJobGroup(self._group, f"binlake backfill {first.table} chunks {first.index}-{last.index}",
+                       interruptOnCancel=True)
+        try:
+            answers = sc.parallelize(tasks, len(tasks)).map(read_chunk).collect()
+        finally:
+            self._group = None
+        results = []
+        for task, a in zip(tasks, answers, strict=True):
+            what = f"{task.chunk.table} chunk {task.chunk.index}"
+            if "retry" in a:
+                raise ReadInterrupted(f"reading {what}: {a['retry']}")
+            if "failed" in a:
+                log.debug("reading %s failed on the executor:\n%s", what, a["traceback"])
+                raise ReadFailed(f"reading {what}: {a['failed']}")
+            rows = pa.ipc.open_stream(a["rows"]).read_all()
+            results.append(ChunkResult(task.chunk, rows, a["low"], a["high"], 0, 1))
+        return results
+
+    def close(self) -> None:
+        """Cancel a running job, let the thread end, and stop a session started here."""
+        session = self._session
+        if session is None:
+            return
+        if session.done() and session.exception() is None and self._group is not None:
+            session.result().sparkContext.cancelJobGroup(self._group)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._owned and session.exception() is None:
+            session.result().stop()
