@@ -132,13 +132,18 @@ class SparkReads:
             results.append(ChunkResult(task.chunk, rows, a["low"], a["high"], 0, 1))
         return results
 
+    def cancel(self) -> None:
+        """Cancel the running job, if any (its group was dropped: its rows would go unused)."""
+        session, group = self._session, self._group
+        if session is not None and session.done() and session.exception() is None and group is not None:
+            session.result().sparkContext.cancelJobGroup(group)
+
     def close(self) -> None:
         """Cancel a running job, let the thread end, and stop a session started here."""
         session = self._session
         if session is None:
             return
-        if session.done() and session.exception() is None and self._group is not None:
-            session.result().sparkContext.cancelJobGroup(self._group)
+        self.cancel()
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self._owned and session.exception() is None:
             session.result().stop()

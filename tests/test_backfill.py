@@ -31,7 +31,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from cdc_core.backfill import BackfillState
 from cdc_core.source import connect, connection_settings
-from pipelines.backfill_requests import request_backfill
+from pipelines.backfill_requests import change_state, request_backfill
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import table_uri
 from pipelines.pause_points import MARKER, PAUSE_ENV
@@ -489,3 +489,39 @@ def test_sigkill_between_a_group_read_and_its_merges_loses_and_doubles_nothing(d
     assert_equal(cfg, [table])
     planned = len(next(r for r in _requests(cfg) if r.id == req.id).chunks)
     assert {m["chunk"] for m in _merges(cfg, table)} == set(range(planned))  # the killed group's, read again
+
+
+def test_a_paused_request_drops_the_group_spark_is_reading(db, spark, make_config):
+    """Pausing a request while Spark reads one of its groups drops the whole group unmerged;
+    once resumed, the request reads it again and Delta equals MySQL."""
+    name, conn = db
+    with conn.cursor() as cur:
+        _table(cur, "acct", 8000)
+    cfg = make_config(name, source={"snapshot": {"chunk_size": 1000, "backfill_spark_min_chunks": 4}})
+    snapshot(cfg, spark)
+    StreamEngine(cfg, until_now=True).run()
+    table = f"{name}.acct"
+    _damage(cfg, table, range(1, 8000))
+    req = request_backfill(cfg, table)
+    engine = StreamEngine(cfg, until_now=True)
+    original = engine._start
+
+    def start_then_pause():
+        original()
+        backfills = engine.backfills
+        backfills.poll(force=True)
+        wait_for(lambda: backfills._spark.slots() is not None, 60, "Spark")  # the test's session, found
+        backfills.step()  # the first group: chunks 0-3 on Spark
+        assert backfills.inflight is not None and len(backfills.inflight.chunks) == 4
+        change_state(cfg, req.id, BackfillState.PAUSED)
+        backfills.poll(force=True)
+        assert backfills.inflight is None
+        change_state(cfg, req.id, BackfillState.PENDING)  # resumed: this run finishes it
+        backfills.poll(force=True)
+
+    engine._start = start_then_pause
+    engine.run()
+    assert next(r for r in _requests(cfg) if r.id == req.id).state == BackfillState.DONE
+    assert_equal(cfg, [table])
+    merges = _merges(cfg, table)
+    assert sorted(m["chunk"] for m in merges) == list(range(len(merges))), merges  # each chunk once

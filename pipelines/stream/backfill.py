@@ -172,7 +172,9 @@ class Backfills:
         f = self.inflight
         if f is not None and not any(r.id == f.request.id and r.active for r in self.requests):
             log.info("backfill %s of %s: paused or cancelled, %s dropped", f.request.id, f.table, f.describe())
-            self.inflight = None  # a Spark read still running ends unseen
+            if f.reading is not None:
+                self._spark.cancel()
+            self.inflight = None
 
     def _declined(self, name: str) -> bool:
         """The table's latest request was cancelled (the user chose not to backfill it) or failed
