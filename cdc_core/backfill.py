@@ -5,7 +5,7 @@ binlog positions as watermarks: nothing is written to the source).
 
 The request's chunks are read in order, a *read group* at a time, by the stream process
 (the only writer of the pipeline, pipelines/stream/backfill.py): one chunk, or, for a
-request with many chunks left (``source.snapshot.backfill_spark_min_chunks``), a group of
+request of many chunks (``source.snapshot.backfill_spark_min_chunks``), a group of
 ``CHUNKS_PER_SLOT`` x Spark's task slots chunks read in parallel on Spark
 (:func:`read_group_size`):
   1. between two micro-batches: S := the stream's position; then, per chunk C of the group
@@ -245,11 +245,18 @@ def split_writes(chunk_keys: Sequence[tuple], chunk_values: Sequence[tuple], wri
     return append, upsert
 
 
-def read_group_size(pending: int, slots: int | None, min_chunks: int) -> int:
-    """How many of a request's ``pending`` chunks the next read group holds: one, unless the
-    request is large (``min_chunks`` or more left, ``min_chunks`` > 0) and Spark is up with
-    ``slots`` task slots (None: not up); then ``CHUNKS_PER_SLOT`` per slot, at most ``pending``."""
-    if slots is None or min_chunks <= 0 or pending < min_chunks:
+def large(chunks: int, min_chunks: int) -> bool:
+    """Whether a request of ``chunks`` chunks reads in groups on Spark (``min_chunks`` > 0 of them
+    or more; the whole plan counts, so a request whose first chunks were read one at a time while
+    Spark started goes on in groups)."""
+    return 0 < min_chunks <= chunks
+
+
+def read_group_size(chunks: int, pending: int, slots: int | None, min_chunks: int) -> int:
+    """How many of the ``pending`` chunks left of a request of ``chunks`` the next read group
+    holds: one, unless the request is :func:`large` and Spark is up with ``slots`` task slots
+    (None: not up); then ``CHUNKS_PER_SLOT`` per slot, at most ``pending``."""
+    if slots is None or not large(chunks, min_chunks):
         return 1
     return max(1, min(pending, CHUNKS_PER_SLOT * slots))
 

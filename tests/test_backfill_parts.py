@@ -98,11 +98,12 @@ def test_a_read_group_merges_exactly_past_its_highest_high_watermark_with_every_
 
 
 def test_read_groups_are_large_only_for_large_requests_once_spark_is_up():
-    assert read_group_size(40, None, 16) == 1  # Spark still starting: one chunk at a time
-    assert read_group_size(15, 2, 16) == 1  # a small request never waits for Spark
-    assert read_group_size(40, 2, 0) == 1  # 0: never in groups
-    assert read_group_size(40, 2, 16) == 4  # two chunks per task slot
-    assert read_group_size(16, 12, 16) == 16  # never more than the chunks left
+    assert read_group_size(40, 40, None, 16) == 1  # Spark still starting: one chunk at a time
+    assert read_group_size(15, 15, 2, 16) == 1  # a small request never waits for Spark
+    assert read_group_size(40, 40, 2, 0) == 1  # 0: never in groups
+    assert read_group_size(40, 40, 2, 16) == 4  # two chunks per task slot
+    assert read_group_size(40, 3, 2, 16) == 3  # a large request's last chunks too, never more than are left
+    assert read_group_size(40, 16, 12, 16) == 16
 
 
 def test_delta_rows_of_a_group_range_are_split_per_chunk():

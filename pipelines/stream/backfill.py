@@ -33,6 +33,7 @@ from cdc_core.backfill import (
     ChunkMerge,
     chunk_positions,
     clip,
+    large,
     read_group_size,
     split_writes,
 )
@@ -285,8 +286,8 @@ class Backfills:
         schema = s.tables[req.table].schema
         pending = req.chunks[req.chunks_done:]
         min_chunks = self.cfg.source.snapshot.backfill_spark_min_chunks
-        slots = self._spark.slots() if 0 < min_chunks <= len(pending) else None
-        chunks = tuple(pending[:read_group_size(len(pending), slots, min_chunks)])
+        slots = self._spark.slots() if large(len(req.chunks), min_chunks) else None  # Spark: large ones only
+        chunks = tuple(pending[:read_group_size(len(req.chunks), len(pending), slots, min_chunks)])
         started = time.monotonic()
         if schema.column(chunks[0].key).data_type in INTEGER_TYPES:
             # Delta's rows of the group's range, in one scan (Python's order is the server's),
