@@ -6,8 +6,9 @@ binlog positions as watermarks: nothing is written to the source).
 The request's chunks are read in order, a *read group* at a time, by the stream process
 (the only writer of the pipeline, pipelines/stream/backfill.py): one chunk, or, for a
 request of many chunks (``source.snapshot.backfill_spark_min_chunks``), a group of
-``CHUNKS_PER_SLOT`` x Spark's task slots chunks read in parallel on Spark
-(:func:`read_group_size`):
+``CHUNKS_PER_SLOT`` x Spark's task slots chunks read in parallel on Spark, or, until the
+stream process's Spark is up, ``CHUNKS_PER_SLOT`` chunks read one after another in a
+thread (:func:`read_group_size`); either way the stream goes on meanwhile:
   1. between two micro-batches: S := the stream's position; then, per chunk C of the group
      (in parallel): LW := binlog end; rows(C) := SELECT the rows of C (one statement: its
      read view lies between LW and HW); HW := binlog end;
@@ -15,10 +16,11 @@ request of many chunks (``source.snapshot.backfill_spark_min_chunks``), a group 
      its row keys (before and after images) as *touched*;
   3. once the group's rows are known and the stream has applied every change up to a
      position P at or past H (the highest HW of the group) and nothing after it (the next
-     record is past P, or a heartbeat at P), the batch is committed and then, per chunk in
-     the plan's order, in one Delta commit each, the rows of rows(C) whose key was not
-     touched are upserted and the *candidates* of C that are neither in rows(C) nor touched
-     are deleted.
+     record is past P, or a heartbeat at P), the batch is committed and then the group's
+     next chunk C (in the plan's order) is merged in one Delta commit: the rows of rows(C)
+     whose key was not touched are upserted and the *candidates* of C that are neither in
+     rows(C) nor touched are deleted. The group's other chunks merge the same way at the
+     next records, one each, so the stream's own commits go on between them.
 
 Candidates are the row keys Delta held in the range at some instant after the backfill
 started and at or before the group's S: for an integer chunk key, read at S by one range
@@ -37,9 +39,10 @@ Invariants (tests/test_backfill_parts.py, tests/test_backfill.py):
   at or past C's HW: S <= LW, so an untouched key had no change in (LW, P] and has the
   same row at the SELECT and at P (so rows(C)'s row, or its absence, is right), a
   touched key's last change up to P was applied by the stream, and a key the stream
-  never wrote is a candidate. So a group's chunks, whose HWs differ, all merge at one P
-  past the highest (in the plan's order: progress stays a count of chunks merged), and
-  a group Spark returns after the stream went past H merges where the stream is then.
+  never wrote is a candidate. So a group's chunks, whose HWs differ, all merge past the
+  highest, one by one wherever the stream then is (in the plan's order: progress stays a
+  count of chunks merged), and a group Spark returns after the stream went past H merges
+  where the stream is then.
 - Nothing the stream applied is reverted: a key changed after S is touched (and never
   written by the merge); a change after P is applied after the merge.
 - A merge is correct wherever it happens at or past its HW, so it may be repeated: a
@@ -254,11 +257,12 @@ def large(chunks: int, min_chunks: int) -> bool:
 
 def read_group_size(chunks: int, pending: int, slots: int | None, min_chunks: int) -> int:
     """How many of the ``pending`` chunks left of a request of ``chunks`` the next read group
-    holds: one, unless the request is :func:`large` and Spark is up with ``slots`` task slots
-    (None: not up); then ``CHUNKS_PER_SLOT`` per slot, at most ``pending``."""
-    if slots is None or not large(chunks, min_chunks):
+    holds: one for a request that is not :func:`large`; else ``CHUNKS_PER_SLOT`` per task slot
+    of Spark's (``slots``), or for the one reader thread of the stream process while Spark is
+    not up (None), at most ``pending``."""
+    if not large(chunks, min_chunks):
         return 1
-    return max(1, min(pending, CHUNKS_PER_SLOT * slots))
+    return max(1, min(pending, CHUNKS_PER_SLOT * (slots or 1)))
 
 
 def chunk_positions(values: Sequence[int], chunks: Sequence[Chunk]) -> list[int]:

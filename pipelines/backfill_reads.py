@@ -1,12 +1,12 @@
-"""An online backfill's read groups on Spark (cdc_core/backfill.py): the stream process's
-Spark session, started lazily in the background, and one Spark task per chunk doing the
-chunk's SELECT between its own watermarks (``ChunkReader.select``).
+"""An online backfill's read groups (cdc_core/backfill.py), read while the stream goes on:
+on Spark, one task per chunk doing the chunk's SELECT between its own watermarks
+(``ChunkReader.select``), once the stream process's session is up, and until then one
+chunk after another in a thread of the stream process.
 
 Invariants (tests/test_backfill.py):
-- The stream never waits for Spark: the session starts in a background thread the first
-  time a large request asks for it (until it is up, the backfill reads one chunk at a time
-  in the stream process), and a group's job runs in that thread too while the stream
-  goes on; a session already in the process (a test's, a Dagster run's) is used as it is
+- The stream never waits for Spark or for a group's SELECTs: the session starts in a
+  background thread the first time a large request asks for it, and groups are read in
+  another; a session already in the process (a test's, a Dagster run's) is used as it is
   and never stopped here.
 - A task never fails: transient source faults and errors come back as values
   (pipelines/snapshot_job.py's ``task_fault``); the driver raises them as the group's
@@ -56,7 +56,8 @@ class ChunkTask:
 
 
 def read_chunk(task: ChunkTask) -> dict:
-    """Executor side: the chunk's rows (Arrow IPC bytes) and watermarks, or a fault as a value."""
+    """A Spark task (or the stream process's reader thread): the chunk's rows (Arrow IPC bytes)
+    and watermarks, or a fault as a value."""
     c = task.conn
     try:
         reader = ChunkReader(c, worker_connection(c), chunk_fetch(c, task.schema), task.server_id, base=task.base)
@@ -69,30 +70,31 @@ def read_chunk(task: ChunkTask) -> dict:
     return {"rows": sink.getvalue().to_pybytes(), "low": result.low_watermark, "high": result.high_watermark}
 
 
-class SparkReads:
-    """The stream process's Spark session for backfill read groups (see the module invariants)."""
+class GroupReads:
+    """A large request's read groups, read while the stream goes on: on Spark once the stream
+    process's session is up, in a thread of this process until then (see the module invariants)."""
 
     def __init__(self, cfg: BinlakeConfig):
         self.cfg = cfg
-        # One thread: the session's start, then one group's job at a time (one group is in flight).
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="backfill-spark")
+        self._starter = ThreadPoolExecutor(1, thread_name_prefix="backfill-spark-start")
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="backfill-read")  # one group in flight
         self._session: Future | None = None
         self._owned = False  # started here (stopped at close), not found in the process
         self._broken = False
-        self._group: str | None = None  # the running job's group (cancelled at close)
+        self._group: str | None = None  # the running Spark job's group (cancelled when dropped)
 
     def slots(self) -> int | None:
         """Spark's task slots for backfill reads once the session is up; None until then (the
         first call starts it in the background) or when it cannot start."""
         if self._session is None:
             log.info("backfill: starting Spark for parallel chunk reads (in the background)")
-            self._session = self._pool.submit(self._start)
+            self._session = self._starter.submit(self._start)
         if self._broken or not self._session.done():
             return None
         try:
             sc = self._session.result().sparkContext
-        except Exception as e:  # noqa: BLE001 - no Spark (no Java, a bad master): read one chunk at a time
-            log.warning("backfill: Spark did not start (%s: %s); reading one chunk at a time", type(e).__name__, e)
+        except Exception as e:  # noqa: BLE001 - no Spark (no Java, a bad master): read in this process
+            log.warning("backfill: Spark did not start (%s: %s); reading in the stream process", type(e).__name__, e)
             self._broken = True
             return None
         return max(1, min(self.cfg.pipeline.parallelism, sc.defaultParallelism))
@@ -105,45 +107,57 @@ class SparkReads:
         self._owned = SparkContext._active_spark_context is None
         return get_spark(self.cfg.spark.master, self.cfg.spark.conf)
 
-    def submit(self, tasks: list[ChunkTask]) -> Future:
-        """One Spark job reading ``tasks`` in parallel (call once :meth:`slots` is not None); a
-        future of their ``ChunkResult`` in the tasks' order, or of the first fault."""
-        return self._pool.submit(self._run, tasks)
+    def submit(self, tasks: list[ChunkTask], on_spark: bool) -> Future:
+        """Read ``tasks``: in parallel in one Spark job (``on_spark``: once :meth:`slots` is not
+        None), else one after another in a thread here; a future of their ``ChunkResult`` in
+        the tasks' order, or of the first fault."""
+        return self._reader.submit(self._on_spark if on_spark else self._here, tasks)
 
-    def _run(self, tasks: list[ChunkTask]) -> list[ChunkResult]:
+    def _on_spark(self, tasks: list[ChunkTask]) -> list[ChunkResult]:
         sc = self._session.result().sparkContext
         first, last = tasks[0].chunk, tasks[-1].chunk
         self._group = f"binlake-backfill-{uuid.uuid4().hex}"
         sc.setJobGroup(self._group, f"binlake backfill {first.table} chunks {first.index}-{last.index}",
                        interruptOnCancel=True)
         try:
-            answers = sc.parallelize(tasks, len(tasks)).map(read_chunk).collect()
+            return _results(tasks, sc.parallelize(tasks, len(tasks)).map(read_chunk).collect())
         finally:
             self._group = None
-        results = []
-        for task, a in zip(tasks, answers, strict=True):
-            what = f"{task.chunk.table} chunk {task.chunk.index}"
-            if "retry" in a:
-                raise ReadInterrupted(f"reading {what}: {a['retry']}")
-            if "failed" in a:
-                log.debug("reading %s failed on the executor:\n%s", what, a["traceback"])
-                raise ReadFailed(f"reading {what}: {a['failed']}")
-            rows = pa.ipc.open_stream(a["rows"]).read_all()
-            results.append(ChunkResult(task.chunk, rows, a["low"], a["high"], 0, 1))
-        return results
+
+    def _here(self, tasks: list[ChunkTask]) -> list[ChunkResult]:
+        answers = []
+        for t in tasks:  # a fault ends the group: it is read again whole
+            answers.append(read_chunk(t))
+            if "rows" not in answers[-1]:
+                break
+        return _results(tasks[:len(answers)], answers)
 
     def cancel(self) -> None:
-        """Cancel the running job, if any (its group was dropped: its rows would go unused)."""
+        """Cancel the running Spark job, if any (its group was dropped: its rows would go unused)."""
         session, group = self._session, self._group
         if session is not None and session.done() and session.exception() is None and group is not None:
             session.result().sparkContext.cancelJobGroup(group)
 
     def close(self) -> None:
-        """Cancel a running job, let the thread end, and stop a session started here."""
-        session = self._session
-        if session is None:
-            return
+        """Cancel a running job, let the threads end, and stop a session started here."""
         self.cancel()
-        self._pool.shutdown(wait=True, cancel_futures=True)
-        if self._owned and session.exception() is None:
+        self._reader.shutdown(wait=True, cancel_futures=True)
+        self._starter.shutdown(wait=True)
+        session = self._session
+        if session is not None and self._owned and session.exception() is None:
             session.result().stop()
+
+
+def _results(tasks: list[ChunkTask], answers: list[dict]) -> list[ChunkResult]:
+    """The tasks' answers as chunk results; the first fault raised."""
+    results = []
+    for task, a in zip(tasks, answers, strict=True):
+        what = f"{task.chunk.table} chunk {task.chunk.index}"
+        if "retry" in a:
+            raise ReadInterrupted(f"reading {what}: {a['retry']}")
+        if "failed" in a:
+            log.debug("reading %s failed:\n%s", what, a["traceback"])
+            raise ReadFailed(f"reading {what}: {a['failed']}")
+        rows = pa.ipc.open_stream(a["rows"]).read_all()
+        results.append(ChunkResult(task.chunk, rows, a["low"], a["high"], 0, 1))
+    return results

@@ -98,7 +98,7 @@ def test_a_read_group_merges_exactly_past_its_highest_high_watermark_with_every_
 
 
 def test_read_groups_are_large_only_for_large_requests_once_spark_is_up():
-    assert read_group_size(40, 40, None, 16) == 1  # Spark still starting: one chunk at a time
+    assert read_group_size(40, 40, None, 16) == 2  # Spark still starting: two for the reader thread
     assert read_group_size(15, 15, 2, 16) == 1  # a small request never waits for Spark
     assert read_group_size(40, 40, 2, 0) == 1  # 0: never in groups
     assert read_group_size(40, 40, 2, 16) == 4  # two chunks per task slot

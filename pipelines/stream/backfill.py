@@ -11,7 +11,9 @@ is in flight at a time, for the oldest active request. The engine calls:
 - ``on_rows()`` for every row event it applies: keys of the group's table changed since
   the group's start are touched;
 - ``due(record)`` before handling a record: once the group's rows are known and the record
-  is past its highest high watermark, the engine commits its batch and calls ``merge()``.
+  is past its highest high watermark, the engine commits its batch and calls ``merge()``,
+  which merges the group's next chunk: one chunk per record, so the stream's own commits
+  go on between a group's merges (each exact where the stream then is, cdc_core/backfill.py).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from cdc_core.startup import StartupError
 from cdc_core.table_commit import RowsApplied
 from cdc_core.table_schema import TableSchema
 from cdc_core.types import binlog_value
-from pipelines.backfill_reads import ChunkTask, SparkReads
+from pipelines.backfill_reads import ChunkTask, GroupReads
 from pipelines.backfill_requests import refusal
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import apply_changes, deduplicate, deletions, stream_commit_properties, table_uri
@@ -79,18 +81,15 @@ class InFlight:
     since: BinlogPosition  # the stream's position when the group's read started (cdc_core/backfill.py's S)
     started: float  # time.monotonic() then
     merge: ChunkMerge = field(default_factory=ChunkMerge)
-    results: list[ChunkResult] | None = None  # each chunk's rows and watermarks, once read
-    reading: Future | None = None  # Spark's read of the group, until collected
+    results: list[ChunkResult] | None = None  # the rows and watermarks of each chunk not merged yet, once read
+    reading: Future | None = None  # the read of the group (on Spark, or in a thread here), until collected
+    on_spark: bool = False
     read_seconds: float = 0.0  # its candidates and its SELECTs, until the rows were here
+    high_watermark: BinlogPosition | None = None  # the highest of its chunks': where it may merge
 
     @property
     def table(self) -> str:
         return self.request.table
-
-    @property
-    def high_watermark(self) -> BinlogPosition:
-        """Where the whole group may merge: past every chunk's high watermark."""
-        return max(r.high_watermark for r in self.results)
 
     def describe(self) -> str:
         first, last = self.chunks[0].index, self.chunks[-1].index
@@ -133,14 +132,14 @@ class Backfills:
         self.inflight: InFlight | None = None
         self._candidates: dict[str, dict[int, Candidates]] = {}  # request id -> chunk index -> Delta's keys
         self._control = None  # pymysql connection for watermarks, made on first use
-        self._spark = SparkReads(cfg)  # started by the first large request only
+        self._reads = GroupReads(cfg)  # Spark started by the first large request only
         self._polled = 0.0
         self._failures = 0
         self._retry_at = 0.0
 
     def close(self) -> None:
         self._drop_control()
-        self._spark.close()
+        self._reads.close()
 
     def _drop_control(self) -> None:
         if self._control is not None:
@@ -174,7 +173,7 @@ class Backfills:
         if f is not None and not any(r.id == f.request.id and r.active for r in self.requests):
             log.info("backfill %s of %s: paused or cancelled, %s dropped", f.request.id, f.table, f.describe())
             if f.reading is not None:
-                self._spark.cancel()
+                self._reads.cancel()
             self.inflight = None
 
     def _declined(self, name: str) -> bool:
@@ -280,13 +279,15 @@ class Backfills:
         return self.key_orders.for_column(schema.column(key))
 
     def _read_next(self, req: BackfillRequest) -> None:
-        """Start the next read group of ``req``: several chunks on Spark for a large request once
-        Spark is up, else one chunk, read here and now (cdc_core/backfill.py)."""
+        """Start the next read group of ``req`` (cdc_core/backfill.py): for a large request several
+        chunks, read while the stream goes on (on Spark once it is up, in a thread here until
+        then); else one chunk, read here and now."""
         s = self.state
         schema = s.tables[req.table].schema
         pending = req.chunks[req.chunks_done:]
         min_chunks = self.cfg.source.snapshot.backfill_spark_min_chunks
-        slots = self._spark.slots() if large(len(req.chunks), min_chunks) else None  # Spark: large ones only
+        big = large(len(req.chunks), min_chunks)
+        slots = self._reads.slots() if big else None  # Spark is started for large requests only
         chunks = tuple(pending[:read_group_size(len(req.chunks), len(pending), slots, min_chunks)])
         started = time.monotonic()
         if schema.column(chunks[0].key).data_type in INTEGER_TYPES:
@@ -296,13 +297,13 @@ class Backfills:
             self._candidates[req.id] = self._rows_in(req, schema, chunks)
         elif req.id not in self._candidates:
             self._candidates[req.id] = self._find_candidates(req, schema)
-        f = InFlight(req, schema, chunks, s.position, started)
-        if len(chunks) > 1:
-            f.reading = self._spark.submit([ChunkTask(self.conn, self.cfg.source.server_id + 1, schema, c,
-                                                      s.position.base) for c in chunks])
-            self.inflight = f  # keys are touched from now on, while Spark reads
-            log.info("backfill %s of %s: %s of %d being read on Spark", req.id, req.table, f.describe(),
-                     len(req.chunks))
+        f = InFlight(req, schema, chunks, s.position, started, on_spark=slots is not None)
+        if big:
+            f.reading = self._reads.submit([ChunkTask(self.conn, self.cfg.source.server_id + 1, schema, c,
+                                                      s.position.base) for c in chunks], f.on_spark)
+            self.inflight = f  # keys are touched from now on, while the group is read
+            log.info("backfill %s of %s: %s of %d being read %s", req.id, req.table, f.describe(),
+                     len(req.chunks), "on Spark" if f.on_spark else "in the background")
             return
         if self._control is None:
             self._control = connect(self.conn)
@@ -312,13 +313,14 @@ class Backfills:
         self.inflight = f
 
     def _collect(self, f: InFlight) -> None:
-        """The rows of a group Spark read, once they are here (its failure raised)."""
+        """The rows of a group read in the background, once they are here (its failure raised)."""
         if f.reading.done():
             self._read(f, f.reading.result())
             pause_at("backfill_group_read")
 
     def _read(self, f: InFlight, results: list[ChunkResult]) -> None:
         f.results, f.reading, f.read_seconds = results, None, time.monotonic() - f.started
+        f.high_watermark = max(r.high_watermark for r in results)
         self._failures = 0
         log.info("backfill %s of %s: %s/%d read (%d rows) between %s and %s", f.request.id, f.table,
                  f.describe(), len(f.request.chunks), sum(r.table.num_rows for r in results),
@@ -399,18 +401,21 @@ class Backfills:
         return f is not None and f.results is not None and self.state.passed(rec, f.high_watermark)
 
     def merge(self) -> None:
-        """The group in flight merged where the stream is (the engine committed every change up
-        to it, at or past the group's high watermark): per chunk in order, one Delta commit,
-        then the request's progress."""
-        f, self.inflight = self.inflight, None
+        """The group's next chunk (in the plan's order) merged where the stream is (the engine
+        committed every change up to it, at or past the group's high watermark): one Delta
+        commit, then the request's progress. The group stays in flight until its last chunk."""
+        f = self.inflight
         s = self.state
         t = s.tables.get(f.table)
         if t is None or not t.streamed or t.schema != f.schema or s.holds:
             log.info("backfill %s of %s: the table changed under %s; reading it again", f.request.id, f.table,
                      f.describe())
+            self.inflight = None
             return
-        for result in f.results:
-            self._merge_chunk(f, result)
+        result = f.results.pop(0)
+        if not f.results:
+            self.inflight = None
+        self._merge_chunk(f, result)
 
     def _merge_chunk(self, f: InFlight, result: ChunkResult) -> None:
         s = self.state
@@ -434,7 +439,7 @@ class Backfills:
         delete = deletions(target, key, deletes)
         marker = {BACKFILL_KEY: json.dumps({
             "id": req.id, "table": f.table, "chunk": chunk.index, "high_watermark": f.high_watermark.to_dict(),
-            "group": f.chunks[0].index, "group_chunks": len(f.chunks),
+            "group": f.chunks[0].index, "group_chunks": len(f.chunks), "on_spark": f.on_spark,
             "appended": len(append_idx), "upserted": len(upsert_idx), "deleted": len(deletes),
             "left_to_stream": len(f.merge.touched), "read_seconds": round(f.read_seconds, 3)})}
         props = stream_commit_properties(self.cfg.pipeline.name, s.offset, marker)
