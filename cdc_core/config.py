@@ -72,8 +72,9 @@ class SnapshotConfig(_Strict):
     # binlake extension: an online backfill of at least this many chunks reads them in groups
     # while the stream goes on, several chunks at once on Spark (the stream process starts its
     # session then, in the background; until it is up, in a reader thread); 0: always one
-    # chunk at a time in the stream process.
-    backfill_spark_min_chunks: int = Field(16, ge=0)
+    # chunk at a time in the stream process. High by default: on a small host Spark's start
+    # (JVM, Python workers) costs more CPU than a backfill of a million rows takes (bench/backfill.py).
+    backfill_spark_min_chunks: int = Field(64, ge=0)
 
 
 class SslConfig(_Strict):

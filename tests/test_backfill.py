@@ -467,21 +467,21 @@ def _paused(config: str, logs, password: str, point: str) -> None:
 
 
 def test_sigkill_between_a_group_read_and_its_merges_loses_and_doubles_nothing(db, spark, make_config, tmp_path):
-    """``binlake stream`` processes (each starting its own Spark, reading one chunk at a time until
-    it is up: enough chunks that groups follow) SIGKILLed once when a group read on Spark is back
-    and none of it is merged, then at a later merge; a last run finishes the backfill."""
+    """``binlake stream`` processes (each starting its own Spark in the background) SIGKILLed once
+    when a read group is back and none of it is merged, then at a later merge; a last run
+    finishes the backfill."""
     name, conn = db
     with conn.cursor() as cur:
-        _table(cur, "acct", 60_000)
+        _table(cur, "acct", 30_000)
     cfg = make_config(name, source={"snapshot": {"chunk_size": 1000, "backfill_spark_min_chunks": 4}},
                       stream={"max_batch_rows": 500, "max_batch_seconds": 0.3})
     config = write_config_file(cfg, tmp_path / "binlake.yaml")
     password = cfg.source.password.get_secret_value()
     snapshot(cfg, spark)
     table = f"{name}.acct"
-    _damage(cfg, table, range(1, 60_000))
+    _damage(cfg, table, range(1, 30_000))
     req = request_backfill(cfg, table)
-    with _writers(connection_settings(cfg), name, acct=(60_000, 12)):
+    with _writers(connection_settings(cfg), name, acct=(30_000, 12)):
         _paused(config, tmp_path / "logs", password, "backfill_group_read")
         _paused(config, tmp_path / "logs", password, "backfill_merged:6")
     StreamEngine(cfg, until_now=True).run()
