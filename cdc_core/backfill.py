@@ -48,8 +48,9 @@ Invariants (tests/test_backfill_parts.py, tests/test_backfill.py):
 - A merge is correct wherever it happens at or past its HW, so it may be repeated: a
   crash between a merge and its progress record reads the chunk again (new watermarks)
   and merges it again; chunks read but not merged (a whole group, or the rest of one)
-  are simply read again. Progress is recorded after each merge commit (at least once;
-  never marked done before it is).
+  are simply read again. Progress is recorded after a group's last merge commit (each
+  of its merges at least once; never marked done before it is; one control-table write
+  per group, not per chunk).
 - At most one group is in flight; a paused or cancelled request's group is dropped
   unmerged.
 - A key Delta holds more than once (a hand-made copy) is left once, in the same commit

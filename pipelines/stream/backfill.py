@@ -86,6 +86,8 @@ class InFlight:
     on_spark: bool = False
     read_seconds: float = 0.0  # its candidates and its SELECTs, until the rows were here
     high_watermark: BinlogPosition | None = None  # the highest of its chunks': where it may merge
+    applied: int = 0  # rows its merges so far wrote (recorded with the request's progress after the last)
+    merge_seconds: float = 0.0
 
     @property
     def table(self) -> str:
@@ -451,16 +453,19 @@ class Backfills:
         else:  # the range already equals MySQL: nothing to commit
             applied = RowsApplied()
         pause_at("backfill_merged")
-        done = req.chunks_done + 1
-        finished = done == len(req.chunks)
-        merge_s = time.monotonic() - merging
-        self._save(req.next(chunks_done=done, rows=req.rows + applied.inserted + applied.updated,
-                            state=BackfillState.DONE if finished else BackfillState.RUNNING,
-                            detail=f"chunk {chunk.index}: read {f.read_seconds:.2f} s, merged {merge_s:.2f} s"))
+        f.applied += applied.inserted + applied.updated
+        f.merge_seconds += time.monotonic() - merging
         self._candidates.get(req.id, {}).pop(chunk.index, None)
-        if finished:
-            self._candidates.pop(req.id, None)
-            log.warning("backfill %s of %s (%s) is done", req.id, f.table, req.describe_range())
         log.info("backfill %s of %s: chunk %d merged (%d appended, %d upserted, %d deleted, %d keys left to the "
                  "stream)", req.id, f.table, chunk.index, len(append_idx), len(upsert_idx), len(deletes),
                  len(f.merge.touched))
+        if f.results:  # the group's progress is recorded after its last merge (a merge may be repeated)
+            return
+        done = chunk.index + 1  # the plan's chunks merged in order: its index counts those before it
+        finished = done == len(req.chunks)
+        self._save(req.next(chunks_done=done, rows=req.rows + f.applied,
+                            state=BackfillState.DONE if finished else BackfillState.RUNNING,
+                            detail=f"{f.describe()}: read {f.read_seconds:.2f} s, merged {f.merge_seconds:.2f} s"))
+        if finished:
+            self._candidates.pop(req.id, None)
+            log.warning("backfill %s of %s (%s) is done", req.id, f.table, req.describe_range())
