@@ -19,8 +19,9 @@ thread (:func:`read_group_size`); either way the stream goes on meanwhile:
      record is past P, or a heartbeat at P), the batch is committed and then the group's
      next chunk C (in the plan's order) is merged in one Delta commit: the rows of rows(C)
      whose key was not touched are upserted and the *candidates* of C that are neither in
-     rows(C) nor touched are deleted. The group's other chunks merge the same way at the
-     next records, one each, so the stream's own commits go on between them.
+     rows(C) nor touched are deleted. The group's next chunks merge the same way, right
+     after or, past a time slice, at the next records, so the stream's own commits go on
+     between them.
 
 Candidates are the row keys Delta held in the range at some instant after the backfill
 started and at or before the group's S: for an integer chunk key, read at S by one range

@@ -12,8 +12,9 @@ is in flight at a time, for the oldest active request. The engine calls:
   the group's start are touched;
 - ``due(record)`` before handling a record: once the group's rows are known and the record
   is past its highest high watermark, the engine commits its batch and calls ``merge()``,
-  which merges the group's next chunk: one chunk per record, so the stream's own commits
-  go on between a group's merges (each exact where the stream then is, cdc_core/backfill.py).
+  which merges the group's next chunks for up to ``MERGE_SLICE_SECONDS``, the rest at the
+  next records, so the stream's own commits go on between a group's merges (each exact
+  where the stream then is, cdc_core/backfill.py).
 """
 
 from __future__ import annotations
@@ -68,6 +69,10 @@ log = logging.getLogger(__name__)
 BACKFILL_KEY = "binlake.backfill"  # commit metadata of a merge: request id, chunk, group, high watermark
 POLL_SECONDS = 2.0  # how often the stream looks for new, paused and cancelled requests
 READ_ATTEMPTS = 30  # consecutive failed chunk reads before a request fails
+# A group's merges go on, one after another, for this long; then the stream reads and commits
+# before the next (at its next record): its lag stays bounded, and an idle stream does not wait
+# for a heartbeat per chunk.
+MERGE_SLICE_SECONDS = 0.5
 
 
 @dataclass
@@ -403,9 +408,10 @@ class Backfills:
         return f is not None and f.results is not None and self.state.passed(rec, f.high_watermark)
 
     def merge(self) -> None:
-        """The group's next chunk (in the plan's order) merged where the stream is (the engine
-        committed every change up to it, at or past the group's high watermark): one Delta
-        commit, then the request's progress. The group stays in flight until its last chunk."""
+        """The group's next chunks (in the plan's order, for up to ``MERGE_SLICE_SECONDS``)
+        merged where the stream is (the engine committed every change up to it, at or past the
+        group's high watermark): one Delta commit each, then, after the last, the request's
+        progress. The group stays in flight until its last chunk."""
         f = self.inflight
         s = self.state
         t = s.tables.get(f.table)
@@ -414,10 +420,12 @@ class Backfills:
                      f.describe())
             self.inflight = None
             return
-        result = f.results.pop(0)
-        if not f.results:
-            self.inflight = None
-        self._merge_chunk(f, result)
+        until = time.monotonic() + MERGE_SLICE_SECONDS
+        while f.results and time.monotonic() < until:  # at least one: until is ahead
+            result = f.results.pop(0)
+            if not f.results:
+                self.inflight = None
+            self._merge_chunk(f, result)
 
     def _merge_chunk(self, f: InFlight, result: ChunkResult) -> None:
         s = self.state
