@@ -10,7 +10,7 @@ request of many chunks (``source.snapshot.backfill_spark_min_chunks``), a group 
 stream process's Spark is up, ``CHUNKS_PER_SLOT`` chunks read one after another in a
 thread (:func:`read_group_size`); either way the stream goes on meanwhile:
   1. between two micro-batches: S := the stream's position; then, per chunk C of the group
-     (in parallel): LW := binlog end; rows(C) := SELECT the rows of C (one statement: its
+     (in parallel on Spark): LW := binlog end; rows(C) := SELECT the rows of C (one statement: its
      read view lies between LW and HW); HW := binlog end;
   2. the stream goes on (also while Spark reads); every change of the table after S marks
      its row keys (before and after images) as *touched*;
@@ -30,10 +30,9 @@ every change up to S committed (so Delta's rows of the range as of S are known e
 and keys are touched from S on: then a key neither touched nor a candidate is not in
 Delta, and is appended; a candidate's row that equals the chunk's is not written again);
 otherwise when the backfill started (or resumed), each key's chunk found in the server's
-order of the chunk key. A key Delta
-gained later was written by the stream, which applies every change of the table from
-the backfill's start on, so its row is MySQL's row (updates are applied as whole
-after-images, inserted when missing).
+order of the chunk key. A key Delta gained later was written by the stream, which
+applies every change of the table from the backfill's start on, so its row is MySQL's
+row (updates are applied as whole after-images, inserted when missing).
 
 Invariants (tests/test_backfill_parts.py, tests/test_backfill.py):
 - After C's merge at P, C's range in Delta equals C's range in MySQL as of P, for any P

@@ -37,11 +37,12 @@ log = logging.getLogger(__name__)
 
 
 class ReadFailed(RuntimeError):
-    """A chunk's read failed on an executor for a reason retrying may not fix (the message says which)."""
+    """A chunk's read failed (on an executor, or in the reader thread) for a reason retrying may not
+    fix (the message says which)."""
 
 
 class ReadInterrupted(TransientError):
-    """A chunk's read hit a transient source fault on an executor."""
+    """A chunk's read hit a transient source fault (on an executor, or in the reader thread)."""
 
 
 @dataclass(frozen=True)
