@@ -3,39 +3,56 @@ runs, merged into the live stream so nothing the stream applied meanwhile is los
 reverted (the algorithm of Netflix's DBLog and Debezium's incremental snapshots, with
 binlog positions as watermarks: nothing is written to the source).
 
-For each chunk C of the request's range, one at a time, by the stream process (the only
-writer of the pipeline, pipelines/stream/backfill.py):
-  1. between two micro-batches: LW := binlog end; S := SELECT the rows of C (one
-     statement: its read view lies between LW and HW); HW := binlog end;
-  2. the stream goes on; every change of the table in (LW, HW] marks its row keys
-     (before and after images) as *touched*;
-  3. when the stream has applied every change up to HW and nothing after it (the next
-     record is past HW, or a heartbeat at HW), the batch is committed and then, in one
-     Delta commit, the rows of S whose key was not touched are upserted and the
-     *candidates* of C that are neither in S nor touched are deleted.
+The request's chunks are read in order, a *read group* at a time, by the stream process
+(the only writer of the pipeline, pipelines/stream/backfill.py): one chunk, or, for a
+request of many chunks (``source.snapshot.backfill_spark_min_chunks``), a group of
+``CHUNKS_PER_SLOT`` x Spark's task slots chunks read in parallel on Spark, or, until the
+stream process's Spark is up, ``CHUNKS_PER_SLOT`` chunks read one after another in a
+thread (:func:`read_group_size`); either way the stream goes on meanwhile:
+  1. between two micro-batches: S := the stream's position; then, per chunk C of the group
+     (in parallel on Spark): LW := binlog end; rows(C) := SELECT the rows of C (one statement: its
+     read view lies between LW and HW); HW := binlog end;
+  2. the stream goes on (also while Spark reads); every change of the table after S marks
+     its row keys (before and after images) as *touched*;
+  3. once the group's rows are known and the stream has applied every change up to a
+     position P at or past H (the highest HW of the group) and nothing after it (the next
+     record is past P, or a heartbeat at P), the batch is committed and then the group's
+     next chunk C (in the plan's order) is merged in one Delta commit: the rows of rows(C)
+     whose key was not touched are upserted and the *candidates* of C that are neither in
+     rows(C) nor touched are deleted. The group's next chunks merge the same way, right
+     after or, past a time slice, at the next records, so the stream's own commits go on
+     between them.
 
-Candidates are the row keys Delta held in the range at some instant P after the backfill
-started and before the chunk's LW: for an integer chunk key, read by a range filter right
-before the chunk is read, with every change up to P committed (so Delta's rows of the
-range as of P are known exactly, and keys are touched from P on, not only from LW: then a
-key neither touched nor a candidate is not in Delta, and is appended; a candidate's row
-that equals the chunk's is not written again); otherwise when the backfill started (or
-resumed), each key's chunk found in the server's order of the chunk key. A key Delta
-gained later was written by the stream, which applies every change of the table from
-the backfill's start on, so its row is MySQL's row (updates are applied as whole
-after-images, inserted when missing).
+Candidates are the row keys Delta held in the range at some instant after the backfill
+started and at or before the group's S: for an integer chunk key, read at S by one range
+filter over the group's whole range (split per chunk, :func:`chunk_positions`), with
+every change up to S committed (so Delta's rows of the range as of S are known exactly,
+and keys are touched from S on: then a key neither touched nor a candidate is not in
+Delta, and is appended; a candidate's row that equals the chunk's is not written again);
+otherwise when the backfill started (or resumed), each key's chunk found in the server's
+order of the chunk key. A key Delta gained later was written by the stream, which
+applies every change of the table from the backfill's start on, so its row is MySQL's
+row (updates are applied as whole after-images, inserted when missing).
 
 Invariants (tests/test_backfill_parts.py, tests/test_backfill.py):
-- After C's merge, C's range in Delta equals C's range in MySQL as of HW: an untouched
-  key has the same row at the SELECT and at HW (so S's row, or S's absence, is right),
-  a touched key's last change in (LW, HW] was applied by the stream, and a key the
-  stream never wrote is a candidate.
-- Nothing the stream applied is reverted: a key changed after LW is touched (and never
-  written by the merge); a change after HW is applied after the merge.
-- A merge is correct whenever it happens exactly at its HW, so it may be repeated: a
+- After C's merge at P, C's range in Delta equals C's range in MySQL as of P, for any P
+  at or past C's HW: S <= LW, so an untouched key had no change in (LW, P] and has the
+  same row at the SELECT and at P (so rows(C)'s row, or its absence, is right), a
+  touched key's last change up to P was applied by the stream, and a key the stream
+  never wrote is a candidate. So a group's chunks, whose HWs differ, all merge past the
+  highest, one by one wherever the stream then is (in the plan's order: progress stays a
+  count of chunks merged), and a group Spark returns after the stream went past H merges
+  where the stream is then.
+- Nothing the stream applied is reverted: a key changed after S is touched (and never
+  written by the merge); a change after P is applied after the merge.
+- A merge is correct wherever it happens at or past its HW, so it may be repeated: a
   crash between a merge and its progress record reads the chunk again (new watermarks)
-  and merges it again; a chunk read but not merged is simply read again. Progress is
-  recorded after the merge commit (at least once; never marked done before it is).
+  and merges it again; chunks read but not merged (a whole group, or the rest of one)
+  are simply read again. Progress is recorded after a group's last merge commit (each
+  of its merges at least once; never marked done before it is; one control-table write
+  per group, not per chunk).
+- At most one group is in flight; a paused or cancelled request's group is dropped
+  unmerged.
 - A key Delta holds more than once (a hand-made copy) is left once, in the same commit
   position (one MERGE before the chunk's): the merge then writes or keeps it like any key.
 - A DDL of the table between a chunk's read and its merge discards the read (its rows
@@ -55,6 +72,7 @@ import datetime as dt
 import enum
 import json
 import uuid
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -63,6 +81,10 @@ from typing import Any
 from cdc_core.chunking import INTEGER_TYPES, Chunk, decode_value, encode_value
 from cdc_core.errors import BadInput
 from cdc_core.table_schema import Column
+
+# Chunks of a read group per Spark task slot: every slot stays busy, and a step's fixed cost
+# (a commit and one scan of Delta's rows of the group's range) is shared by more chunks.
+CHUNKS_PER_SLOT = 2
 
 
 class BackfillState(enum.StrEnum):
@@ -225,3 +247,29 @@ def split_writes(chunk_keys: Sequence[tuple], chunk_values: Sequence[tuple], wri
         elif k in twice or held != chunk_values[i]:
             upsert.append(i)
     return append, upsert
+
+
+def large(chunks: int, min_chunks: int) -> bool:
+    """Whether a request of ``chunks`` chunks reads in groups on Spark (``min_chunks`` > 0 of them
+    or more; the whole plan counts, so a request whose first chunks were read one at a time while
+    Spark started goes on in groups)."""
+    return 0 < min_chunks <= chunks
+
+
+def read_group_size(chunks: int, pending: int, slots: int | None, min_chunks: int) -> int:
+    """How many of the ``pending`` chunks left of a request of ``chunks`` the next read group
+    holds: one for a request that is not :func:`large`; else ``CHUNKS_PER_SLOT`` per task slot
+    of Spark's (``slots``), or for the one reader thread of the stream process while Spark is
+    not up (None), at most ``pending``."""
+    if not large(chunks, min_chunks):
+        return 1
+    return max(1, min(pending, CHUNKS_PER_SLOT * (slots or 1)))
+
+
+def chunk_positions(values: Sequence[int], chunks: Sequence[Chunk]) -> list[int]:
+    """For integer chunk-key ``values``, the place in ``chunks`` (consecutive chunks of a plan)
+    of the chunk holding each one, -1 for a value outside them all."""
+    bounds = [c.lo for c in chunks[1:]]
+    lo, hi = chunks[0].lo, chunks[-1].hi
+    return [-1 if (lo is not None and v < lo) or (hi is not None and v >= hi) else bisect_right(bounds, v)
+            for v in values]

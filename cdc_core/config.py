@@ -69,6 +69,12 @@ class SnapshotConfig(_Strict):
     # also the most a crash makes a re-run read again per task.
     max_rows_per_task: int = Field(250_000, ge=1)
     chunk_key_columns: dict[str, str] = {}
+    # binlake extension: an online backfill of at least this many chunks reads them in groups
+    # while the stream goes on, several chunks at once on Spark (the stream process starts its
+    # session then, in the background; until it is up, in a reader thread); 0: always one
+    # chunk at a time in the stream process. High by default: on a small host Spark's start
+    # (JVM, Python workers) costs more CPU than a backfill of a million rows takes (bench/backfill.py).
+    backfill_spark_min_chunks: int = Field(64, ge=0)
 
 
 class ParallelDecodeConfig(_Strict):

@@ -10,6 +10,8 @@ nothing. The points, each a step where a crash leaves the lake half-way:
   pipeline checkpoint past the batch is not written yet;
 - ``schema_applied``: a DDL's change is committed to its Delta table, its schema history
   record (and the stream's checkpoint past the statement) not written yet;
+- ``backfill_group_read``: stream, a large backfill's read group (several chunks read on
+  Spark or in a reader thread) is back, none of its chunks merged yet;
 - ``backfill_merged``: stream, a backfill chunk is merged into Delta (or found equal to
   MySQL, nothing to write), the request's progress not saved yet;
 - ``snapshot_chunk_committed``: snapshot, a chunk group's rows are committed with their chunk

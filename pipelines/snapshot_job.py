@@ -111,7 +111,7 @@ class GroupTask:
 _worker_connections: dict[ConnectionSettings, pymysql.connections.Connection] = {}
 
 
-def _worker_connection(c: ConnectionSettings) -> pymysql.connections.Connection:
+def worker_connection(c: ConnectionSettings) -> pymysql.connections.Connection:
     """A control connection cached in the (reused) Python worker across tasks."""
     conn = _worker_connections.get(c)
     if conn is not None:
@@ -124,15 +124,28 @@ def _worker_connection(c: ConnectionSettings) -> pymysql.connections.Connection:
     return conn
 
 
+def task_fault(e: Exception, c: ConnectionSettings) -> dict:
+    """A failed Spark task's answer, so the task itself never fails (no stack traces in the
+    user's terminal): ``{"retry": cause}`` for a transient source fault (the driver retries;
+    the worker's cached connection to ``c`` is dropped), else ``{"failed": "Type: message",
+    "traceback": ...}``."""
+    cause = transient_cause(e)
+    if cause is None:
+        return {"failed": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+    stale = _worker_connections.pop(c, None)  # may be half-broken (cut mid-packet): never reused
+    if stale is not None:
+        with contextlib.suppress(pymysql.err.Error):  # "Already closed" when pymysql closed it itself
+            stale.close()
+    return {"retry": cause}
+
+
 def run_group(task: GroupTask) -> dict:
     """Executor side: read the group's consecutive chunks as one range between one pair of
     watermarks, write one Parquet file, and describe it and each chunk for the driver.
-    Failures come back as values, so a Spark task never fails (no stack traces in the user's
-    terminal): ``{"retry": cause}`` for a transient source fault (the driver retries), else
-    ``{"failed": "Type: message", "traceback": ...}``."""
+    Failures come back as values (:func:`task_fault`)."""
     c = task.conn
     try:
-        reader = ChunkReader(c, _worker_connection(c), chunk_fetch(c, task.schema), task.server_id, base=task.base)
+        reader = ChunkReader(c, worker_connection(c), chunk_fetch(c, task.schema), task.server_id, base=task.base)
         result = reader.read(task.schema, Chunk.span(list(task.chunks)))
         table = result.table
         counts = _rows_per_chunk(task.schema, task.chunks, table)
@@ -140,14 +153,7 @@ def run_group(task: GroupTask) -> dict:
             table = conform_routed(table, task.schema.qualified_name, task.target)
         written = write_parquet(task.uri, table, dict(task.storage_options)) if table.num_rows else None
     except Exception as e:  # noqa: BLE001 - classified: transient faults are retried, the rest reported
-        cause = transient_cause(e)
-        if cause is None:
-            return {"failed": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
-        stale = _worker_connections.pop(c, None)  # may be half-broken (cut mid-packet): never reused
-        if stale is not None:
-            with contextlib.suppress(pymysql.err.Error):  # "Already closed" when pymysql closed it itself
-                stale.close()
-        return {"retry": cause}
+        return task_fault(e, c)
     return {
         "file": written,
         "rows": table.num_rows,

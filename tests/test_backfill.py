@@ -10,6 +10,9 @@
 - SIGKILL of the stream at random points of a backfill (chunk reads, between a chunk
   and its merge, the merge commit), restarted each time: nothing lost or doubled (the
   stream commits' changes, counted, equal the binlog's: tests/change_count.py);
+- a request with many chunks reads them in groups on Spark while the stream runs under
+  writes in the ranges being read; a SIGKILL between a group's read and its merges, and
+  one among a group's merges, lose and double nothing;
 - the CLI: requests listed, paused, resumed, cancelled; bad input refused with exit 2.
 Every test ends comparing Delta with MySQL row by row.
 """
@@ -29,13 +32,14 @@ from deltalake import DeltaTable, write_deltalake
 
 from cdc_core.backfill import BackfillState
 from cdc_core.source import connect, connection_settings
-from pipelines.backfill_requests import request_backfill
+from pipelines.backfill_requests import change_state, request_backfill
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import table_uri
+from pipelines.pause_points import MARKER, PAUSE_ENV
 from pipelines.stream import StreamEngine
 from pipelines.stream.backfill import BACKFILL_KEY
 from tests.change_count import assert_changes_counted
-from tests.helpers import assert_equal, diff_tables, snapshot, write_config_file
+from tests.helpers import EngineThread, assert_equal, diff_tables, snapshot, write_config_file
 from tests.test_stream_crash import Stream, _env, wait_for
 
 ROWS_SQL = ("INSERT INTO {t} (id, v, s) SELECT seq, seq % 1000, CONCAT('row-', seq) FROM seq_1_to_{n}")
@@ -412,3 +416,116 @@ def test_sigkill_during_backfills_loses_and_doubles_nothing(db, spark, make_conf
     assert all(r.state == BackfillState.DONE for r in _requests(cfg)), _requests(cfg)
     assert_equal(cfg, [table])
     assert_changes_counted(cfg, [table])
+
+
+def test_large_backfill_reads_groups_of_chunks_on_spark_under_writes(db, spark, make_config):
+    """Chunks read in parallel on Spark (the test's session, found in the process), merged by
+    the running stream while a writer updates, deletes and inserts rows in the very ranges
+    being read: Delta equals MySQL, and the writer's changes made while the backfill ran (it
+    stops when the backfill is done: many rows' last change is one) are not reverted."""
+    name, conn = db
+    with conn.cursor() as cur:
+        _table(cur, "acct", 24_000)
+    cfg = make_config(name, source={"snapshot": {"chunk_size": 1000, "backfill_spark_min_chunks": 4}},
+                      stream={"max_batch_rows": 500, "max_batch_seconds": 0.3})
+    snapshot(cfg, spark)
+    table = f"{name}.acct"
+    _damage(cfg, table, range(1, 24_000))
+    engine = EngineThread(StreamEngine(cfg))
+    engine.start()
+    engine.wait_streaming()
+    with _writers(connection_settings(cfg), name, acct=(24_000, 11)) as touched:
+        req = request_backfill(cfg, table)
+        wait_for(lambda: next(r for r in _requests(cfg) if r.id == req.id).state == BackfillState.DONE, 240,
+                 "the backfill", interval=0.2)
+    try:
+        wait_for(lambda: diff_tables(cfg, [table])[0].equal, 60, "Delta to catch up with MySQL", interval=0.5)
+    finally:
+        engine.stop()
+    assert_equal(cfg, [table])
+    assert len(touched["acct"]) > 100
+    merges = _merges(cfg, table)
+    planned = len(next(r for r in _requests(cfg) if r.id == req.id).chunks)
+    assert planned > 20 and sorted(m["chunk"] for m in merges) == list(range(planned)), merges  # each once
+    groups: dict[int, list[dict]] = {}
+    for m in merges:
+        groups.setdefault(m["group"], []).append(m)
+    several = [ms for ms in groups.values() if len(ms) > 1]
+    assert any(ms[0]["on_spark"] for ms in several), merges  # several chunks per read step, on Spark
+    for ms in several:  # a group's chunks, all merged, in order, at the group's one high watermark
+        first, n = ms[0]["group"], ms[0]["group_chunks"]
+        assert [m["chunk"] for m in ms] == list(range(first, first + n)), ms
+        assert len({json.dumps(m["high_watermark"]) for m in ms}) == 1, ms
+    assert sum(m["left_to_stream"] for m in merges) > 0, merges  # the writer hit the windows
+
+
+def _paused(config: str, logs, password: str, point: str) -> None:
+    """A ``binlake stream`` run SIGKILLed at ``point`` (``BINLAKE_TEST_PAUSE_AT``), once it is there."""
+    s = Stream(config, logs, password=password, env={PAUSE_ENV: point})
+    try:
+        wait_for(lambda: MARKER in s.stderr or not s.alive(), 240, f"the stream to reach {point}", interval=0.05)
+        assert s.alive() and MARKER in s.stderr, s.describe()
+    finally:
+        s.kill()
+
+
+def test_sigkill_between_a_group_read_and_its_merges_loses_and_doubles_nothing(db, spark, make_config, tmp_path):
+    """``binlake stream`` processes (each starting its own Spark in the background) SIGKILLed once
+    when a read group is back and none of it is merged, then at a later merge; a last run
+    finishes the backfill."""
+    name, conn = db
+    with conn.cursor() as cur:
+        _table(cur, "acct", 30_000)
+    cfg = make_config(name, source={"snapshot": {"chunk_size": 1000, "backfill_spark_min_chunks": 4}},
+                      stream={"max_batch_rows": 500, "max_batch_seconds": 0.3})
+    config = write_config_file(cfg, tmp_path / "binlake.yaml")
+    password = cfg.source.password.get_secret_value()
+    snapshot(cfg, spark)
+    table = f"{name}.acct"
+    _damage(cfg, table, range(1, 30_000))
+    req = request_backfill(cfg, table)
+    with _writers(connection_settings(cfg), name, acct=(30_000, 12)):
+        _paused(config, tmp_path / "logs", password, "backfill_group_read")
+        _paused(config, tmp_path / "logs", password, "backfill_merged:6")
+    StreamEngine(cfg, until_now=True).run()
+    assert all(r.state == BackfillState.DONE for r in _requests(cfg)), _requests(cfg)
+    assert_equal(cfg, [table])
+    assert_changes_counted(cfg, [table])
+    planned = len(next(r for r in _requests(cfg) if r.id == req.id).chunks)
+    assert {m["chunk"] for m in _merges(cfg, table)} == set(range(planned))  # the killed group's, read again
+
+
+def test_a_paused_request_drops_the_group_spark_is_reading(db, spark, make_config):
+    """Pausing a request while Spark reads one of its groups drops the whole group unmerged;
+    once resumed, the request reads it again and Delta equals MySQL."""
+    name, conn = db
+    with conn.cursor() as cur:
+        _table(cur, "acct", 8000)
+    cfg = make_config(name, source={"snapshot": {"chunk_size": 1000, "backfill_spark_min_chunks": 4}})
+    snapshot(cfg, spark)
+    StreamEngine(cfg, until_now=True).run()
+    table = f"{name}.acct"
+    _damage(cfg, table, range(1, 8000))
+    req = request_backfill(cfg, table)
+    engine = StreamEngine(cfg, until_now=True)
+    original = engine._start
+
+    def start_then_pause():
+        original()
+        backfills = engine.backfills
+        backfills.poll(force=True)
+        wait_for(lambda: backfills._reads.slots() is not None, 60, "Spark")  # the test's session, found
+        backfills.step()  # the first group: chunks 0-3 on Spark
+        assert backfills.inflight is not None and len(backfills.inflight.chunks) == 4
+        change_state(cfg, req.id, BackfillState.PAUSED)
+        backfills.poll(force=True)
+        assert backfills.inflight is None
+        change_state(cfg, req.id, BackfillState.PENDING)  # resumed: this run finishes it
+        backfills.poll(force=True)
+
+    engine._start = start_then_pause
+    engine.run()
+    assert next(r for r in _requests(cfg) if r.id == req.id).state == BackfillState.DONE
+    assert_equal(cfg, [table])
+    merges = _merges(cfg, table)
+    assert sorted(m["chunk"] for m in merges) == list(range(len(merges))), merges  # each chunk once

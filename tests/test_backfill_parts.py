@@ -1,5 +1,7 @@
 """The online backfill's pure parts (cdc_core/backfill.py), no server needed: the merge
-decision, request states, key bounds and range clipping."""
+decision and its window (also for a read group merged past its chunks' own high
+watermarks), read-group sizes, splitting Delta's rows per chunk, request states, key
+bounds and range clipping."""
 
 from __future__ import annotations
 
@@ -12,9 +14,11 @@ from cdc_core.backfill import (
     BackfillRequest,
     BackfillState,
     ChunkMerge,
+    chunk_positions,
     clip,
     key_value,
     latest_requests,
+    read_group_size,
     split_writes,
 )
 from cdc_core.chunking import Chunk
@@ -50,6 +54,63 @@ def test_merge_reverts_nothing_the_stream_wrote_and_restores_what_it_did_not():
     for (k,) in delete:
         delta.pop(k, None)
     assert delta == source_at_hw
+
+
+def _group_merge(window_end: int) -> tuple[dict, dict]:
+    """A read group of two chunks simulated on a timeline of binlog positions: S = 0; chunk A
+    ([0, 10)) read at 2.5 between LW 2 and HW 3, chunk B ([10, 20)) at 5.5 between LW 5 and
+    HW 6; the stream applies every change up to P = 9, past the group's highest HW, then both
+    merge with the keys changed in (S, ``window_end``] touched. Returns (Delta's range after
+    the merges, MySQL's range at P)."""
+    source = {1: "a", 2: "b", 4: "d", 11: "k", 12: "l", 15: "o"}
+    delta = {1: "stale", 2: "b", 3: "gone", 11: "k", 13: "gone", 15: "stale"}  # as of S: candidates
+    changes = [(1, 2, "b1"), (2, 12, None), (4, 4, None), (5, 16, "p"), (7, 1, "a2"),  # (position, key, row)
+               (8, 11, "k2"), (9, 17, "q")]
+    candidates = set(delta)
+    reads = {}
+    for at, (lo, hi) in ((2.5, (0, 10)), (5.5, (10, 20))):
+        state = dict(source)
+        for pos, k, v in changes:
+            if pos < at:
+                state.pop(k, None) if v is None else state.__setitem__(k, v)
+        reads[(lo, hi)] = {k: v for k, v in state.items() if lo <= k < hi}
+    for _, k, v in changes:  # MySQL, and the stream applying every change up to P = 9
+        for rows in (source, delta):
+            rows.pop(k, None) if v is None else rows.__setitem__(k, v)
+    m = ChunkMerge(touched={(k,) for pos, k, _ in changes if 0 < pos <= window_end})
+    for (lo, hi), rows in reads.items():
+        keys = [(k,) for k in rows]
+        upsert, delete = m.decide(keys, [(k,) for k in candidates if lo <= k < hi])
+        for i in upsert:
+            delta[keys[i][0]] = rows[keys[i][0]]
+        for (k,) in delete:
+            delta.pop(k, None)
+    return delta, source
+
+
+def test_a_read_group_merges_exactly_past_its_highest_high_watermark_with_every_change_since_s_touched():
+    delta, source = _group_merge(window_end=9)
+    assert delta == source
+    # The window must run to the merge, not to a chunk's own HW: key 4, deleted at 4 (after A's
+    # HW 3, before the merge), would come back from A's read.
+    stale, _ = _group_merge(window_end=3)
+    assert 4 not in source and stale[4] == "d"
+
+
+def test_read_groups_are_large_only_for_large_requests_once_spark_is_up():
+    assert read_group_size(40, 40, None, 16) == 2  # Spark still starting: two for the reader thread
+    assert read_group_size(15, 15, 2, 16) == 1  # a small request never waits for Spark
+    assert read_group_size(40, 40, 2, 0) == 1  # 0: never in groups
+    assert read_group_size(40, 40, 2, 16) == 4  # two chunks per task slot
+    assert read_group_size(40, 3, 2, 16) == 3  # a large request's last chunks too, never more than are left
+    assert read_group_size(40, 16, 12, 16) == 16
+
+
+def test_delta_rows_of_a_group_range_are_split_per_chunk():
+    chunks = [Chunk("d.t", i, "id", lo, hi) for i, (lo, hi) in enumerate([(None, 10), (10, 20), (20, 30)])]
+    assert chunk_positions([-5, 0, 9, 10, 19, 20, 29], chunks) == [0, 0, 0, 1, 1, 2, 2]
+    bounded = chunks[1:]
+    assert chunk_positions([9, 10, 29, 30, 99], bounded) == [-1, 0, 1, -1, -1]  # outside the group: no chunk's
 
 
 def _req(**kw) -> BackfillRequest:

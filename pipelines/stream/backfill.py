@@ -2,13 +2,19 @@
 between watermarks between micro-batches, merged when the stream reaches their high
 watermark (the algorithm and its invariants: cdc_core/backfill.py).
 
-One chunk is in flight at a time, for the oldest active request. The engine calls:
+One read group (one chunk, or several read in parallel on Spark: pipelines/backfill_reads.py)
+is in flight at a time, for the oldest active request. The engine calls:
 - ``poll()`` and ``step()`` between batches: new, paused and cancelled requests are
-  seen, tables needing a backfill get a request, and the next chunk is read;
-- ``on_rows()`` for every row event it applies: keys of the chunk's table changed
-  between the watermarks are touched;
-- ``due(record)`` before handling a record: when it is past the chunk's high
-  watermark the engine commits its batch and calls ``merge()``.
+  seen, tables needing a backfill get a request, the next group is read (one chunk at
+  once in this process; several on Spark, while the stream goes on) and a group Spark
+  read is collected;
+- ``on_rows()`` for every row event it applies: keys of the group's table changed since
+  the group's start are touched;
+- ``due(record)`` before handling a record: once the group's rows are known and the record
+  is past its highest high watermark, the engine commits its batch and calls ``merge()``,
+  which merges the group's next chunks for up to ``MERGE_SLICE_SECONDS``, the rest at the
+  next records, so the stream's own commits go on between a group's merges (each exact
+  where the stream then is, cdc_core/backfill.py).
 """
 
 from __future__ import annotations
@@ -18,15 +24,25 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc_core.backfill import BackfillRequest, BackfillState, ChunkMerge, clip, split_writes
+from cdc_core.backfill import (
+    BackfillRequest,
+    BackfillState,
+    ChunkMerge,
+    chunk_positions,
+    clip,
+    large,
+    read_group_size,
+    split_writes,
+)
 from cdc_core.bulk_read import chunk_fetch
 from cdc_core.chunk_reader import CDC_OP, CDC_SEQ, ChunkReader, ChunkResult
-from cdc_core.chunking import INTEGER_TYPES, ChunkKeyError, chunk_key, plan_chunks
+from cdc_core.chunking import INTEGER_TYPES, Chunk, ChunkKeyError, chunk_key, plan_chunks
 from cdc_core.config import BinlakeConfig
 from cdc_core.errors import is_transient
 from cdc_core.events import RowsEvent
@@ -38,6 +54,7 @@ from cdc_core.startup import StartupError
 from cdc_core.table_commit import RowsApplied
 from cdc_core.table_schema import TableSchema
 from cdc_core.types import binlog_value
+from pipelines.backfill_reads import ChunkTask, GroupReads
 from pipelines.backfill_requests import refusal
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import apply_changes, deduplicate, deletions, stream_commit_properties, table_uri
@@ -49,25 +66,41 @@ from pipelines.stream.state import EngineState, HistoryRecorder
 
 log = logging.getLogger(__name__)
 
-BACKFILL_KEY = "binlake.backfill"  # commit metadata of a merge: request id, chunk index, high watermark
+BACKFILL_KEY = "binlake.backfill"  # commit metadata of a merge: request id, chunk, group, high watermark
 POLL_SECONDS = 2.0  # how often the stream looks for new, paused and cancelled requests
 READ_ATTEMPTS = 30  # consecutive failed chunk reads before a request fails
+# A group's merges go on, one after another, for this long; then the stream reads and commits
+# before the next (at its next record): its lag stays bounded, and an idle stream does not wait
+# for a heartbeat per chunk.
+MERGE_SLICE_SECONDS = 0.5
 
 
 @dataclass
 class InFlight:
-    """A chunk read and not yet merged."""
+    """A read group: consecutive chunks of a request read (or being read on Spark) and not
+    yet merged. Keys changed after ``since`` are touched, for every chunk of the group."""
 
     request: BackfillRequest
     schema: TableSchema  # the columns it was read with
-    result: ChunkResult
-    merge: ChunkMerge
-    read_seconds: float  # its candidates and its SELECT between the watermarks
-    since: BinlogPosition  # changes after it touch keys (the candidates' instant, else the LW)
+    chunks: tuple[Chunk, ...]
+    since: BinlogPosition  # the stream's position when the group's read started (cdc_core/backfill.py's S)
+    started: float  # time.monotonic() then
+    merge: ChunkMerge = field(default_factory=ChunkMerge)
+    results: list[ChunkResult] | None = None  # the rows and watermarks of each chunk not merged yet, once read
+    reading: Future | None = None  # the read of the group (on Spark, or in a thread here), until collected
+    on_spark: bool = False
+    read_seconds: float = 0.0  # its candidates and its SELECTs, until the rows were here
+    high_watermark: BinlogPosition | None = None  # the highest of its chunks': where it may merge
+    applied: int = 0  # rows its merges so far wrote (recorded with the request's progress after the last)
+    merge_seconds: float = 0.0
 
     @property
     def table(self) -> str:
         return self.request.table
+
+    def describe(self) -> str:
+        first, last = self.chunks[0].index, self.chunks[-1].index
+        return f"chunk {first}" if first == last else f"chunks {first}-{last}"
 
 
 @dataclass
@@ -106,11 +139,16 @@ class Backfills:
         self.inflight: InFlight | None = None
         self._candidates: dict[str, dict[int, Candidates]] = {}  # request id -> chunk index -> Delta's keys
         self._control = None  # pymysql connection for watermarks, made on first use
+        self._reads = GroupReads(cfg)  # Spark started by the first large request only
         self._polled = 0.0
         self._failures = 0
         self._retry_at = 0.0
 
     def close(self) -> None:
+        self._drop_control()
+        self._reads.close()
+
+    def _drop_control(self) -> None:
         if self._control is not None:
             self._control.close()
             self._control = None
@@ -140,8 +178,9 @@ class Backfills:
                 log.warning("%s needs a backfill: requested (%s)", name, req.id)
         f = self.inflight
         if f is not None and not any(r.id == f.request.id and r.active for r in self.requests):
-            log.info("backfill %s of %s: paused or cancelled, chunk %d dropped", f.request.id, f.table,
-                     f.result.chunk.index)
+            log.info("backfill %s of %s: paused or cancelled, %s dropped", f.request.id, f.table, f.describe())
+            if f.reading is not None:
+                self._reads.cancel()
             self.inflight = None
 
     def _declined(self, name: str) -> bool:
@@ -164,14 +203,19 @@ class Backfills:
     # --- reading ---------------------------------------------------------------------------------
 
     def step(self) -> None:
-        """Between batches: read the next chunk when none is in flight."""
+        """Between batches: collect the group Spark read, or read the next group when none is
+        in flight."""
         s = self.state
-        if self.inflight is not None or s.holds or time.monotonic() < self._retry_at:
+        f = self.inflight
+        if (f is not None and f.results is not None) or s.holds or time.monotonic() < self._retry_at:
             return
-        req = next((r for r in self.requests if r.active), None)
+        req = f.request if f is not None else next((r for r in self.requests if r.active), None)
         if req is None:
             return
         try:
+            if f is not None:
+                self._collect(f)
+                return
             if req.state == BackfillState.PENDING:
                 req = self._begin(req)
                 if req is None or req.state == BackfillState.DONE:
@@ -180,13 +224,13 @@ class Backfills:
                 self._save(req.next(state=BackfillState.DONE))
                 return
             self._read_next(req)
-            self._failures = 0
         except (StartupError, ChunkKeyError) as e:
             self._fail(req, str(e))
         except Exception as e:  # noqa: BLE001 - a read that fails is tried again, up to READ_ATTEMPTS
+            self.inflight = None  # its group, read again
             self._failures += 1
-            if self._control is not None and is_transient(e):
-                self.close()
+            if is_transient(e):
+                self._drop_control()
             if self._failures >= READ_ATTEMPTS:
                 self._fail(req, f"{type(e).__name__}: {e}")
                 return
@@ -242,29 +286,52 @@ class Backfills:
         return self.key_orders.for_column(schema.column(key))
 
     def _read_next(self, req: BackfillRequest) -> None:
+        """Start the next read group of ``req`` (cdc_core/backfill.py): for a large request several
+        chunks, read while the stream goes on (on Spark once it is up, in a thread here until
+        then); else one chunk, read here and now."""
         s = self.state
         schema = s.tables[req.table].schema
-        chunk = req.chunks[req.chunks_done]
+        pending = req.chunks[req.chunks_done:]
+        min_chunks = self.cfg.source.snapshot.backfill_spark_min_chunks
+        big = large(len(req.chunks), min_chunks)
+        slots = self._reads.slots() if big else None  # Spark is started for large requests only
+        chunks = tuple(pending[:read_group_size(len(req.chunks), len(pending), slots, min_chunks)])
         started = time.monotonic()
-        since = None
-        if schema.column(chunk.key).data_type in INTEGER_TYPES:
-            # Delta's rows of this chunk alone, by a range filter (Python's order is the server's),
+        if schema.column(chunks[0].key).data_type in INTEGER_TYPES:
+            # Delta's rows of the group's range, in one scan (Python's order is the server's),
             # exactly as of now: the open batch committed first (cdc_core/backfill.py).
             self.commit()
-            since = s.position
-            self._candidates[req.id] = {chunk.index: self._rows_in(req, schema, chunk)}
+            self._candidates[req.id] = self._rows_in(req, schema, chunks)
         elif req.id not in self._candidates:
             self._candidates[req.id] = self._find_candidates(req, schema)
+        f = InFlight(req, schema, chunks, s.position, started, on_spark=slots is not None)
+        if big:
+            f.reading = self._reads.submit([ChunkTask(self.conn, self.cfg.source.server_id + 1, schema, c,
+                                                      s.position.base) for c in chunks], f.on_spark)
+            self.inflight = f  # keys are touched from now on, while the group is read
+            log.info("backfill %s of %s: %s of %d being read %s", req.id, req.table, f.describe(),
+                     len(req.chunks), "on Spark" if f.on_spark else "in the background")
+            return
         if self._control is None:
             self._control = connect(self.conn)
         reader = ChunkReader(self.conn, self._control, chunk_fetch(self.conn, schema), self.cfg.source.server_id + 1,
                              base=s.position.base)
-        result = reader.select(schema, chunk)
-        self.inflight = InFlight(req, schema, result, ChunkMerge(), time.monotonic() - started,
-                                 since or result.low_watermark)
-        log.info("backfill %s of %s: chunk %d/%d read (%d rows) between %s and %s", req.id, req.table,
-                 chunk.index + 1, len(req.chunks), result.table.num_rows, result.low_watermark,
-                 result.high_watermark)
+        self._read(f, [reader.select(schema, chunks[0])])
+        self.inflight = f
+
+    def _collect(self, f: InFlight) -> None:
+        """The rows of a group read in the background, once they are here (its failure raised)."""
+        if f.reading.done():
+            self._read(f, f.reading.result())
+            pause_at("backfill_group_read")
+
+    def _read(self, f: InFlight, results: list[ChunkResult]) -> None:
+        f.results, f.reading, f.read_seconds = results, None, time.monotonic() - f.started
+        f.high_watermark = max(r.high_watermark for r in results)
+        self._failures = 0
+        log.info("backfill %s of %s: %s/%d read (%d rows) between %s and %s", f.request.id, f.table,
+                 f.describe(), len(f.request.chunks), sum(r.table.num_rows for r in results),
+                 min(r.low_watermark for r in results), f.high_watermark)
 
     def _delta_columns(self, req: BackfillRequest, schema: TableSchema):
         """The Delta table of ``req`` (refreshed) and Delta's names of the row key and chunk key."""
@@ -275,21 +342,28 @@ class Backfills:
         wanted = list(dict.fromkeys([*schema.row_key, req.chunks[0].key]))
         return dt, wanted, [delta_name(names, k) for k in wanted]
 
-    def _rows_in(self, req: BackfillRequest, schema: TableSchema, chunk) -> Candidates:
-        """Delta's rows in ``chunk``'s range of an integer chunk key, by row key."""
+    def _rows_in(self, req: BackfillRequest, schema: TableSchema, chunks: tuple[Chunk, ...]) -> dict[int, Candidates]:
+        """Delta's rows in the range of ``chunks`` (consecutive, of an integer chunk key), by
+        chunk index and row key: one scan of the whole range, split per chunk."""
         dt, wanted, cols = self._delta_columns(req, schema)
         if any(c is None for c in cols):
-            return Candidates()
-        column = pc.field(cols[wanted.index(chunk.key)])
+            return {}
+        span = Chunk.span(list(chunks))
+        column = pc.field(cols[wanted.index(span.key)])
         cond = None
-        for bound in (chunk.lo is not None and column >= chunk.lo, chunk.hi is not None and column < chunk.hi):
+        for bound in (span.lo is not None and column >= span.lo, span.hi is not None and column < span.hi):
             if bound is not False:
                 cond = bound if cond is None else cond & bound
         data = dt.to_pyarrow_dataset().to_table(filter=cond)
         columns = tuple(n for n in data.column_names if n not in (CDC_OP, CDC_SEQ))
-        keys = list(zip(*(data.column(cols[wanted.index(k)]).to_pylist() for k in schema.row_key)))
-        values = zip(*(data.column(n).to_pylist() for n in columns)) if data.num_rows else ()
-        return Candidates.of(keys, dict(zip(keys, values)), columns)
+        places = pa.array(chunk_positions(data.column(cols[wanted.index(span.key)]).to_pylist(), chunks), pa.int64())
+        found = {}
+        for i, c in enumerate(chunks):
+            part = data.filter(pc.equal(places, i))
+            keys = list(zip(*(part.column(cols[wanted.index(k)]).to_pylist() for k in schema.row_key)))
+            values = zip(*(part.column(n).to_pylist() for n in columns)) if part.num_rows else ()
+            found[c.index] = Candidates.of(keys, dict(zip(keys, values)), columns)
+        return found
 
     def _find_candidates(self, req: BackfillRequest, schema: TableSchema) -> dict[int, Candidates]:
         """Row keys Delta holds in each chunk of ``req`` not merged yet (cdc_core/backfill.py)."""
@@ -315,10 +389,11 @@ class Backfills:
     # --- the stream's side ---------------------------------------------------------------------------
 
     def on_rows(self, name: str, schema: TableSchema, ev: RowsEvent) -> None:
-        """A row event the stream applies: keys of the chunk's table changed between its
-        watermarks are touched."""
+        """A row event the stream applies: keys of the group's table changed after its start are
+        touched (every event the stream applies before the merge: none past the merge's
+        position, cdc_core/backfill.py)."""
         f = self.inflight
-        if f is None or name != f.table or not (f.since < ev.position <= f.result.high_watermark):
+        if f is None or name != f.table or ev.position <= f.since:
             return
         names = [c.name.lower() for c in schema.columns]  # the event's columns, in its layout's order
         idx = [names.index(k.lower()) for k in f.schema.row_key]
@@ -327,24 +402,37 @@ class Backfills:
         f.merge.touched.update(tuple(binlog_value(c, img[i]) for c, i in zip(cols, idx)) for img in images)
 
     def due(self, rec) -> bool:
-        """Whether ``rec`` shows the stream has read everything up to the chunk's high watermark."""
+        """Whether the group's rows are here and ``rec`` shows the stream has read everything up
+        to their highest high watermark."""
         f = self.inflight
-        return f is not None and self.state.passed(rec, f.result.high_watermark)
+        return f is not None and f.results is not None and self.state.passed(rec, f.high_watermark)
 
     def merge(self) -> None:
-        """The chunk in flight merged at its high watermark (the engine committed every change up
-        to it): one Delta commit, then the request's progress."""
-        f, self.inflight = self.inflight, None
+        """The group's next chunks (in the plan's order, for up to ``MERGE_SLICE_SECONDS``)
+        merged where the stream is (the engine committed every change up to it, at or past the
+        group's high watermark): one Delta commit each, then, after the last, the request's
+        progress. The group stays in flight until its last chunk."""
+        f = self.inflight
         s = self.state
         t = s.tables.get(f.table)
         if t is None or not t.streamed or t.schema != f.schema or s.holds:
-            log.info("backfill %s of %s: the table changed under chunk %d; reading it again", f.request.id, f.table,
-                     f.result.chunk.index)
+            log.info("backfill %s of %s: the table changed under %s; reading it again", f.request.id, f.table,
+                     f.describe())
+            self.inflight = None
             return
+        until = time.monotonic() + MERGE_SLICE_SECONDS
+        while f.results and time.monotonic() < until:  # at least one: until is ahead
+            result = f.results.pop(0)
+            if not f.results:
+                self.inflight = None
+            self._merge_chunk(f, result)
+
+    def _merge_chunk(self, f: InFlight, result: ChunkResult) -> None:
+        s = self.state
         merging = time.monotonic()
         req = next(r for r in self.requests if r.id == f.request.id)
-        chunk = f.result.chunk
-        rows = f.result.table
+        chunk = result.chunk
+        rows = result.table
         pk = f.schema.row_key
         keys = list(zip(*(rows.column(k).to_pylist() for k in pk))) if rows.num_rows else []
         found = self._candidates.get(req.id, {}).get(chunk.index) or Candidates()
@@ -360,7 +448,8 @@ class Backfills:
         key = tuple(delta_name(target.names, k) or k for k in pk)
         delete = deletions(target, key, deletes)
         marker = {BACKFILL_KEY: json.dumps({
-            "id": req.id, "table": f.table, "chunk": chunk.index, "high_watermark": f.result.high_watermark.to_dict(),
+            "id": req.id, "table": f.table, "chunk": chunk.index, "high_watermark": f.high_watermark.to_dict(),
+            "group": f.chunks[0].index, "group_chunks": len(f.chunks), "on_spark": f.on_spark,
             "appended": len(append_idx), "upserted": len(upsert_idx), "deleted": len(deletes),
             "left_to_stream": len(f.merge.touched), "read_seconds": round(f.read_seconds, 3)})}
         props = stream_commit_properties(self.cfg.pipeline.name, s.offset, marker)
@@ -372,16 +461,19 @@ class Backfills:
         else:  # the range already equals MySQL: nothing to commit
             applied = RowsApplied()
         pause_at("backfill_merged")
-        done = req.chunks_done + 1
-        finished = done == len(req.chunks)
-        merge_s = time.monotonic() - merging
-        self._save(req.next(chunks_done=done, rows=req.rows + applied.inserted + applied.updated,
-                            state=BackfillState.DONE if finished else BackfillState.RUNNING,
-                            detail=f"chunk {chunk.index}: read {f.read_seconds:.2f} s, merged {merge_s:.2f} s"))
+        f.applied += applied.inserted + applied.updated
+        f.merge_seconds += time.monotonic() - merging
         self._candidates.get(req.id, {}).pop(chunk.index, None)
-        if finished:
-            self._candidates.pop(req.id, None)
-            log.warning("backfill %s of %s (%s) is done", req.id, f.table, req.describe_range())
         log.info("backfill %s of %s: chunk %d merged (%d appended, %d upserted, %d deleted, %d keys left to the "
                  "stream)", req.id, f.table, chunk.index, len(append_idx), len(upsert_idx), len(deletes),
                  len(f.merge.touched))
+        if f.results:  # the group's progress is recorded after its last merge (a merge may be repeated)
+            return
+        done = chunk.index + 1  # the plan's chunks merged in order: its index counts those before it
+        finished = done == len(req.chunks)
+        self._save(req.next(chunks_done=done, rows=req.rows + f.applied,
+                            state=BackfillState.DONE if finished else BackfillState.RUNNING,
+                            detail=f"{f.describe()}: read {f.read_seconds:.2f} s, merged {f.merge_seconds:.2f} s"))
+        if finished:
+            self._candidates.pop(req.id, None)
+            log.warning("backfill %s of %s (%s) is done", req.id, f.table, req.describe_range())
