@@ -27,6 +27,7 @@ from cdc_core.source import connection_settings
 from cdc_core.stream_reader import ReaderSpec
 from pipelines.stream import StreamEngine
 from pipelines.stream.reader import ParallelReader, ReaderProcess
+from tests.change_count import assert_changes_counted
 from tests.helpers import assert_equal, snapshot, write_config_file
 from tests.test_stream_crash import (
     SEED,
@@ -147,19 +148,26 @@ def test_a_chunk_readers_server_id_in_use_leaves_one_reader(mariadb, db, make_co
         other.stop()
 
 
-def test_catch_up_with_two_workers(mariadb, db, spark, make_config, caplog):
+def _backlog(mariadb, db, spark, make_config, seed: int, rounds: int, steps: int):
+    """Tables snapshotted with two-worker parallel decoding configured, then a backlog of
+    ``rounds`` large transactions, each followed by ``steps`` random ones: (cfg, names, writer)."""
     name, conn = db
     create_tables(conn)
     cfg = make_config(name, chunk_size=1000, stream=STREAM,
                       source={**workload_keys(name, chunk_size=1000), "parallel_decode": SMALL_CHUNKS})
     names = [f"{name}.acct", f"{name}.orders", f"{name}.tags", f"{name}.events"]
     snapshot(cfg, spark)
-    writer = Writer(mariadb, name, SEED + 4)
+    writer = Writer(mariadb, name, seed)
     with mariadb.connect(name) as c, c.cursor() as cur:
-        for _ in range(4):
+        for _ in range(rounds):
             writer.big_transaction(cur)
-            for _ in range(40):
+            for _ in range(steps):
                 writer.step(cur)
+    return cfg, names, writer
+
+
+def test_catch_up_with_two_workers(mariadb, db, spark, make_config, caplog):
+    cfg, names, _ = _backlog(mariadb, db, spark, make_config, SEED + 4, 4, 40)
     with caplog.at_level(logging.INFO, logger="pipelines.stream.reader"):
         summary = StreamEngine(cfg, until_now=True).run()
     planned = [int(m.group(1)) for m in map(re.compile(r"in (\d+) chunks, 2 decoded at once").search,
@@ -168,25 +176,17 @@ def test_catch_up_with_two_workers(mariadb, db, spark, make_config, caplog):
     assert summary.changes > 0 and summary.reconnects == 0
     assert_equal(cfg, names)
     assert all(assert_commits_strictly_increase(cfg, n) for n in names)
+    assert_changes_counted(cfg, names)  # each binlog change committed once, across the chunks
 
 
 def test_sigkill_while_catching_up_with_two_workers(mariadb, db, spark, make_config, tmp_path):
-    name, conn = db
-    create_tables(conn)
-    cfg = make_config(name, chunk_size=1000, stream=STREAM,
-                      source={**workload_keys(name, chunk_size=1000), "parallel_decode": SMALL_CHUNKS})
-    names = [f"{name}.acct", f"{name}.orders", f"{name}.tags", f"{name}.events"]
+    cfg, names, writer = _backlog(mariadb, db, spark, make_config, SEED + 5, 8, 30)
     config = write_config_file(cfg, tmp_path / "binlake.yaml")
-    snapshot(cfg, spark)
-    writer = Writer(mariadb, name, SEED + 5)
-    with mariadb.connect(name) as c, c.cursor() as cur:
-        for _ in range(8):
-            writer.big_transaction(cur)
-            for _ in range(30):
-                writer.step(cur)
     modes = kill_at_random(cfg, config, names, tmp_path / "logs", random.Random(SEED + 6), 8, mariadb.password)
     assert stream_commit_count(cfg, names) > 0, "no stream commit landed between the kills"
     _finish(cfg, config, names, tmp_path / "logs", mariadb.password)
     commits = {n: assert_commits_strictly_increase(cfg, n) for n in names}
     assert all(commits.values()), commits
-    print(f"kills: {dict(modes)}; workload: {dict(writer.ops)}; stream commits: {commits}")
+    changes = assert_changes_counted(cfg, names)
+    print(f"kills: {dict(modes)}; workload: {dict(writer.ops)}; stream commits: {commits}; "
+          f"binlog changes, each committed once: {changes}")
