@@ -72,11 +72,14 @@ import datetime as dt
 import enum
 import json
 import uuid
-from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from cdc_core.chunking import INTEGER_TYPES, Chunk, decode_value, encode_value
 from cdc_core.errors import BadInput
@@ -217,36 +220,88 @@ def clip(chunks: Sequence[Chunk], first: int, last: int, lo: Any, hi: Any) -> li
 
 @dataclass
 class ChunkMerge:
-    """What one chunk's merge writes: decided from the chunk's rows (by row key), the keys
-    touched between its watermarks and its candidates (see the module invariants)."""
+    """The keys touched since a read group's start (see the module invariants), as the stream
+    applies them: row-key tuples of the source's values."""
 
     touched: set[tuple] = field(default_factory=set)
 
-    def decide(self, chunk_keys: Sequence[tuple], candidates: Iterable[tuple]) -> tuple[list[int], list[tuple]]:
-        """Indexes of the chunk rows to upsert, and the keys to delete."""
-        touched = self.touched
-        upsert = [i for i, k in enumerate(chunk_keys) if k not in touched]
-        present = set(chunk_keys)
-        delete = [k for k in candidates if k not in present and k not in touched]
-        return upsert, delete
+    def keys(self, schema: pa.Schema) -> pa.Table:
+        """The touched keys as a table of ``schema`` (the row key's columns, in order); built
+        once per merge, so the stream's per-event cost stays a set update."""
+        columns = list(zip(*self.touched)) or [()] * len(schema)
+        return pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(columns, schema)], schema=schema)
 
 
-def split_writes(chunk_keys: Sequence[tuple], chunk_values: Sequence[tuple], writes: Sequence[int],
-                 delta_rows: dict[tuple, tuple], twice: Iterable[tuple] = ()) -> tuple[list[int], list[int]]:
-    """With ``delta_rows``, Delta's rows of the range exactly as of the chunk's read (by key),
-    the rows ``writes`` (indexes into the chunk) split into those to append (Delta does not
-    hold the key) and those to upsert (Delta's row differs, or Delta holds the key twice);
-    a row Delta already holds as it is is not written again."""
-    twice = set(twice)
-    append, upsert = [], []
-    for i in writes:
-        k = chunk_keys[i]
-        held = delta_rows.get(k)
-        if held is None:
-            append.append(i)
-        elif k in twice or held != chunk_values[i]:
-            upsert.append(i)
-    return append, upsert
+@dataclass(frozen=True)
+class Writes:
+    """What one chunk's merge writes: indexes into the chunk's rows to append (Delta does not
+    hold the key) and to upsert, the keys to delete, and the keys Delta holds more than once
+    (left once before the merge)."""
+
+    append: pa.Array
+    upsert: pa.Array
+    delete: pa.Table
+    twice: pa.Table
+
+
+_ROW, _HELD, _COUNT = "__binlake_row", "__binlake_held", "__binlake_count"  # helper columns of the joins
+
+
+def merge_writes(chunk: pa.Table, key: Sequence[str], touched: pa.Table, held: pa.Table,
+                 columns: Sequence[str] | None = None) -> Writes:
+    """A chunk's merge decided in Arrow (the module invariants), every table keyed by the row
+    key's columns ``key`` (same names and types):
+
+    - ``chunk``: the chunk's rows (the key columns and ``columns``);
+    - ``touched``: keys changed since the read group's start: never written;
+    - ``held``: Delta's rows of the chunk's range (the candidates): with ``columns`` given,
+      every row Delta holds there exactly as of the read, with those columns (*exact*);
+      else only the key columns of Delta's keys there.
+
+    Untouched candidates missing from the chunk are deleted. Untouched chunk rows are
+    upserted; when exact, rows whose key Delta does not hold are appended instead, and rows
+    Delta holds once with equal ``columns`` (NULL equals NULL; NaN equals nothing) are not
+    written. Indexes come in the chunk's order."""
+    k = list(key)
+    n = chunk.num_rows
+    rows = chunk.select(k).append_column(_ROW, pa.array(np.arange(n, dtype=np.int64)))
+    untouched = rows.join(touched.select(k), k, join_type="left anti")
+    counts = held.select(k).append_column(_HELD, pa.array(np.arange(held.num_rows, dtype=np.int64))) \
+        .group_by(k).aggregate([(_HELD, "max"), (_HELD, "count")]) \
+        .rename_columns({f"{_HELD}_max": _HELD, f"{_HELD}_count": _COUNT})  # held twice: any copy (upserted)
+    twice = counts.filter(pc.greater(counts[_COUNT], 1)).select(k)
+    delete = counts.select(k).join(rows.select(k), k, join_type="left anti") \
+        .join(touched.select(k), k, join_type="left anti")
+    if columns is None:
+        return Writes(pa.array([], pa.int64()), _sorted(untouched[_ROW]), delete, twice)
+    matched = untouched.join(counts, k, join_type="left outer")
+    new = pc.is_null(matched[_HELD])
+    append = matched.filter(new)[_ROW]
+    found = matched.filter(pc.invert(new))
+    mine = chunk.select(list(columns)).take(found[_ROW])
+    theirs = held.select(list(columns)).take(found[_HELD])
+    same = pc.less_equal(found[_COUNT], 1)
+    for c in columns:
+        same = pc.and_(same, _same(mine[c], theirs[c]))
+    return Writes(_sorted(append), _sorted(found.filter(pc.invert(same))[_ROW]), delete, twice)
+
+
+def _sorted(indexes: pa.ChunkedArray) -> pa.Array:
+    return indexes.combine_chunks().sort()
+
+
+def _same(a: pa.Array | pa.ChunkedArray, b: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Row by row, whether ``a`` and ``b`` (of one type) hold equal values, NULL equal to NULL
+    (NaN is unequal to everything, as in Python); a struct (geometry) field by field."""
+    a, b = (x.combine_chunks() if isinstance(x, pa.ChunkedArray) else x for x in (a, b))
+    both_null = pc.and_(pc.is_null(a), pc.is_null(b))
+    if pa.types.is_struct(a.type):
+        equal = pc.and_(pc.is_valid(a), pc.is_valid(b))
+        for x, y in zip(a.flatten(), b.flatten()):
+            equal = pc.and_(equal, _same(x, y))
+    else:
+        equal = pc.fill_null(pc.equal(a, b), False)
+    return pc.or_(both_null, equal)
 
 
 def large(chunks: int, min_chunks: int) -> bool:
@@ -266,10 +321,15 @@ def read_group_size(chunks: int, pending: int, slots: int | None, min_chunks: in
     return max(1, min(pending, CHUNKS_PER_SLOT * (slots or 1)))
 
 
-def chunk_positions(values: Sequence[int], chunks: Sequence[Chunk]) -> list[int]:
+def chunk_positions(values: Sequence[int] | np.ndarray, chunks: Sequence[Chunk]) -> np.ndarray:
     """For integer chunk-key ``values``, the place in ``chunks`` (consecutive chunks of a plan)
     of the chunk holding each one, -1 for a value outside them all."""
-    bounds = [c.lo for c in chunks[1:]]
+    v = np.asarray(values)
+    places = np.searchsorted(np.array([c.lo for c in chunks[1:]], dtype=v.dtype), v, side="right")
     lo, hi = chunks[0].lo, chunks[-1].hi
-    return [-1 if (lo is not None and v < lo) or (hi is not None and v >= hi) else bisect_right(bounds, v)
-            for v in values]
+    outside = np.zeros(len(v), dtype=bool)
+    if lo is not None:
+        outside |= v < lo
+    if hi is not None:
+        outside |= v >= hi
+    return np.where(outside, -1, places)

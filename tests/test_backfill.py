@@ -165,6 +165,39 @@ def test_backfill_of_a_string_key_in_a_case_insensitive_collation(db, spark, mak
     assert_equal(cfg, [table])
 
 
+def test_a_backfill_of_many_column_types_writes_only_the_rows_delta_holds_otherwise(db, spark, make_config):
+    """A composite key (integer, binary) and columns of most types, NULLs in each: a backfill
+    of a table Delta holds as MySQL does writes nothing; after one row changed and one
+    deleted in Delta, it upserts the one and appends the other, and Delta equals MySQL."""
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE typed (id INT, tag VARBINARY(8), d DECIMAL(10,2), f DOUBLE, b BLOB, "
+                    "dt DATETIME(3), ts TIMESTAMP(6) NULL, dd DATE, tm TIME, j JSON, e ENUM('x','y'), "
+                    "st SET('p','q'), g GEOMETRY, u BIGINT UNSIGNED, PRIMARY KEY (id, tag))")
+        cur.execute("INSERT INTO typed SELECT seq, IF(seq % 2, 'a', X'00FF'), seq / 4, seq / 3, REPEAT('z', seq % 5), "
+                    "'2024-02-29 12:00:00.125', '2024-01-01 00:00:00.5', '2024-02-29', '-01:02:03', "
+                    "JSON_OBJECT('k', seq), IF(seq % 2, 'x', 'y'), 'p,q', POINT(seq, 1), 18446744073709551615 - seq "
+                    "FROM seq_1_to_300")
+        cur.execute("UPDATE typed SET d = NULL, f = NULL, b = NULL, dt = NULL, ts = NULL, dd = NULL, tm = NULL, "
+                    "j = NULL, e = NULL, st = NULL, g = NULL, u = NULL WHERE id % 3 = 0")
+    cfg = make_config(name, chunk_size=70)
+    snapshot(cfg, spark)
+    StreamEngine(cfg, until_now=True).run()
+    table = f"{name}.typed"
+    request_backfill(cfg, table)
+    StreamEngine(cfg, until_now=True).run()
+    assert _merges(cfg, table) == []  # every row held as it is: no chunk's merge commits
+
+    dt = DeltaTable(table_uri(cfg.sink.path, table))
+    dt.update(updates={"d": "7.25"}, predicate="id = 10")
+    dt.delete("id = 20")
+    request_backfill(cfg, table)
+    StreamEngine(cfg, until_now=True).run()
+    again = _merges(cfg, table)
+    assert [sum(m[k] for m in again) for k in ("appended", "upserted", "deleted")] == [1, 1, 0], again
+    assert_equal(cfg, [table])
+
+
 def test_backfill_under_writes_hands_off_to_the_running_stream(db, spark, make_config, tmp_path):
     name, conn = db
     with conn.cursor() as cur:

@@ -6,8 +6,11 @@ bounds and range clipping."""
 from __future__ import annotations
 
 import datetime as dt
+import random
+from collections import Counter
 from decimal import Decimal
 
+import pyarrow as pa
 import pytest
 
 from cdc_core.backfill import (
@@ -18,18 +21,27 @@ from cdc_core.backfill import (
     clip,
     key_value,
     latest_requests,
+    merge_writes,
     read_group_size,
-    split_writes,
 )
 from cdc_core.chunking import Chunk
 from cdc_core.errors import BadInput
 from cdc_core.table_schema import Column
+from cdc_core.types import GEOMETRY
+
+
+def _decide(touched: set[tuple], chunk: list[tuple], candidates: list[tuple]) -> tuple[list[int], list[tuple]]:
+    """The rows to upsert (indexes) and keys to delete of a chunk of integer keys ``(k,)``,
+    given Delta's candidate keys only (not exact)."""
+    schema = pa.schema([("k", pa.int64())])
+    w = merge_writes(pa.Table.from_pylist([{"k": k} for (k,) in chunk], schema), ["k"],
+                     ChunkMerge(touched).keys(schema), pa.Table.from_pylist([{"k": k} for (k,) in candidates], schema))
+    assert w.append.to_pylist() == []
+    return w.upsert.to_pylist(), [(r["k"],) for r in w.delete.to_pylist()]
 
 
 def test_merge_writes_untouched_rows_and_deletes_untouched_candidates_absent_from_the_chunk():
-    m = ChunkMerge(touched={(2,), (4,), (9,)})
-    chunk = [(1,), (2,), (3,)]
-    upsert, delete = m.decide(chunk, [(1,), (3,), (4,), (5,), (9,)])
+    upsert, delete = _decide({(2,), (4,), (9,)}, [(1,), (2,), (3,)], [(1,), (3,), (4,), (5,), (9,)])
     assert upsert == [0, 2]  # key 2 was changed between the watermarks: the stream's row stays
     assert delete == [(5,)]  # 4 and 9 were touched (the stream applied their fate); 1 and 3 are in the chunk
 
@@ -46,9 +58,8 @@ def test_merge_reverts_nothing_the_stream_wrote_and_restores_what_it_did_not():
             delta.pop(k, None)
         else:
             delta[k] = v
-    m = ChunkMerge(touched={(k,) for k, _ in window})
     keys = [(k,) for k in chunk]
-    upsert, delete = m.decide(keys, [(k,) for k in (1, 2, 3, 7)])
+    upsert, delete = _decide({(k,) for k, _ in window}, keys, [(k,) for k in (1, 2, 3, 7)])
     for i in upsert:
         delta[keys[i][0]] = chunk[keys[i][0]]
     for (k,) in delete:
@@ -77,10 +88,10 @@ def _group_merge(window_end: int) -> tuple[dict, dict]:
     for _, k, v in changes:  # MySQL, and the stream applying every change up to P = 9
         for rows in (source, delta):
             rows.pop(k, None) if v is None else rows.__setitem__(k, v)
-    m = ChunkMerge(touched={(k,) for pos, k, _ in changes if 0 < pos <= window_end})
+    touched = {(k,) for pos, k, _ in changes if 0 < pos <= window_end}
     for (lo, hi), rows in reads.items():
         keys = [(k,) for k in rows]
-        upsert, delete = m.decide(keys, [(k,) for k in candidates if lo <= k < hi])
+        upsert, delete = _decide(touched, keys, sorted((k,) for k in candidates if lo <= k < hi))
         for i in upsert:
             delta[keys[i][0]] = rows[keys[i][0]]
         for (k,) in delete:
@@ -108,9 +119,9 @@ def test_read_groups_are_large_only_for_large_requests_once_spark_is_up():
 
 def test_delta_rows_of_a_group_range_are_split_per_chunk():
     chunks = [Chunk("d.t", i, "id", lo, hi) for i, (lo, hi) in enumerate([(None, 10), (10, 20), (20, 30)])]
-    assert chunk_positions([-5, 0, 9, 10, 19, 20, 29], chunks) == [0, 0, 0, 1, 1, 2, 2]
+    assert chunk_positions([-5, 0, 9, 10, 19, 20, 29], chunks).tolist() == [0, 0, 0, 1, 1, 2, 2]
     bounded = chunks[1:]
-    assert chunk_positions([9, 10, 29, 30, 99], bounded) == [-1, 0, 1, -1, -1]  # outside the group: no chunk's
+    assert chunk_positions([9, 10, 29, 30, 99], bounded).tolist() == [-1, 0, 1, -1, -1]  # outside the group: no chunk's
 
 
 def _req(**kw) -> BackfillRequest:
@@ -155,10 +166,73 @@ def test_clip_keeps_the_chunks_holding_the_range_and_bounds_them_by_it():
 
 
 def test_exact_rows_append_new_keys_upsert_changed_ones_and_skip_equal_ones():
-    keys = [(1,), (2,), (3,), (4,)]
-    values = [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
-    held = {(1,): (1, "a"), (2,): (2, "stale"), (4,): (4, "d")}
-    append, upsert = split_writes(keys, values, [0, 1, 2, 3], held, twice=[(4,)])
-    assert append == [2]  # Delta does not hold key 3
-    assert upsert == [1, 3]  # 2 differs; 4 is held twice (one copy stays, with the chunk's row)
-    assert split_writes(keys, values, [0], held) == ([], [])  # equal: not written again
+    chunk = pa.table({"id": [1, 2, 3, 4], "v": ["a", "b", "c", "d"]})
+    held = pa.table({"id": [1, 2, 4, 4], "v": ["a", "stale", "d", "d"]})
+    none = ChunkMerge().keys(chunk.select(["id"]).schema)
+    w = merge_writes(chunk, ["id"], none, held, ["id", "v"])
+    assert w.append.to_pylist() == [2]  # Delta does not hold key 3
+    assert w.upsert.to_pylist() == [1, 3]  # 2 differs; 4 is held twice (one copy stays, with the chunk's row)
+    assert w.twice.to_pylist() == [{"id": 4}] and w.delete.num_rows == 0
+    equal = merge_writes(chunk.slice(0, 1), ["id"], none, held.slice(0, 1), ["id", "v"])
+    assert (equal.append.to_pylist(), equal.upsert.to_pylist()) == ([], [])  # equal: not written again
+
+
+def _reference(chunk: pa.Table, key: list[str], touched: set[tuple], held: pa.Table, columns: list[str] | None):
+    """The merge decided row by row in Python, on the values Arrow hands out (binlake's
+    former merge): (append, upsert, delete, twice)."""
+    def tuples(t: pa.Table, names: list[str]) -> list[tuple]:
+        return list(zip(*(t.column(n).to_pylist() for n in names))) if t.num_rows else []
+    keys, held_keys = tuples(chunk, key), tuples(held, key)
+    counts = Counter(held_keys)
+    twice = {k for k, n in counts.items() if n > 1}
+    writes = [i for i, k in enumerate(keys) if k not in touched]
+    delete = {k for k in counts if k not in set(keys) and k not in touched}
+    if columns is None:
+        return [], writes, delete, twice
+    rows = dict(zip(held_keys, tuples(held, columns)))
+    values = tuples(chunk, columns)
+    append = [i for i in writes if keys[i] not in rows]
+    upsert = [i for i in writes if keys[i] in rows and (keys[i] in twice or rows[keys[i]] != values[i])]
+    return append, upsert, delete, twice
+
+
+SCHEMA = pa.schema([("a", pa.int32()), ("b", pa.binary()), ("n", pa.int64()), ("f", pa.float64()),
+                    ("d", pa.decimal128(10, 2)), ("s", pa.string()), ("t", pa.timestamp("us", "UTC")),
+                    ("g", GEOMETRY)])
+
+
+def _random_row(rng: random.Random, key: tuple) -> dict:
+    def maybe(v):
+        return None if rng.random() < 0.2 else v
+    return {"a": key[0], "b": key[1], "n": maybe(rng.randrange(3)),
+            "f": maybe(rng.choice([0.0, -0.0, 1.5, float("nan"), float("inf")])),
+            "d": maybe(rng.choice([Decimal("1.50"), Decimal("1.5"), Decimal("-2.00")])),
+            "s": maybe(rng.choice(["", "x", "é"])),
+            "t": maybe(rng.choice([dt.datetime(2024, 1, 1, tzinfo=dt.UTC), dt.datetime(1970, 1, 1, tzinfo=dt.UTC)])),
+            "g": maybe({"wkb": maybe(rng.choice([b"\x01", b""])), "srid": maybe(rng.choice([0, 4326]))})}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_arrow_merge_decides_as_a_row_by_row_compare_on_random_chunks(seed):
+    """Composite keys (int, binary), NULLs, NaN, decimals of two scales, structs, keys Delta
+    holds twice, touched keys in and out of the chunk and Delta: the same (append, upsert,
+    delete, twice) as comparing Python values row by row."""
+    rng = random.Random(seed)
+    space = [(a, b) for a in range(6) for b in (b"", b"x", b"\x00y")]
+    chunk_keys = rng.sample(space, rng.randrange(len(space)))  # MySQL's rows: each key once
+    chunk_rows = [_random_row(rng, k) for k in chunk_keys]
+    held_rows = []
+    for k in rng.sample(space, rng.randrange(len(space))):
+        copy = next((r for r in chunk_rows if (r["a"], r["b"]) == k), None)
+        row = dict(copy) if copy is not None and rng.random() < 0.6 else _random_row(rng, k)
+        held_rows += [row] * (2 if rng.random() < 0.1 else 1)
+    rng.shuffle(held_rows)
+    touched = set(rng.sample(space, rng.randrange(6)))
+    chunk, held = pa.Table.from_pylist(chunk_rows, SCHEMA), pa.Table.from_pylist(held_rows, SCHEMA)
+    key = ["a", "b"]
+    keys = ChunkMerge(touched).keys(chunk.select(key).schema)
+    for columns in (SCHEMA.names, None):
+        w = merge_writes(chunk, key, keys, held if columns else held.select(key), columns)
+        got = (w.append.to_pylist(), w.upsert.to_pylist(), {(r["a"], r["b"]) for r in w.delete.to_pylist()},
+               {(r["a"], r["b"]) for r in w.twice.to_pylist()})
+        assert got == _reference(chunk, key, touched, held, columns)

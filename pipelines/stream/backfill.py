@@ -22,11 +22,11 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -37,8 +37,8 @@ from cdc_core.backfill import (
     chunk_positions,
     clip,
     large,
+    merge_writes,
     read_group_size,
-    split_writes,
 )
 from cdc_core.bulk_read import chunk_fetch
 from cdc_core.chunk_reader import CDC_OP, CDC_SEQ, ChunkReader, ChunkResult
@@ -105,19 +105,12 @@ class InFlight:
 
 @dataclass
 class Candidates:
-    """Row keys Delta holds in a chunk's range (cdc_core/backfill.py), and those it holds
-    more than once (a hand-made copy: the merge leaves one)."""
+    """Delta's rows in a chunk's range (cdc_core/backfill.py), in Delta's column names: with
+    ``columns``, exactly as of the read (an integer chunk key); else the row key's columns of
+    the keys found when the request started or resumed."""
 
-    keys: list[tuple] = field(default_factory=list)
-    twice: list[tuple] = field(default_factory=list)
-    rows: dict[tuple, tuple] | None = None  # exact: Delta's values of ``columns`` by key, as of the read
-    columns: tuple[str, ...] = ()
-
-    @staticmethod
-    def of(keys, rows: dict[tuple, tuple] | None = None, columns: tuple[str, ...] = ()) -> Candidates:
-        keys = list(keys)
-        counts = Counter(keys)
-        return Candidates(list(counts), [k for k, n in counts.items() if n > 1], rows, columns)
+    rows: pa.Table | None = None  # None: none known (Delta lacks a key column)
+    columns: tuple[str, ...] | None = None  # exact: the columns compared with the chunk's
 
 
 class Backfills:
@@ -356,14 +349,9 @@ class Backfills:
                 cond = bound if cond is None else cond & bound
         data = dt.to_pyarrow_dataset().to_table(filter=cond)
         columns = tuple(n for n in data.column_names if n not in (CDC_OP, CDC_SEQ))
-        places = pa.array(chunk_positions(data.column(cols[wanted.index(span.key)]).to_pylist(), chunks), pa.int64())
-        found = {}
-        for i, c in enumerate(chunks):
-            part = data.filter(pc.equal(places, i))
-            keys = list(zip(*(part.column(cols[wanted.index(k)]).to_pylist() for k in schema.row_key)))
-            values = zip(*(part.column(n).to_pylist() for n in columns)) if part.num_rows else ()
-            found[c.index] = Candidates.of(keys, dict(zip(keys, values)), columns)
-        return found
+        places = chunk_positions(data.column(cols[wanted.index(span.key)]).to_numpy(), chunks)
+        return {c.index: Candidates(data.select(columns).filter(pa.array(places == i)), columns)
+                for i, c in enumerate(chunks)}
 
     def _find_candidates(self, req: BackfillRequest, schema: TableSchema) -> dict[int, Candidates]:
         """Row keys Delta holds in each chunk of ``req`` not merged yet (cdc_core/backfill.py)."""
@@ -372,19 +360,14 @@ class Backfills:
         if any(c is None for c in cols):
             return {}
         data = dt.to_pyarrow_dataset().to_table(columns=cols)
-        values = {k: data.column(c).to_pylist() for k, c in zip(wanted, cols)}
-        keys = list(zip(*(values[k] for k in schema.row_key))) if data.num_rows else []
+        keys = data.select([cols[wanted.index(k)] for k in schema.row_key])
         pending = req.chunks[req.chunks_done:]
         bounds = ([pending[0].lo] if pending[0].lo is not None else []) + [c.lo for c in pending[1:]] + \
             ([pending[-1].hi] if pending[-1].hi is not None else [])
         offset = 1 if pending[0].lo is not None else 0
-        ranks = self.key_orders.locator(schema.column(ckey), bounds)(values[ckey])
-        found: dict[int, list[tuple]] = {c.index: [] for c in pending}
-        for k, r in zip(keys, ranks, strict=True):
-            i = r - offset
-            if 0 <= i < len(pending):
-                found[pending[i].index].append(k)
-        return {i: Candidates.of(ks) for i, ks in found.items()}
+        ranks = self.key_orders.locator(schema.column(ckey), bounds)(data.column(cols[wanted.index(ckey)]).to_pylist())
+        places = np.asarray(ranks, dtype=np.int64) - offset
+        return {c.index: Candidates(keys.filter(pa.array(places == i))) for i, c in enumerate(pending)}
 
     # --- the stream's side ---------------------------------------------------------------------------
 
@@ -434,27 +417,27 @@ class Backfills:
         chunk = result.chunk
         rows = result.table
         pk = f.schema.row_key
-        keys = list(zip(*(rows.column(k).to_pylist() for k in pk))) if rows.num_rows else []
-        found = self._candidates.get(req.id, {}).get(chunk.index) or Candidates()
-        upsert_idx, deletes = f.merge.decide(keys, found.keys)
         sink = self.router.sink(f.table)
         target = self.sinks.schemas[sink]
         shaped = conform(rows, target, f.table, pk)
-        append_idx = []
-        if found.rows is not None:  # exact: rows Delta holds as they are are not written again
-            values = list(zip(*(shaped.column(n).to_pylist() for n in found.columns))) if rows.num_rows else []
-            append_idx, upsert_idx = split_writes(keys, values, upsert_idx, found.rows, found.twice)
-        append, upsert = (shaped.take(pa.array(idx, pa.int64())) for idx in (append_idx, upsert_idx))
         key = tuple(delta_name(target.names, k) or k for k in pk)
+        keys = shaped.select(list(key)).schema
+        # The stream's touched keys are the source's values: typed as the chunk's, then as Delta's.
+        touched = f.merge.keys(rows.select(list(pk)).schema).rename_columns(list(key)).cast(keys)
+        found = self._candidates.get(req.id, {}).get(chunk.index) or Candidates()
+        held = found.rows if found.rows is not None else keys.empty_table()
+        w = merge_writes(shaped, key, touched, held, found.columns)
+        append, upsert = shaped.take(w.append), shaped.take(w.upsert)
+        deletes, twice = (list(zip(*(t.column(k).to_pylist() for k in key))) for t in (w.delete, w.twice))
         delete = deletions(target, key, deletes)
         marker = {BACKFILL_KEY: json.dumps({
             "id": req.id, "table": f.table, "chunk": chunk.index, "high_watermark": f.high_watermark.to_dict(),
             "group": f.chunks[0].index, "group_chunks": len(f.chunks), "on_spark": f.on_spark,
-            "appended": len(append_idx), "upserted": len(upsert_idx), "deleted": len(deletes),
+            "appended": append.num_rows, "upserted": upsert.num_rows, "deleted": len(deletes),
             "left_to_stream": len(f.merge.touched), "read_seconds": round(f.read_seconds, 3)})}
         props = stream_commit_properties(self.cfg.pipeline.name, s.offset, marker)
-        if found.twice:  # first one copy of each: a MERGE would update every copy alike
-            deduplicate(self.sinks.tables[sink], key, found.twice, props)
+        if twice:  # first one copy of each: a MERGE would update every copy alike
+            deduplicate(self.sinks.tables[sink], key, twice, props)
         if append.num_rows or upsert.num_rows or delete.num_rows:
             applied = apply_changes(self.sinks.tables[sink], key, append, upsert, delete, props,
                                     table_uri(self.cfg.sink.path, sink), self.cfg.sink.storage_options)
@@ -465,7 +448,7 @@ class Backfills:
         f.merge_seconds += time.monotonic() - merging
         self._candidates.get(req.id, {}).pop(chunk.index, None)
         log.info("backfill %s of %s: chunk %d merged (%d appended, %d upserted, %d deleted, %d keys left to the "
-                 "stream)", req.id, f.table, chunk.index, len(append_idx), len(upsert_idx), len(deletes),
+                 "stream)", req.id, f.table, chunk.index, append.num_rows, upsert.num_rows, len(deletes),
                  len(f.merge.touched))
         if f.results:  # the group's progress is recorded after its last merge (a merge may be repeated)
             return
