@@ -16,6 +16,7 @@ Invariants (tests/test_dagster_snapshot.py, tests/test_dagster_stream.py, tests/
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -142,10 +143,33 @@ class BinlakeResource(ConfigurableResource):
         """Run the binlog stream (bounded: up to the binlog end as of now, at most
         ``dagster.stream.max_run_seconds``; continuous: until terminated), recording each
         committed micro-batch's offsets as asset materializations; returns the StreamSummary."""
+        cfg = self.load()
+        with self._sole_writer(context, cfg):
+            return self._stream(context, cfg, continuous)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _sole_writer(context: OpExecutionContext, cfg: BinlakeConfig):
+        """The pipeline's writer lock (pipelines/writer_lock.py), held while the block runs, as the
+        CLI's writing commands hold it: another writer holding it (``binlake stream``, ``run``,
+        ``snapshot``…) fails this run at once, named; while this run streams, they refuse."""
+        from pipelines.writer_lock import WriterLockError, writer_lock
+
+        lock = writer_lock(cfg.sink.path, cfg.pipeline.name, f"dagster run {context.run_id} ({context.job_name})",
+                           cfg.sink.storage_options)
+        try:
+            lock.acquire()
+        except WriterLockError as e:
+            raise Failure(description=str(e)) from None
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def _stream(self, context: OpExecutionContext, cfg: BinlakeConfig, continuous: bool):
         from pipelines.stream import StreamEngine
         from resources.offsets import OffsetRecorder
 
-        cfg = self.load()
         tables = self.tables(cfg)
         recorder = OffsetRecorder(cfg, tables)
         events: queue.SimpleQueue = queue.SimpleQueue()  # engine thread → op thread (Dagster logging stays here)

@@ -15,6 +15,7 @@ from cdc_core.offsets import OFFSET_KEY, StreamOffset, app_id
 from orchestration.build import build_binlake_definitions
 from pipelines.delta_sink import table_uri
 from pipelines.source_catalog import discover
+from pipelines.writer_lock import writer_lock
 from tests.helpers import assert_equal, snapshot, write_config_file
 
 
@@ -270,3 +271,34 @@ def test_backfill_config_selection_keeps_the_one_table_shorthand():
         BackfillRunConfig(tables=[{"table": "d.a"}], to_key="9").selection()
     with pytest.raises(Failure, match="nothing to backfill"):
         BackfillRunConfig().selection()
+
+
+def test_stream_run_refuses_while_another_process_writes_the_pipeline(db, make_config, spark, tmp_path):
+    """The stream job takes the pipeline's writer lock as the CLI's writers do: with a
+    ``binlake stream`` holding it, the run fails at once naming the holder and writes nothing;
+    once it is free the run streams, and lets the lock go when it ends."""
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE a (id INT PRIMARY KEY, v INT)")
+        cur.execute("INSERT INTO a SELECT seq, seq FROM seq_1_to_50")
+    cfg = make_config(name)
+    snapshot(cfg, spark)
+    with conn.cursor() as cur:
+        cur.execute("UPDATE a SET v = -v WHERE id <= 10")
+    path = write_config_file(cfg, tmp_path / "binlake.yaml")
+    discover(cfg).write(tmp_path / "tables.json")
+    job = build_binlake_definitions(path, tmp_path / "tables.json").resolve_job_def("binlake_stream")
+    run_config = {"ops": {"stream_binlog": {"config": {"continuous": False}}}}
+    lock = writer_lock(cfg.sink.path, cfg.pipeline.name, "binlake stream -c elsewhere.yaml")
+    versions = DeltaTable(table_uri(cfg.sink.path, f"{name}.a")).version()
+    with lock:
+        refused = job.execute_in_process(instance=DagsterInstance.ephemeral(), run_config=run_config,
+                                         raise_on_error=False)
+    assert not refused.success
+    failure = next(e for e in refused.all_events if e.is_step_failure).step_failure_data.error.message
+    assert "already being written" in failure and "binlake stream -c elsewhere.yaml" in failure, failure
+    assert DeltaTable(table_uri(cfg.sink.path, f"{name}.a")).version() == versions  # nothing written
+    result = job.execute_in_process(instance=DagsterInstance.ephemeral(), run_config=run_config)
+    assert result.success
+    assert writer_lock(cfg.sink.path, cfg.pipeline.name, "binlake status").holder() is None  # released
+    assert_equal(cfg, [f"{name}.a"])
