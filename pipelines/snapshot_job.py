@@ -347,7 +347,8 @@ class SnapshotJob:
             captured = captured_tables(self.cfg, cur)
         names = [n for n in captured if self.only is None or n in self.only]
         plans = self.store.load_plans()
-        streamed = {n for n in names if streamed_already(self.router, n, plans, open_table(
+        # Only a table without a plan can be the stream's: planned ones are not opened here.
+        streamed = {n for n in names if n not in plans and streamed_already(self.router, n, plans, open_table(
             table_uri(self.sink, self.router.sink(n)), self.cfg.sink.storage_options))}
         for n in sorted(streamed):
             log.warning("snapshot: %s is streamed already (Delta holds its rows, no snapshot planned it): not read "

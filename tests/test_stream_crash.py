@@ -480,6 +480,19 @@ def _finish(cfg, config, names, log_dir, password) -> Stream:
     return final
 
 
+def prove_after_kills(cfg, config, names, log_dir, password, modes, writer) -> None:
+    """After a kill test: some stream commit landed between the kills; a last run finishes with
+    Delta equal to MySQL; each table's commits strictly increase, and its committed changes
+    equal the binlog's (tests/change_count.py)."""
+    assert stream_commit_count(cfg, names) > 0, "no stream commit landed between the kills"
+    _finish(cfg, config, names, log_dir, password)
+    commits = {n: assert_commits_strictly_increase(cfg, n) for n in names}
+    assert all(commits.values()), commits
+    changes = assert_changes_counted(cfg, names)
+    print(f"kills: {dict(modes)}; workload: {dict(writer.ops)}; stream commits: {commits}; "
+          f"binlog changes, each committed once: {changes}")
+
+
 def test_sigkill_at_random_moments_under_random_workload(mariadb, db, spark, make_config, tmp_path):
     name, conn = db
     names, cfg, config = _shop(conn, name, make_config, tmp_path, chunk_size=400)
@@ -498,13 +511,7 @@ def test_sigkill_at_random_moments_under_random_workload(mariadb, db, spark, mak
     finally:
         writer.stop_event.set()
         writer.running.set()
-    assert stream_commit_count(cfg, names) > 0, "no stream commit landed between the kills"
-    _finish(cfg, config, names, tmp_path / "logs", mariadb.password)
-    commits = {n: assert_commits_strictly_increase(cfg, n) for n in names}
-    assert all(commits.values()), commits
-    changes = assert_changes_counted(cfg, names)
-    print(f"kills: {dict(modes)}; workload: {dict(writer.ops)}; stream commits: {commits}; "
-          f"binlog changes, each committed once: {changes}")
+    prove_after_kills(cfg, config, names, tmp_path / "logs", mariadb.password, modes, writer)
 
 
 def test_sigkill_while_catching_up_on_large_transactions(mariadb, db, spark, make_config, tmp_path):
@@ -521,13 +528,7 @@ def test_sigkill_while_catching_up_on_large_transactions(mariadb, db, spark, mak
                 writer.step(cur)
     rng = random.Random(SEED + 3)
     modes = kill_at_random(cfg, config, names, tmp_path / "logs", rng, 10, mariadb.password)
-    assert stream_commit_count(cfg, names) > 0, "no stream commit landed between the kills"
-    _finish(cfg, config, names, tmp_path / "logs", mariadb.password)
-    commits = {n: assert_commits_strictly_increase(cfg, n) for n in names}
-    assert all(commits.values()), commits
-    changes = assert_changes_counted(cfg, names)
-    print(f"kills: {dict(modes)}; workload: {dict(writer.ops)}; stream commits: {commits}; "
-          f"binlog changes, each committed once: {changes}")
+    prove_after_kills(cfg, config, names, tmp_path / "logs", mariadb.password, modes, writer)
 
 
 def test_sigkill_of_the_engine_process_alone_frees_the_server_id(mariadb, db, make_config, tmp_path):
