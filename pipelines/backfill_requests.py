@@ -11,7 +11,7 @@ from typing import Any
 from cdc_core.backfill import BackfillRequest, BackfillState, key_value
 from cdc_core.chunking import chunk_key
 from cdc_core.config import BinlakeConfig
-from cdc_core.errors import BadInput, BinlakeError
+from cdc_core.errors import BadInput, BinlakeError, TerminalError
 from cdc_core.routes import Router
 from cdc_core.source import connect, connection_settings, describe_captured
 from cdc_core.table_schema import TableSchema
@@ -138,8 +138,7 @@ def wait_for(cfg: BinlakeConfig, request_ids: list[str], on_progress: Callable[[
     store = ControlStore.of(cfg)
     deadline = time.monotonic() + seconds
     while True:
-        by_id = {r.id: r for r in store.backfills()}
-        reqs = [by_id[i] for i in request_ids]
+        reqs = _states(cfg, store, request_ids)
         on_progress(reqs)
         if all(r.state.terminal for r in reqs) or any(r.state == BackfillState.PAUSED for r in reqs) \
                 or time.monotonic() >= deadline:
@@ -149,5 +148,15 @@ def wait_for(cfg: BinlakeConfig, request_ids: list[str], on_progress: Callable[[
 
 def current(cfg: BinlakeConfig, request_ids: list[str]) -> list[BackfillRequest]:
     """The requests' current states."""
-    by_id = {r.id: r for r in ControlStore.of(cfg).backfills()}
+    return _states(cfg, ControlStore.of(cfg), request_ids)
+
+
+def _states(cfg: BinlakeConfig, store: ControlStore, request_ids: list[str]) -> list[BackfillRequest]:
+    """The requests' states as ``store`` holds them now; a request that is gone (the lake's
+    ``_binlake/`` was removed or replaced while waiting) is an error naming it."""
+    by_id = {r.id: r for r in store.backfills()}
+    gone = [i for i in request_ids if i not in by_id]
+    if gone:
+        raise TerminalError(f"backfill request {', '.join(gone)} is no longer in pipeline {cfg.pipeline.name}'s "
+                            f"control tables ({cfg.sink.path}/_binlake was removed or replaced while waiting)")
     return [by_id[i] for i in request_ids]
