@@ -10,8 +10,9 @@ request of many chunks (``source.snapshot.backfill_spark_min_chunks``), a group 
 stream process's Spark is up, ``CHUNKS_PER_SLOT`` chunks read one after another in a
 thread (:func:`read_group_size`); either way the stream goes on meanwhile:
   1. between two micro-batches: S := the stream's position; then, per chunk C of the group
-     (in parallel on Spark): LW := binlog end; rows(C) := SELECT the rows of C (one statement: its
-     read view lies between LW and HW); HW := binlog end;
+     (in parallel on Spark): LW := binlog end, once every transaction up to it is visible
+     (cdc_core/positions.py); rows(C) := SELECT the rows of C (one statement: its read view
+     holds every transaction up to LW and none past HW); HW := binlog end;
   2. the stream goes on (also while Spark reads); every change of the table after S marks
      its row keys (before and after images) as *touched*;
   3. once the group's rows are known and the stream has applied every change up to a

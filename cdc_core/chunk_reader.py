@@ -1,9 +1,11 @@
 """Reading one chunk consistently without locks (watermarks, as in DBLog / Flink CDC).
 
 Algorithm for a chunk C of table T on key column k:
-  1. LW := SHOW MASTER STATUS
+  1. LW := SHOW MASTER STATUS, once every transaction at or before it is visible
+           (cdc_core/positions.py's ``visible_position``: the binlog holds a
+           transaction before InnoDB commits it)
   2. S  := SELECT the rows of C (one autocommit statement, so its read view
-           lies between LW and HW)
+           holds every transaction up to LW and none past HW)
   3. HW := SHOW MASTER STATUS
   4. replay the binlog changes of T in (LW, HW] whose key falls in C onto S.
 
@@ -34,7 +36,7 @@ from cdc_core.binlog import RowChange, read_changes
 from cdc_core.chunking import Chunk
 from cdc_core.errors import TerminalError
 from cdc_core.key_order import KeyOrders, ServerSql
-from cdc_core.positions import BinlogPosition, master_position
+from cdc_core.positions import BinlogPosition, master_position, visible_position
 from cdc_core.source import ConnectionSettings
 from cdc_core.table_schema import TableSchema, quote_ident
 from cdc_core.types import arrow_schema, binlog_value, rows_to_arrow, select_expr, snapshot_array
@@ -91,7 +93,7 @@ class ChunkReader:
         """Steps 1-3 alone: the chunk's SELECT between its two watermarks, the window not
         folded (the online backfill lets the stream fold it, cdc_core/backfill.py)."""
         with self.control.cursor() as cur:
-            lw = master_position(cur, self.base)
+            lw = visible_position(cur, self.base)
             raw = self.fetch(chunk_select_sql(schema, chunk, self.control.escape))
             hw = master_position(cur, self.base)
         return ChunkResult(chunk, self._canonical(schema, raw, output_schema(schema), hw), lw, hw, 0, 1)
