@@ -27,6 +27,7 @@ Invariants (tests/test_binlog_decoder.py, tests/test_types.py):
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 from collections.abc import Callable, Iterator
@@ -37,10 +38,12 @@ from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 from pymysqlreplication.event import (
     FormatDescriptionEvent,
     MariadbBinLogCheckPointEvent,
+    MariadbGtidEvent,
     MariadbGtidListEvent,
     QueryEvent,
     RotateEvent,
     StopEvent,
+    XAPrepareEvent,
     XidEvent,
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
@@ -50,6 +53,7 @@ from cdc_core.events import Op, Statement, TableLayout
 from cdc_core.positions import BinlogPosition
 from cdc_core.source import ConnectionSettings
 from cdc_core.table_schema import Column, TableSchema
+from cdc_core.xa import FL_PREPARED_XA, XaHold, XaOutsideWindow, XaVerb, xa_statement
 
 log = logging.getLogger(__name__)
 
@@ -280,7 +284,7 @@ def read_changes(
         only_schemas=sorted({db for db, _ in tables}) if tables else None,
         only_tables=sorted({t for _, t in tables}) if tables else None,
     )
-    decoder = RowDecoder()
+    decoder, xa = RowDecoder(), XaHold()
     try:
         for event in reader:
             pos = start.at(reader.log_file, reader.log_pos)
@@ -288,11 +292,37 @@ def read_changes(
                 decoder.reset()
             elif isinstance(event, ROW_EVENTS) and (tables is None or (event.schema, event.table) in tables):
                 d, _ = decoder.decoding(event)
-                yield from _changes(event, d, pos)
+                if xa.holding:  # an XA transaction's rows: changes only once committed (cdc_core/xa.py)
+                    for change in _changes(event, d, pos):
+                        xa.hold(change)
+                else:
+                    yield from _changes(event, d, pos)
+            elif isinstance(event, MariadbGtidEvent) and event.flags & FL_PREPARED_XA:
+                xa.start(pos)
+            elif isinstance(event, XAPrepareEvent):
+                xa.prepared()
+            elif isinstance(event, QueryEvent) and (statement := xa_statement(statement_text(event)[1])):
+                yield from _xa_outcome(xa, statement, pos, start)
             if pos >= end:
                 break
     finally:
         reader.close()
+
+
+def _xa_outcome(xa: XaHold, statement, pos: BinlogPosition, start: BinlogPosition) -> Iterator[RowChange]:
+    """``read_changes`` at an XA statement: a group's start and xid, or its outcome: the held
+    changes of a commit, at the commit's position; a commit whose XA PREPARE is before
+    ``start`` is :class:`XaOutsideWindow` (its rows are not here)."""
+    if statement.verb == XaVerb.START:
+        xa.start(pos)
+    elif statement.verb == XaVerb.END:
+        xa.end(statement.xid)
+    else:
+        held = xa.outcome(statement.xid)
+        if statement.verb == XaVerb.COMMIT:
+            if held is None:
+                raise XaOutsideWindow(f"XA COMMIT {statement.xid} at {pos}: prepared before {start}")
+            yield from (dataclasses.replace(change, position=pos) for change in held)
 
 
 def _changes(event, d: _Decoding, pos: BinlogPosition) -> Iterator[RowChange]:
@@ -321,8 +351,8 @@ def is_transaction_statement(sql: str) -> bool:
 
 def read_statements(conn: ConnectionSettings, server_id: int, start: BinlogPosition,
                     end: BinlogPosition) -> Iterator[Statement]:
-    """Statements other than BEGIN/COMMIT (DDL, TRUNCATE) in (start, end]; row events are
-    skipped undecoded, so this is cheap next to reading the changes."""
+    """Statements other than BEGIN/COMMIT and XA's (DDL, TRUNCATE) in (start, end]; row events
+    are skipped undecoded, so this is cheap next to reading the changes."""
     if end <= start:
         return
     reader = open_binlog(conn, server_id, start, only_events=[QueryEvent, XidEvent, RotateEvent])
@@ -331,7 +361,7 @@ def read_statements(conn: ConnectionSettings, server_id: int, start: BinlogPosit
             pos = start.at(reader.log_file, reader.log_pos)
             if isinstance(event, QueryEvent):
                 db, sql = statement_text(event)
-                if not is_transaction_statement(sql):
+                if not is_transaction_statement(sql) and xa_statement(sql) is None:
                     yield Statement(db, sql, pos, None, event.timestamp)
             if pos >= end:
                 break

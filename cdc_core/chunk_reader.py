@@ -17,6 +17,9 @@ Invariants (tested in tests/test_chunk_reader.py):
 - Without a row key (chunk key only) rows have no identity, so a window
   with in-range changes is not folded: the chunk is read again until a window
   is quiet for it, and fails after ``max_attempts`` with a clear message.
+- XA transactions (cdc_core/xa.py): rows prepared in the window and not committed by HW
+  are not changes as of HW; a window holding the XA COMMIT of a transaction prepared
+  before LW (the SELECT may or may not see its rows) is read again.
 - Result rows carry ``_cdc_op`` = 'r' and ``_cdc_seq`` = HW's sequence number,
   or, for rows the window wrote, the replayed change's own sequence number
   (inside (LW, HW]).
@@ -40,6 +43,7 @@ from cdc_core.positions import BinlogPosition, master_position, visible_position
 from cdc_core.source import ConnectionSettings
 from cdc_core.table_schema import TableSchema, quote_ident
 from cdc_core.types import arrow_schema, binlog_value, rows_to_arrow, select_expr, snapshot_array
+from cdc_core.xa import XaOutsideWindow
 
 log = logging.getLogger(__name__)
 
@@ -105,9 +109,14 @@ class ChunkReader:
         for attempt in range(1, self.max_attempts + 1):
             selected = self.select(schema, chunk)
             table, lw, hw = selected.table, selected.low_watermark, selected.high_watermark
-            window = [] if hw <= lw else list(
-                read_changes(self.conn, self.server_id, lw, hw, {(schema.database, schema.table)})
-            )
+            try:
+                window = [] if hw <= lw else list(
+                    read_changes(self.conn, self.server_id, lw, hw, {(schema.database, schema.table)})
+                )
+            except XaOutsideWindow as e:  # the SELECT may or may not hold that transaction's rows
+                log.info("%s chunk %d: %s; reading it again", schema.qualified_name, chunk.index, e)
+                time.sleep(min(0.05 * attempt, 0.5))
+                continue
             inside = self._keys_in_range(schema, chunk, window)
             changes = [ch for ch in window if any(img is not None and img[chunk.key] in inside
                                                   for img in (ch.before, ch.after))]

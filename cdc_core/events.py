@@ -70,6 +70,20 @@ class TransactionEnd:
 
 
 @dataclass(frozen=True, slots=True)
+class PreparedCommit:
+    """An XA transaction committed by its ``XA COMMIT`` (``end``): its row events, read at its
+    XA PREPARE and held until now (cdc_core/xa.py), all stamped at ``end.position``: applied
+    as one unit, so no batch ends among them."""
+
+    events: tuple[RowsEvent, ...]
+    end: TransactionEnd
+
+    @property
+    def position(self) -> BinlogPosition:
+        return self.end.position
+
+
+@dataclass(frozen=True, slots=True)
 class Statement:
     """A statement other than BEGIN/COMMIT (DDL, TRUNCATE): a transaction of its own.
     ``database`` is the session's default database when it ran."""
@@ -112,4 +126,5 @@ class ReaderError:
     message: str
 
 
-ReaderRecord = TableLayout | RowsEvent | TransactionEnd | Statement | Heartbeat | ReaderEnd | ReaderError
+ReaderRecord = (TableLayout | RowsEvent | TransactionEnd | PreparedCommit | Statement | Heartbeat | ReaderEnd
+                | ReaderError)

@@ -22,6 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import logging
 import os
 import signal
@@ -30,13 +31,21 @@ import time
 from dataclasses import dataclass
 
 import pymysql
-from pymysqlreplication.event import HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
+from pymysqlreplication.event import (
+    HeartbeatLogEvent,
+    MariadbGtidEvent,
+    QueryEvent,
+    RotateEvent,
+    XAPrepareEvent,
+    XidEvent,
+)
 
 from cdc_core.binlog import OPS, ROW_EVENTS, RowDecoder, is_transaction_statement, open_binlog, statement_text
 from cdc_core.config import captures, excludes_column
 from cdc_core.errors import is_transient
 from cdc_core.events import (
     Heartbeat,
+    PreparedCommit,
     ReaderEnd,
     ReaderError,
     ReadFailure,
@@ -46,6 +55,8 @@ from cdc_core.events import (
 )
 from cdc_core.positions import BinlogPosition
 from cdc_core.source import ConnectionSettings
+from cdc_core.xa import FL_PREPARED_XA, XaHold, XaStatement, XaVerb, xa_statement
+from cdc_core.xa_lookup import prepared_group
 
 log = logging.getLogger(__name__)
 
@@ -212,14 +223,50 @@ def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
         slave_heartbeat=HEARTBEAT_SECONDS,
         report_slave=spec.report_as,
         enable_logging=False,
-        only_events=[*ROW_EVENTS, XidEvent, QueryEvent, MariadbGtidEvent, HeartbeatLogEvent, RotateEvent],
+        only_events=[*ROW_EVENTS, XidEvent, QueryEvent, MariadbGtidEvent, HeartbeatLogEvent, RotateEvent,
+                     XAPrepareEvent],
         only_schemas=capture.only_schemas,
         only_tables=capture.only_tables,
     )
     decoder = RowDecoder(lambda table, column: not excludes_column(spec.exclude_columns, f"{table}.{column}"),
                          spec.first_layout_id)
     skip, until = spec.skip_through, spec.until
-    gtid = None
+    gtid, group_start, xa = None, spec.start, XaHold()
+
+    def row_event(event, at: BinlogPosition) -> RowsEvent:
+        d, new = decoder.decoding(event)
+        if new:
+            buffer.add(d.layout)
+        rows = decoder.rows(event, d)
+        return RowsEvent(d.layout.table, OPS[type(event)], at, d.layout.id, rows, event.timestamp, event.event_size,
+                         gtid)
+
+    def on_xa(statement: XaStatement, end: TransactionEnd) -> None:
+        """An XA statement (cdc_core/xa.py): a group's start holds its rows; an ``XA COMMIT`` sends
+        them, stamped at its own position (looked up in the binlog when their XA PREPARE was
+        before this reader's start), unless a run before a restart applied them; an
+        ``XA ROLLBACK`` drops them. Both end a transaction."""
+        if statement.verb == XaVerb.START:  # MySQL's start of a group (MariaDB flags its GTID event)
+            xa.start(group_start)
+            return
+        if statement.verb == XaVerb.END:
+            xa.end(statement.xid)
+            return
+        held = xa.outcome(statement.xid)
+        if statement.verb == XaVerb.COMMIT and (skip is None or end.position > skip):
+            if held is None:
+                decoder.reset()  # the look-back's table ids are not this reader's (before and after it)
+                group = prepared_group(spec.conn, spec.server_id, statement.xid, spec.start)
+                held = [row_event(e, at) for e, at in group
+                        if isinstance(e, ROW_EVENTS) and capture.captured(e.schema, e.table)]
+                decoder.reset()
+            if held:
+                events = tuple(dataclasses.replace(ev, position=end.position, gtid=end.gtid, timestamp=end.timestamp)
+                               for ev in held)
+                buffer.add(PreparedCommit(events, end), sum(len(ev.rows) for ev in held), sum(ev.size for ev in held))
+                return
+        buffer.add(end)
+
     try:
         if until is not None and spec.start >= until:
             buffer.add(ReaderEnd(spec.start))
@@ -227,22 +274,29 @@ def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
         for event in reader:
             at = spec.start.at(reader.log_file, reader.log_pos)
             if isinstance(event, ROW_EVENTS):
-                if capture.captured(event.schema, event.table) and (skip is None or at > skip):
-                    d, new = decoder.decoding(event)
-                    if new:
-                        buffer.add(d.layout)
-                    rows = decoder.rows(event, d)
-                    buffer.add(RowsEvent(d.layout.table, OPS[type(event)], at, d.layout.id, rows, event.timestamp,
-                                         event.event_size, gtid), len(rows), event.event_size)
+                if capture.captured(event.schema, event.table):
+                    if xa.holding:  # an XA transaction's rows: held until its outcome (cdc_core/xa.py)
+                        xa.hold(row_event(event, at))
+                    elif skip is None or at > skip:
+                        ev = row_event(event, at)
+                        buffer.add(ev, len(ev.rows), event.event_size)
             elif isinstance(event, XidEvent):
                 buffer.add(TransactionEnd(at, gtid, event.timestamp))
             elif isinstance(event, MariadbGtidEvent):
-                gtid = event.gtid
+                gtid, group_start = event.gtid, at.at(at.file, at.pos - event.event_size)
+                if event.flags & FL_PREPARED_XA:
+                    xa.start(group_start)
+            elif isinstance(event, XAPrepareEvent):
+                xa.prepared()
+                buffer.add(TransactionEnd(at, gtid, event.timestamp))  # nothing applied: a place to resume from
             elif isinstance(event, QueryEvent):
                 db, sql = statement_text(event)
                 if sql.lstrip()[:5].upper() == "BEGIN":
                     continue
-                if is_transaction_statement(sql):  # COMMIT
+                statement = xa_statement(sql)
+                if statement is not None:
+                    on_xa(statement, TransactionEnd(at, gtid, event.timestamp))
+                elif is_transaction_statement(sql):  # COMMIT
                     buffer.add(TransactionEnd(at, gtid, event.timestamp))
                 else:
                     buffer.add(Statement(db, sql, at, gtid, event.timestamp))
@@ -255,3 +309,4 @@ def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
                 return
     finally:
         reader.close()
+

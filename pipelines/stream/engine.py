@@ -48,6 +48,7 @@ from cdc_core.config import BinlakeConfig
 from cdc_core.errors import TerminalError, is_transient
 from cdc_core.events import (
     Heartbeat,
+    PreparedCommit,
     ReaderEnd,
     ReaderError,
     ReadFailure,
@@ -297,6 +298,10 @@ class StreamEngine:
             self._on_rows(rec)
         elif isinstance(rec, TransactionEnd):
             s.boundary(rec.position, rec.gtid, rec.timestamp)
+        elif isinstance(rec, PreparedCommit):  # an XA COMMIT: its transaction's rows, as one unit
+            for ev in rec.events:
+                self._on_rows(ev)
+            s.boundary(rec.end.position, rec.end.gtid, rec.end.timestamp)
         elif isinstance(rec, TableLayout):
             s.layouts[rec.id] = rec
         elif isinstance(rec, Heartbeat):
