@@ -134,6 +134,7 @@ class Backfills:
         self._control = None  # pymysql connection for watermarks, made on first use
         self._reads = GroupReads(cfg)  # Spark started by the first large request only
         self._polled = 0.0
+        self._cascaded: dict[str, str] = {}  # child table -> why it needs a backfill (cdc_core/foreign_keys.py)
         self._failures = 0
         self._retry_at = 0.0
 
@@ -161,6 +162,7 @@ class Backfills:
             return
         self._polled = now
         self.requests = self.store.backfills()
+        self.save_cascades()
         open_tables = {r.table for r in self.requests if not r.state.terminal}
         for name, t in sorted(self.state.tables.items()):
             if t.needs_backfill and name not in open_tables and self.cfg.source.captures(name) \
@@ -175,6 +177,23 @@ class Backfills:
             if f.reading is not None:
                 self._reads.cancel()
             self.inflight = None
+
+    def cascaded(self, child: str, why: str) -> None:
+        """A parent row change may have changed rows of ``child`` the binlog does not show
+        (cdc_core/foreign_keys.py): a backfill is requested by :meth:`save_cascades`."""
+        self._cascaded.setdefault(child, why)
+
+    def save_cascades(self) -> None:
+        """Request a backfill of each child a cascade touched, unless one is waiting (it reads
+        the table after the cascade); called before the checkpoint passes the cascade."""
+        for child, why in sorted(self._cascaded.items()):
+            if any(r.table == child and r.state == BackfillState.PENDING for r in self.requests):
+                continue
+            req = BackfillRequest.new(child, reason="cascade").next()
+            self.store.save_backfill(req)
+            self.requests.append(req)
+            log.warning("%s: %s, which MySQL does not write to the binlog; backfill %s requested", child, why, req.id)
+        self._cascaded.clear()
 
     def _declined(self, name: str) -> bool:
         """The table's latest request was cancelled (the user chose not to backfill it) or failed

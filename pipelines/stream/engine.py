@@ -48,6 +48,7 @@ from cdc_core.config import BinlakeConfig
 from cdc_core.errors import TerminalError, is_transient
 from cdc_core.events import (
     Heartbeat,
+    Op,
     PreparedCommit,
     ReaderEnd,
     ReaderError,
@@ -57,13 +58,14 @@ from cdc_core.events import (
     TableLayout,
     TransactionEnd,
 )
+from cdc_core.foreign_keys import Cascade, by_parent, cascades
 from cdc_core.key_order import KeyOrders, ServerSql
 from cdc_core.lifecycle import Lifecycle, State
 from cdc_core.micro_batch import BatchLimits, MicroBatch
 from cdc_core.offsets import StreamOffset
 from cdc_core.positions import BinlogPosition
 from cdc_core.routes import RouteError, Router
-from cdc_core.source import connect, connection_settings
+from cdc_core.source import captured_tables, connect, connection_settings
 from cdc_core.startup import (
     PURGED_WAY_OUT,
     PositionPurged,
@@ -118,6 +120,7 @@ class StreamEngine:
         self.committer = Committer(cfg.pipeline.name, self.router, self.sinks)
         self.reader: ReaderProcess | ParallelReader | None = None
         self.backfills: Backfills | None = None
+        self._cascades: dict[str, tuple[Cascade, ...]] = {}  # by parent table (cdc_core/foreign_keys.py)
         self.retry = Retry(retry or RetryPolicy())
         # Chunk keys in the server's order (the hand-off), on one connection made on first use.
         self.key_orders = KeyOrders(ServerSql(lambda: connect(self.conn)))
@@ -171,6 +174,7 @@ class StreamEngine:
                                      self._checkpoint, self._describe, self._stop)
         self.backfills = Backfills(self.cfg, s, self.sinks, self.store, self.recorder, self.router, self.key_orders,
                                    self.conn, self._commit)
+        self._cascades = self._foreign_keys()
         self.backfills.poll(force=True)
         # --until now with backfills to finish (or tables still to decide, which may need one): the
         # reader goes on past the end at start, and the loop stops once they are done.
@@ -188,6 +192,30 @@ class StreamEngine:
             # The start point is durable before any table commit: a crash between the first
             # table commits and the first checkpoint must resume here, not at a new "latest".
             self.store.save_checkpoint(s.offset, self.life.state, 0)
+
+    def _foreign_keys(self) -> dict[str, tuple[Cascade, ...]]:
+        """The captured tables' cascading foreign keys by parent (cdc_core/foreign_keys.py); a
+        child whose parent is not captured is named: the stream cannot repair it."""
+        with connect(self.conn) as c, c.cursor() as cur:
+            found = cascades(cur, captured_tables(self.cfg, cur))
+        for fk in found:
+            if not self.cfg.source.captures(fk.parent):
+                log.warning("%s: foreign key %s changes its rows when %s (not captured) changes, and MySQL does not "
+                            "write those changes to the binlog: capture %s too, or run `binlake reconcile --repair "
+                            "--table %s` after such changes", fk.child, fk.constraint, fk.parent, fk.parent, fk.child)
+        return by_parent(found)
+
+    def _cascade(self, parent: str, op: Op, why: str, seen: frozenset[str] = frozenset(),
+                  changed=lambda fk: True) -> None:
+        """A change ``op`` of ``parent`` (``changed``: whether it touched a key's referenced
+        columns) may have changed child rows unseen: each such child, and theirs in turn (a
+        cascaded change fires the child's own keys), is backfilled."""
+        for fk in self._cascades.get(parent, ()):
+            if fk.fires_on(op) and fk.child not in seen and changed(fk):
+                self.backfills.cascaded(fk.child, f"{fk.constraint} {'deletes' if op == Op.DELETE else 'updates'} "
+                                                  f"rows {why}")
+                child_op = Op.DELETE if op == Op.DELETE and fk.on_delete == "CASCADE" else Op.UPDATE
+                self._cascade(fk.child, child_op, why, seen | {parent, fk.child})
 
     def _describe(self, name: str) -> TableSchema:
         with connect(self.conn) as c, c.cursor() as cur:
@@ -309,6 +337,7 @@ class StreamEngine:
                 s.position = s.resume = max(s.position, rec.position)
         elif isinstance(rec, Statement):
             self.changes.on_statement(rec)
+            self._cascades = self._foreign_keys()  # a DDL may add or drop a foreign key
         elif isinstance(rec, ReaderEnd):
             return True  # done once every held table is released
         elif isinstance(rec, ReaderError):
@@ -318,6 +347,10 @@ class StreamEngine:
     def _on_rows(self, ev: RowsEvent) -> None:
         s = self.state
         name = ev.table
+        if name in self._cascades:
+            columns = [c.name for c in s.layouts[ev.layout].schema.columns]
+            self._cascade(name, ev.op, f"with {name} at {ev.position}",
+                          changed=lambda fk: ev.op != Op.UPDATE or fk.changes_key(columns, ev.rows))
         t = s.tables.get(name)
         if t is None or not t.streamed:
             if name in s.undecided:  # a row of it before its CREATE: it existed before the stream's start
@@ -426,6 +459,8 @@ class StreamEngine:
         for name, tb in b.tables.items():
             s.summary.tables[name] = s.summary.tables.get(name, 0) + tb.rows_in - tb.dropped
             s.summary.changes += tb.rows_in - tb.dropped
+        if self.backfills is not None:
+            self.backfills.save_cascades()  # durable before the checkpoint passes the cascade
         if b.tables:
             pause_at("batch_read")
         commits = self.committer.apply(b, offset)
