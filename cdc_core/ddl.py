@@ -6,6 +6,10 @@ Invariants (tests/test_ddl_parse.py):
   current database, also for ``ALTER TABLE db.t RENAME TO t2``); a qualified name keeps
   its own (MariaDB leaves the event's schema empty then).
 - ``kind`` is alter | create | drop | rename | truncate for statements on tables;
+  ``dml`` for a row change the binlog holds as a statement (a session with
+  ``binlog_format=STATEMENT`` or ``MIXED``): its rows are not in the binlog, and ``tables``
+  names every table it may have written (every name in it, qualified or not: more than
+  it wrote, never fewer);
   ``other`` for everything else (transactions, grants, indexes made with CREATE/DROP
   INDEX, databases, views, routines) and for temporary tables (never captured: in ROW
   format the server does not even write them to the binlog); ``unparsed`` when the head
@@ -18,14 +22,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cdc_core.sql_lexer import NUMBER, Cursor, SQLSyntaxError, Token, tokenize
+from cdc_core.sql_lexer import NUMBER, OP, Cursor, SQLSyntaxError, Token, tokenize
 
 
 @dataclass(frozen=True)
 class Statement:
     """A non-DML statement: its kind and the "db.table" names it touches."""
 
-    kind: str  # truncate | alter | create | drop | rename | unparsed | other
+    kind: str  # truncate | alter | create | drop | rename | dml | unparsed | other
     tables: tuple[str, ...]
     sql: str
     body: tuple[Token, ...] = field(default=(), compare=False, repr=False)  # ALTER/CREATE: after the table name
@@ -46,6 +50,8 @@ def parse_statement(sql: str, default_db: str) -> Statement:
         return Statement("unparsed", (), sql, error=str(e))
     cur = Cursor(tokens, sql)
     head = cur.peek().upper if cur.peek() is not None else ""
+    if head in DML:
+        return Statement("dml", _written(tokens, head, default_db), sql)
     reader = {"ALTER": _alter, "CREATE": _create, "DROP": _drop, "RENAME": _rename, "TRUNCATE": _truncate}.get(head)
     if reader is None:
         return Statement("other", (), sql)
@@ -55,6 +61,46 @@ def parse_statement(sql: str, default_db: str) -> Statement:
         return reader(cur, sql, default_db, tables)
     except SQLSyntaxError as e:
         return Statement("unparsed", tuple(tables), sql, error=str(e))
+
+
+DML = frozenset({"INSERT", "REPLACE", "UPDATE", "DELETE", "LOAD"})
+
+
+def _written(tokens: list[Token], head: str, default_db: str) -> tuple[str, ...]:
+    """The tables a DML statement may write: an INSERT's, REPLACE's or LOAD DATA's target
+    (not the tables an ``INSERT … SELECT`` reads); for UPDATE the names before SET, for
+    DELETE every name (multi-table forms)."""
+    if head in ("INSERT", "REPLACE", "LOAD"):
+        cur = Cursor(tokens)
+        try:
+            while not cur.at_end():
+                t = cur.next()
+                if t.upper == "INTO":  # LOAD DATA … INTO TABLE t
+                    cur.accept("TABLE")
+                    return (qualified(*cur.qualified_name(), default_db),)
+                if head != "LOAD" and t.upper not in ("INSERT", "REPLACE", "LOW_PRIORITY", "DELAYED", "HIGH_PRIORITY",
+                                                     "IGNORE"):
+                    cur = Cursor(tokens[tokens.index(t):])  # INSERT t VALUES …: INTO left out
+                    return (qualified(*cur.qualified_name(), default_db),)
+        except SQLSyntaxError:
+            pass  # unreadable: every name, below
+    if head == "UPDATE":
+        end = next((i for i, t in enumerate(tokens) if t.upper == "SET"), len(tokens))
+        return _names(tokens[:end], default_db)
+    return _names(tokens, default_db)
+
+
+def _names(tokens: list[Token], default_db: str) -> tuple[str, ...]:
+    """Every "db.table" the names of ``tokens`` could be: ``a.b`` as written, and each name in
+    the statement's database."""
+    names = []
+    for i, t in enumerate(tokens):
+        if not t.is_name():
+            continue
+        names.append(qualified(None, t.text, default_db))
+        if i + 2 < len(tokens) and tokens[i + 1].kind == OP and tokens[i + 1].text == "." and tokens[i + 2].is_name():
+            names.append(qualified(t.text, tokens[i + 2].text, default_db))
+    return tuple(dict.fromkeys(names))
 
 
 def _wait(cur: Cursor) -> None:

@@ -63,6 +63,25 @@ def test_statement_kinds_and_table_names():
     assert broken.kind == "unparsed"
 
 
+def test_row_changes_logged_as_statements_name_the_tables_they_may_write():
+    """binlog_format STATEMENT or MIXED in a session: the rows are not in the binlog, so every
+    table the statement may have written is backfilled (pipelines/stream/schema_changes.py)."""
+    def written(sql: str) -> tuple[str, ...]:
+        stmt = parse_statement(sql, "db")
+        assert stmt.kind == "dml", sql
+        return stmt.tables
+
+    assert written("INSERT INTO s VALUES (3, 3)") == ("db.s",)
+    assert written("insert ignore into db2.s (a) select * from t") == ("db2.s",)  # not what it reads
+    assert written("INSERT s VALUES (1)") == ("db.s",)
+    assert written("REPLACE INTO percona.checksums SELECT COUNT(*) FROM shop.orders") == ("percona.checksums",)
+    assert written("LOAD DATA LOCAL INFILE 'x' REPLACE INTO TABLE d.t3 FIELDS TERMINATED BY ','") == ("d.t3",)
+    update = written("UPDATE a JOIN x.b ON a.id = b.id SET a.v = b.v WHERE b.x = 1")
+    assert {"db.a", "x.b", "db.b"} <= set(update) and "db.v" not in update  # the names before SET
+    assert {"db.a", "db.b"} <= set(written("DELETE a FROM a JOIN b USING (id)"))  # multi-table: every name
+    assert parse_statement("SELECT * FROM t", "db").kind == "other"
+
+
 def test_the_holes_of_issue_8():
     add = parse_ddl("ALTER TABLE t ADD COLUMN (c1 VARCHAR(45), c2 VARCHAR(55))", "db")
     assert [(c.kind, c.table, c.column.name, c.column.char_length) for c in add] == [

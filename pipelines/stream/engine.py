@@ -336,8 +336,9 @@ class StreamEngine:
             if s.resume == s.position:  # between transactions: everything up to here is read
                 s.position = s.resume = max(s.position, rec.position)
         elif isinstance(rec, Statement):
-            self.changes.on_statement(rec)
-            self._cascades = self._foreign_keys()  # a DDL may add or drop a foreign key
+            if not self.changes.on_row_statement(rec):
+                self.changes.on_statement(rec)
+                self._cascades = self._foreign_keys()  # a DDL may add or drop a foreign key
         elif isinstance(rec, ReaderEnd):
             return True  # done once every held table is released
         elif isinstance(rec, ReaderError):

@@ -37,6 +37,7 @@ from deltalake import write_deltalake
 from cdc_core.chunk_reader import output_schema
 from cdc_core.column_filter import NotCapturable, captured_change, captured_schema
 from cdc_core.config import BinlakeConfig
+from cdc_core.ddl import parse_statement
 from cdc_core.errors import BinlakeError, TerminalError, is_transient
 from cdc_core.events import Statement, TableLayout
 from cdc_core.offsets import StreamOffset
@@ -57,6 +58,8 @@ log = logging.getLogger(__name__)
 
 HOLD_POLL_SECONDS = 0.5  # how often a held table's change is looked up in the schema history
 APPEARED = "entered the capture list with existing rows while the stream was stopped: needs a backfill (not streamed)"
+ROWS_AS_STATEMENT = ("rows changed by a statement the binlog holds as SQL, not as rows (its session had binlog_format "
+                     "STATEMENT or MIXED) at {at}: needs a backfill (not streamed until it is done)")
 
 
 class SchemaChangeFailed(TerminalError):
@@ -87,6 +90,23 @@ class SchemaChanges:
         self._polled = 0.0
 
     # --- statements -----------------------------------------------------------------------------
+
+    def on_row_statement(self, st: Statement) -> bool:
+        """A row change logged as SQL (cdc_core/ddl.py's ``dml``): its rows are not in the binlog,
+        so every streamed table it may have written is backfilled (after the batch before it is
+        committed). Whether ``st`` was one."""
+        stmt = parse_statement(st.sql, st.database)
+        if stmt.kind != "dml":
+            return False
+        s = self.state
+        hit = [n for n in stmt.tables if n in s.tables and s.tables[n].streamed and self.cfg.source.captures(n)]
+        if hit:
+            self.wait_for_holds(hit)
+            self.commit()
+            for name in hit:
+                self.needs_backfill(name, st.position, 0, "statement", ROWS_AS_STATEMENT.format(at=st.position),
+                                    ddl=st.sql)
+        return True
 
     def on_statement(self, st: Statement) -> None:
         """Handle a DDL statement (raises StopRequested if a stop came while waiting for a hold)."""
