@@ -34,13 +34,22 @@ import pymysql
 from pymysqlreplication.event import (
     HeartbeatLogEvent,
     MariadbGtidEvent,
+    NotImplementedEvent,
     QueryEvent,
     RotateEvent,
     XAPrepareEvent,
     XidEvent,
 )
 
-from cdc_core.binlog import OPS, ROW_EVENTS, RowDecoder, is_transaction_statement, open_binlog, statement_text
+from cdc_core.binlog import (
+    OPS,
+    ROW_EVENTS,
+    RowDecoder,
+    is_transaction_statement,
+    open_binlog,
+    refuse_compressed,
+    statement_text,
+)
 from cdc_core.config import captures, excludes_column
 from cdc_core.errors import is_transient
 from cdc_core.events import (
@@ -224,7 +233,8 @@ def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
         report_slave=spec.report_as,
         enable_logging=False,
         only_events=[*ROW_EVENTS, XidEvent, QueryEvent, MariadbGtidEvent, HeartbeatLogEvent, RotateEvent,
-                     XAPrepareEvent],
+                     XAPrepareEvent, NotImplementedEvent],
+        filter_non_implemented_events=False,  # compressed events must be seen, to stop at them
         only_schemas=capture.only_schemas,
         only_tables=capture.only_tables,
     )
@@ -304,6 +314,8 @@ def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
                 buffer.add(Heartbeat(at))
             elif isinstance(event, RotateEvent):
                 decoder.reset()  # a new file, or a reconnect after which table ids may be reused
+            else:
+                refuse_compressed(event, at)
             if until is not None and at >= until:
                 buffer.add(ReaderEnd(at))
                 return

@@ -91,9 +91,12 @@ def _tls(cfg: BinlakeConfig, cur) -> list[str]:
 
 def _settings(cur) -> list[str]:
     cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'binlog_format', 'binlog_row_image', "
-                "'binlog_row_metadata')")
+                "'binlog_row_metadata', 'log_bin_compress')")
     have = {k.lower(): str(v).upper() for k, v in cur.fetchall()}
     out = []
+    if have.get("log_bin_compress") == "ON":  # MariaDB only (cdc_core/binlog.py: COMPRESSED_EVENTS)
+        out.append("server setting log_bin_compress is ON: binlake cannot decode compressed binlog events "
+                   "(SET GLOBAL log_bin_compress = 'OFF')")
     for name, want in REQUIRED_SETTINGS.items():
         got = have.get(name)
         if got != want:
