@@ -70,6 +70,20 @@ class CompressedBinlog(TerminalError):
     """The binlog holds an event MariaDB compressed (log_bin_compress=ON)."""
 
 
+class PartialRowImage(Exception):
+    """A row event whose images leave columns out (its session's binlog_row_image was MINIMAL
+    or NOBLOB): its rows cannot be known from the binlog (a chunk's window is read again)."""
+
+
+def partial_image(event) -> bool:
+    """Whether a row event's images leave columns out (a session's ``binlog_row_image`` other
+    than FULL, although the server's is FULL): its values cannot be applied as rows."""
+    n = event.number_of_columns
+    full = bytes([0xFF] * (n // 8) + ([(1 << (n % 8)) - 1] if n % 8 else []))
+    maps = [event.columns_present_bitmap] + [getattr(event, "columns_present_bitmap2", full)]
+    return any(bytes(m) != full for m in maps)
+
+
 def refuse_compressed(event, at: BinlogPosition) -> None:
     """Raise :class:`CompressedBinlog` for a compressed event (see ``COMPRESSED_EVENTS``)."""
     if isinstance(event, NotImplementedEvent) and event.event_type in COMPRESSED_EVENTS:
@@ -309,6 +323,9 @@ def read_changes(
             if isinstance(event, RotateEvent):
                 decoder.reset()
             elif isinstance(event, ROW_EVENTS) and (tables is None or (event.schema, event.table) in tables):
+                if partial_image(event):
+                    raise PartialRowImage(f"the row event of {event.schema}.{event.table} ending at {pos} leaves "
+                                          "columns out (binlog_row_image was not FULL in its session)")
                 d, _ = decoder.decoding(event)
                 if xa.holding:  # an XA transaction's rows: changes only once committed (cdc_core/xa.py)
                     for change in _changes(event, d, pos):

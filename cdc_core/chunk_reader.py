@@ -19,7 +19,8 @@ Invariants (tested in tests/test_chunk_reader.py):
   is quiet for it, and fails after ``max_attempts`` with a clear message.
 - XA transactions (cdc_core/xa.py): rows prepared in the window and not committed by HW
   are not changes as of HW; a window holding the XA COMMIT of a transaction prepared
-  before LW (the SELECT may or may not see its rows) is read again.
+  before LW (the SELECT may or may not see its rows) is read again, as is one holding a
+  row event whose images leave columns out (a session's binlog_row_image not FULL).
 - Result rows carry ``_cdc_op`` = 'r' and ``_cdc_seq`` = HW's sequence number,
   or, for rows the window wrote, the replayed change's own sequence number
   (inside (LW, HW]).
@@ -35,7 +36,7 @@ from functools import cached_property
 
 import pyarrow as pa
 
-from cdc_core.binlog import RowChange, read_changes
+from cdc_core.binlog import PartialRowImage, RowChange, read_changes
 from cdc_core.chunking import Chunk
 from cdc_core.errors import TerminalError
 from cdc_core.key_order import KeyOrders, ServerSql
@@ -113,7 +114,7 @@ class ChunkReader:
                 window = [] if hw <= lw else list(
                     read_changes(self.conn, self.server_id, lw, hw, {(schema.database, schema.table)})
                 )
-            except XaOutsideWindow as e:  # the SELECT may or may not hold that transaction's rows
+            except (XaOutsideWindow, PartialRowImage) as e:  # the window's changes cannot be known
                 log.info("%s chunk %d: %s; reading it again", schema.qualified_name, chunk.index, e)
                 time.sleep(min(0.05 * attempt, 0.5))
                 continue

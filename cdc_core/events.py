@@ -48,7 +48,8 @@ class TableLayout:
 class RowsEvent:
     """One row event of a captured table. ``rows`` are value tuples in the layout's column
     order; for updates, ``(before, after)`` pairs. ``size`` is the event's size in bytes;
-    ``gtid`` its transaction's GTID (None on a server without GTIDs)."""
+    ``gtid`` its transaction's GTID (None on a server without GTIDs). A ``partial`` event's
+    images leave columns out: its rows are not decoded, and its table needs a backfill."""
 
     table: str
     op: Op
@@ -58,6 +59,7 @@ class RowsEvent:
     timestamp: int
     size: int
     gtid: str | None = None
+    partial: bool = False  # its images leave columns out (binlog_row_image not FULL): ``rows`` is empty
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,7 @@ from cdc_core.binlog import (
     RowDecoder,
     is_transaction_statement,
     open_binlog,
+    partial_image,
     refuse_compressed,
     statement_text,
 )
@@ -247,9 +248,10 @@ def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
         d, new = decoder.decoding(event)
         if new:
             buffer.add(d.layout)
-        rows = decoder.rows(event, d)
+        partial = partial_image(event)  # not decoded: the engine backfills its table
+        rows = [] if partial else decoder.rows(event, d)
         return RowsEvent(d.layout.table, OPS[type(event)], at, d.layout.id, rows, event.timestamp, event.event_size,
-                         gtid)
+                         gtid, partial)
 
     def on_xa(statement: XaStatement, end: TransactionEnd) -> None:
         """An XA statement (cdc_core/xa.py): a group's start holds its rows; an ``XA COMMIT`` sends

@@ -351,7 +351,12 @@ class StreamEngine:
         if name in self._cascades:
             columns = [c.name for c in s.layouts[ev.layout].schema.columns]
             self._cascade(name, ev.op, f"with {name} at {ev.position}",
-                          changed=lambda fk: ev.op != Op.UPDATE or fk.changes_key(columns, ev.rows))
+                          changed=lambda fk: ev.op != Op.UPDATE or ev.partial or fk.changes_key(columns, ev.rows))
+        if ev.partial:
+            if not s.skip.applied(self.router.sink(name), ev.position):
+                self.changes.on_partial_image(name, ev.position)
+            s.read(ev)
+            return
         t = s.tables.get(name)
         if t is None or not t.streamed:
             if name in s.undecided:  # a row of it before its CREATE: it existed before the stream's start

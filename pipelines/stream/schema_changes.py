@@ -58,6 +58,8 @@ log = logging.getLogger(__name__)
 
 HOLD_POLL_SECONDS = 0.5  # how often a held table's change is looked up in the schema history
 APPEARED = "entered the capture list with existing rows while the stream was stopped: needs a backfill (not streamed)"
+PARTIAL_IMAGE = ("rows changed with images that leave columns out (its session's binlog_row_image was not FULL) at "
+                 "{at}: needs a backfill (not streamed until it is done)")
 ROWS_AS_STATEMENT = ("rows changed by a statement the binlog holds as SQL, not as rows (its session had binlog_format "
                      "STATEMENT or MIXED) at {at}: needs a backfill (not streamed until it is done)")
 
@@ -90,6 +92,16 @@ class SchemaChanges:
         self._polled = 0.0
 
     # --- statements -----------------------------------------------------------------------------
+
+    def on_partial_image(self, name: str, at: BinlogPosition) -> None:
+        """A row event of ``name`` whose images leave columns out: its rows cannot be known, so a
+        streamed table is backfilled (after the batch before it is committed)."""
+        t = self.state.tables.get(name)
+        if t is None or not t.streamed or not self.cfg.source.captures(name):
+            return
+        self.wait_for_holds([name])
+        self.commit()
+        self.needs_backfill(name, at, 0, "partial_image", PARTIAL_IMAGE.format(at=at))
 
     def on_row_statement(self, st: Statement) -> bool:
         """A row change logged as SQL (cdc_core/ddl.py's ``dml``): its rows are not in the binlog,
