@@ -54,17 +54,23 @@ _INDEX_WORDS = {"INDEX", "KEY", "FULLTEXT", "SPATIAL", "UNIQUE", "FOREIGN", "CHE
 _PARTITION_KEEPS_ROWS = {"ANALYZE", "CHECK", "OPTIMIZE", "REBUILD", "REPAIR", "COALESCE", "REORGANIZE"}
 _PARTITION_MOVES_ROWS = {"TRUNCATE": "TRUNCATE PARTITION deletes rows", "EXCHANGE": "EXCHANGE PARTITION swaps rows "
                          "with another table", "IMPORT": "IMPORT … TABLESPACE replaces rows"}
+_DROP_PARTITION = "DROP PARTITION deletes rows"
+_CONVERT_PARTITION = "CONVERT PARTITION/TABLE moves rows between tables"
+# What changes rows without writing them to the binlog: the tables it names need a backfill.
+ROWS_CHANGED_UNSEEN = frozenset({*_PARTITION_MOVES_ROWS.values(), _DROP_PARTITION, _CONVERT_PARTITION})
 
 
 class UnparsedDDL(ValueError):
     """A DDL statement on a captured table whose effect binlake cannot know from its text."""
 
-    def __init__(self, sql: str, why: str, tables: tuple[str, ...] = (), changes: tuple[SchemaChange, ...] = ()):
+    def __init__(self, sql: str, why: str, tables: tuple[str, ...] = (), changes: tuple[SchemaChange, ...] = (),
+                 rows_changed: bool = False):
         super().__init__(f"DDL on {', '.join(tables) or 'an unnamed table'} not understood ({why}): {sql}")
         self.sql = sql
         self.why = why
         self.tables = tables  # "db.table" names it touches, where they could be read
         self.changes = changes  # the schema changes, when only the values existing rows take are unknown
+        self.rows_changed = rows_changed  # rows of ``tables`` changed, none in the binlog (partition maintenance)
 
 
 @dataclass(frozen=True)
@@ -127,7 +133,9 @@ def parse_ddl(sql: str, default_db: str) -> list[SchemaChange]:
     except (SQLSyntaxError, ValueError) as e:
         raise UnparsedDDL(sql, str(e), stmt.tables) from None
     if unknown:
-        raise UnparsedDDL(sql, "; ".join(unknown), stmt.tables, tuple(changes))
+        moved = any(u in ROWS_CHANGED_UNSEEN for u in unknown)
+        tables = stmt.tables + (_other_tables(stmt, default_db) if moved else ())
+        raise UnparsedDDL(sql, "; ".join(unknown), tables, tuple(changes), rows_changed=moved)
     return changes
 
 
@@ -250,6 +258,20 @@ def _skip_spec(cur: Cursor) -> None:
 # --- ALTER TABLE --------------------------------------------------------------------------
 
 
+def _other_tables(stmt: Statement, default_db: str) -> tuple[str, ...]:
+    """The other table of an EXCHANGE PARTITION … WITH TABLE t or a CONVERT PARTITION … TO TABLE t /
+    CONVERT TABLE t TO PARTITION: its rows change too."""
+    body = list(stmt.body)
+    out = []
+    for i in range(len(body) - 1):
+        if body[i + 1].upper == "TABLE" and body[i].upper in ("WITH", "TO", "CONVERT"):
+            try:
+                out.append(qualified(*Cursor(body[i + 2:], stmt.sql).qualified_name(), default_db))
+            except SQLSyntaxError:  # the statement ends there: no table named
+                pass
+    return tuple(dict.fromkeys(out))
+
+
 def _alter(stmt: Statement, default_db: str, unknown: list[str]) -> list[SchemaChange]:
     table = stmt.tables[0]
     cur = Cursor(list(stmt.body), stmt.sql)
@@ -308,7 +330,7 @@ def _alter_spec(cur: Cursor, sql: str, table: str, default_db: str, out: list[Sc
             _skip_spec(cur)
             return
         if not cur.at("COLUMN") and cur.at("PARTITION"):
-            unknown.append("DROP PARTITION deletes rows")
+            unknown.append(_DROP_PARTITION)
             _skip_rest(cur)
             return
         if not cur.at("COLUMN") and cur.at("SYSTEM", "VERSIONING"):
@@ -358,7 +380,7 @@ def _alter_spec(cur: Cursor, sql: str, table: str, default_db: str, out: list[Sc
     if cur.at("CONVERT") or cur.at("DISCARD") or cur.at("IMPORT") or cur.at("FORCE") or cur.at("ORDER", "BY") or \
             cur.at("DISABLE") or cur.at("ENABLE") or cur.at("WITH") or cur.at("WITHOUT") or cur.at("UPGRADE"):
         if cur.at("CONVERT"):
-            unknown.append("CONVERT PARTITION/TABLE moves rows between tables")
+            unknown.append(_CONVERT_PARTITION)
         elif cur.at("IMPORT"):
             unknown.append(_PARTITION_MOVES_ROWS["IMPORT"])
         if cur.accept("ORDER", "BY"):

@@ -167,6 +167,9 @@ class SchemaChanges:
             elif created:  # its first table map will say what the new (empty) table has
                 self._created(n, None, p)
                 detail = f"{e}; the new table's columns are taken from its first table map"
+            elif e.rows_changed and t is None:  # rows moved into a table not streamed yet (CONVERT … TO TABLE)
+                self.needs_backfill(n, p, 0, "unparsed", f"{e}; its rows came without row events: needs a backfill")
+                continue
             elif t is None or not t.streamed or t.reflects(p):
                 continue
             elif e.changes:
@@ -176,6 +179,9 @@ class SchemaChanges:
                 detail = f"{e}; the columns are applied" + (
                     ", the values existing rows took are not known: needs a backfill" if backfill else "")
                 t.needs_backfill = t.needs_backfill or backfill
+            elif e.rows_changed:  # partition maintenance: its rows changed, none in the binlog
+                backfill = t.needs_backfill = True
+                detail = f"{e}; its rows changed without row events: needs a backfill"
             else:
                 detail = f"{e}; a change of the table's columns shows in its next table map"
             self.recorder.entry(n, p, 0, "unparsed", Status.UNPARSED, ddl=st.sql, detail=detail,
