@@ -73,54 +73,36 @@ def _length_prefixed(size: int, text: Callable[[bytes], object]) -> Reader:
     return read
 
 
-def _fraction(fsp: int) -> tuple[int, Callable[[bytes], int]]:
-    """The bytes of a temporal value's fraction and their microseconds (the library's __read_fsp)."""
-    size = (fsp + 1) // 2
-    scale = 10 ** (6 - fsp)
-
-    def micro(raw: bytes) -> int:
-        v = int.from_bytes(raw, "big", signed=True)
-        if fsp % 2:
-            v = int(v / 10)
-        return v * scale
-
-    return size, micro
-
-
-def _datetime2(fsp: int) -> Reader:
-    size, micro = _fraction(fsp)
+def _temporal(head: int, fsp: int, make: Callable[[bytes], object]) -> Reader:
+    """A DATETIME2 or TIMESTAMP2: ``head`` bytes that ``make`` turns into a time (None as the library
+    gives it), then the fraction's bytes, as the library's __read_fsp reads them."""
+    size, scale = (fsp + 1) // 2, 10 ** (6 - fsp)
 
     def read(buf: bytes, pos: int) -> tuple[object, int]:
-        end = pos + 5 + size
-        v = int.from_bytes(buf[pos:pos + 5], "big")
-        ym = v >> 22 & 0x1FFFF
-        try:
-            t = dt.datetime(ym // 13, ym % 13, v >> 17 & 31, v >> 12 & 31, v >> 6 & 63, v & 63)
-        except ValueError:  # a zero or invalid date: the library returns None
-            return None, end
-        if size:
-            us = micro(buf[pos + 5:end])
+        end = pos + head + size
+        t = make(buf[pos:pos + head])
+        if t is not None and size:
+            us = int.from_bytes(buf[pos + head:end], "big", signed=True)
+            if fsp % 2:
+                us = int(us / 10)
             if us > 0:
-                t = t.replace(microsecond=us)
+                t = t.replace(microsecond=us * scale)
         return t, end
 
     return read
 
 
-def _timestamp2(fsp: int) -> Reader:
-    size, micro = _fraction(fsp)
-    utc = dt.datetime.utcfromtimestamp  # as the library: a naive UTC time
+def _datetime2(raw: bytes) -> dt.datetime | None:
+    v = int.from_bytes(raw, "big")
+    ym = v >> 22 & 0x1FFFF
+    try:
+        return dt.datetime(ym // 13, ym % 13, v >> 17 & 31, v >> 12 & 31, v >> 6 & 63, v & 63)
+    except ValueError:  # a zero or invalid date: the library returns None
+        return None
 
-    def read(buf: bytes, pos: int) -> tuple[object, int]:
-        end = pos + 4 + size
-        t = utc(int.from_bytes(buf[pos:pos + 4], "big", signed=True))
-        if size:
-            us = micro(buf[pos + 4:end])
-            if us > 0:
-                t = t.replace(microsecond=us)
-        return t, end
 
-    return read
+def _timestamp2(raw: bytes) -> dt.datetime:
+    return dt.datetime.utcfromtimestamp(int.from_bytes(raw, "big", signed=True))  # as the library: naive UTC
 
 
 def _date(buf: bytes, pos: int) -> tuple[object, int]:
@@ -222,9 +204,9 @@ def _reader(col) -> Reader | None:
     if t == FIELD_TYPE.NEWDECIMAL:
         return _decimal(col.precision, col.decimals)
     if t == FIELD_TYPE.DATETIME2:
-        return _datetime2(col.fsp)
+        return _temporal(5, col.fsp, _datetime2)
     if t == FIELD_TYPE.TIMESTAMP2:
-        return _timestamp2(col.fsp)
+        return _temporal(4, col.fsp, _timestamp2)
     if t == FIELD_TYPE.DATE:
         return _date
     if t == FIELD_TYPE.YEAR:
