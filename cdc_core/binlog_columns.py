@@ -2,7 +2,7 @@
 one function per kind of column (the binlog half of cdc_core/types.py's invariant).
 
 The binlog readers call :func:`prepare` on a row event before reading ``event.rows``,
-and :func:`decode_values` on every row image (from ``cdc_core.binlog.fix_image``).
+and :func:`decode_values` on every row image the library decodes (``cdc_core.binlog.RowDecoder``).
 
 - Strings: the library decodes a CHAR/VARCHAR/TEXT value with the Python codec named
   like the column's character set, which is not the server's set (latin1 as cp1252 raises

@@ -33,17 +33,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from operator import itemgetter
 
 import pyarrow as pa
 
 from cdc_core.chunk_reader import output_schema
 from cdc_core.positions import BinlogPosition
 from cdc_core.table_schema import TableSchema
-from cdc_core.types import binlog_value
-
-# Types whose decoded binlog values binlog_value returns unchanged when signed (its chain of
-# checks is skipped: a BIGINT key is in almost every row, and an update folds two images).
-_IDENTITY_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint", "float", "double", "char", "varchar"}
+from cdc_core.types import binlog_value, binlog_value_unchanged
 
 Drop = Callable[[object, BinlogPosition], bool]
 
@@ -74,23 +71,26 @@ class TableBatch:
         if not schema.row_key:
             raise ValueError(f"{schema.qualified_name} has no row key: its changes are folded by KeylessBatch")
         self._setup(schema, drop, drop_column)
-        self.key_idx = tuple(self.names.index(k) for k in schema.row_key)
-        self.final: dict[tuple, tuple] = {}  # key -> row + (op, seq), or (None, op, seq) for a delete
-        self.may_exist: dict[tuple, bool] = {}
+        # A row's key: its value (one key column) or a tuple of them, picked in C (every image passes here).
+        self._key: Callable[[tuple], object] = itemgetter(*(self.names.index(k) for k in schema.row_key))
+        self.final: dict[object, tuple] = {}  # key -> row + (op, seq)
+        self.may_exist: dict[object, bool] = {}
 
     def _setup(self, schema: TableSchema, drop: Drop | None, drop_column: str | None) -> None:
         self.schema = schema
         self.names = tuple(c.name for c in schema.columns)
-        converters = tuple(
-            None if c.data_type in _IDENTITY_TYPES and not c.unsigned else partial(binlog_value, c)
-            for c in schema.columns)
-        if all(f is None for f in converters):
+        # binlog_value's chain of checks runs only on the columns it changes (every row passes here,
+        # an update's two images too): for most tables none.
+        todo = tuple((i, partial(binlog_value, c)) for i, c in enumerate(schema.columns)
+                     if not binlog_value_unchanged(c))
+        if not todo:
             self._convert: Callable[[tuple], tuple] = _identity  # values are already tuples
         else:
-            convs = tuple(f or _identity for f in converters)
-
             def convert(values: tuple) -> tuple:
-                return tuple(f(v) for f, v in zip(convs, values))
+                out = list(values)
+                for i, f in todo:
+                    out[i] = f(out[i])
+                return tuple(out)
 
             self._convert = convert
         self.drop = drop
@@ -99,9 +99,6 @@ class TableBatch:
         self.rows_in = 0
         self.changes = {"c": 0, "u": 0, "d": 0}  # binlog row changes by op (see the module invariants)
         self.dropped = 0
-
-    def _key(self, row: tuple) -> tuple:
-        return tuple(row[i] for i in self.key_idx)
 
     def _dropped(self, row: tuple, pos: BinlogPosition) -> bool:
         if self.drop is not None and self.drop(row[self.drop_idx], pos):

@@ -267,6 +267,19 @@ def _text_form(t: str, v: bytes) -> str:
     return str(uuid.UUID(bytes=b))  # the binlog holds the RFC 4122 byte order, not the swapped stored one
 
 
+# Types whose values, as the binlog decoder gives them, binlog_value returns as they are (a DECIMAL
+# that Delta holds as a decimal is copied: an equal Decimal).
+_BINLOG_UNCHANGED = {"tinyint", "smallint", "mediumint", "int", "bigint", "float", "double", "char", "varchar",
+                     "decimal", "date", "datetime"}
+
+
+def binlog_value_unchanged(col: Column) -> bool:
+    """Whether :func:`binlog_value` gives back every value the binlog decoder gives for ``col``
+    (equal, of the same type), so that a caller may skip it."""
+    t = col.data_type
+    return t in _BINLOG_UNCHANGED and not (t == "bigint" and col.unsigned) and not _big_decimal(col)
+
+
 def binlog_value(col: Column, v):
     """Canonical Python value for a value decoded from a binlog row image (with
     cdc_core/binlog_columns.py's corrections) or read by a text client."""

@@ -4,6 +4,8 @@ change; rows are decoded with the columns they were written with, however late."
 
 from __future__ import annotations
 
+import dataclasses
+
 from pymysqlreplication.event import QueryEvent, XidEvent
 from pymysqlreplication.row_event import WriteRowsEvent
 
@@ -13,7 +15,7 @@ from cdc_core.schema_history import storage_class
 from cdc_core.source import connection_settings
 from cdc_core.table_schema import describe_table
 from cdc_core.types import arrow_type
-from tests.test_types import COLUMNS
+from tests.test_types import COLUMNS, load_type_matrix
 
 
 def _read(cfg, start, end, table: str):
@@ -70,3 +72,64 @@ def test_rows_keep_the_columns_they_were_written_with_and_layouts_change_once(db
     assert events[0][2] == [(1, 10, "x")] and events[1][2] == [(2, 20, "y")]
     assert [c.name for c in events[2][0].schema.columns] == ["c", "id", "a", "b_long"]
     assert events[2][2] == [(5, 3, 30, "z")] and events[2][0].id != events[0][0].id
+
+# The types cdc_core/row_images.py leaves to the library (with COMPRESSED columns; MariaDB's JSON is
+# LONGTEXT in the binlog, which it decodes).
+LIBRARY_TYPES = {"TIME", "BIT", "SET", "GEOMETRY", "POINT", "LINESTRING", "POLYGON", "MULTIPOINT",
+                 "MULTILINESTRING", "MULTIPOLYGON", "GEOMETRYCOLLECTION"}
+
+
+def test_fast_images_equal_the_library(db, mariadb, make_config):
+    """Every type of the matrix, alone beside the key, and every type row_images.py decodes together in
+    one wide table (NULLs spread over a many-byte null bitmap): the row images cdc_core/row_images.py
+    decodes are the library's (with binlog_columns.py's corrections), value for value and type for type,
+    for inserts, updates (both images) and deletes; the types it leaves to the library are the ones it names."""
+    name, conn = db
+    load_type_matrix(mariadb, conn, name)
+    columns = [c for c, (t, _) in COLUMNS.items() if c != "id" and " AS (" not in t]
+    library_only = {c for c in columns if " COMPRESSED" in COLUMNS[c][0]
+                    or COLUMNS[c][0].split("(")[0].split()[0].upper() in LIBRARY_TYPES}
+    tables = {f"f{i}": [c] for i, c in enumerate(columns)}
+    tables["wide"] = [c for c in columns if c not in library_only]
+    with conn.cursor() as cur:
+        start = master_position(cur)
+        for table, cols in tables.items():
+            names = ", ".join(f"`{c}`" for c in cols)
+            cur.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, "
+                        + ", ".join(f"`{c}` {COLUMNS[c][0]}" for c in cols) + ")")
+            cur.execute(f"INSERT INTO {table} (id, {names}) SELECT id, {names} FROM types")
+            cur.execute(f"UPDATE {table} SET id = id + 100")
+            cur.execute(f"DELETE FROM {table} WHERE id > 103")
+        end = master_position(cur)
+    cfg = make_config(name)
+    settings = connection_settings(cfg)
+    decoded: dict[str, list] = {}
+    fast: set[str] = set()  # the tables whose rows row_images.py decoded
+    for library in (False, True):
+        reader = open_binlog(settings, cfg.source.server_id + 78 + library, start, only_events=[*ROW_EVENTS, XidEvent])
+        decoder = RowDecoder()
+        try:
+            for event in reader:
+                if isinstance(event, ROW_EVENTS) and event.table in tables:
+                    d, _ = decoder.decoding(event)
+                    if d.images is not None:
+                        fast.add(event.table)
+                    rows = decoder.rows(event, dataclasses.replace(d, images=None) if library else d)
+                    decoded.setdefault(event.table, []).append([rows, type(event).__name__])
+                if (reader.log_file, reader.log_pos) >= (end.file, end.pos):
+                    break
+        finally:
+            reader.close()
+
+    def typed(v):
+        return [typed(x) for x in v] if isinstance(v, list | tuple) else (type(v).__name__, str(v))
+
+    wrong = [(tables[t], typed(events[0]), typed(events[len(events) // 2])) for t, events in decoded.items()
+             if typed(events[:len(events) // 2]) != typed(events[len(events) // 2:])]
+    assert not wrong, f"fast images differ from the library's: {wrong}"
+    assert decoded.keys() == tables.keys()
+    assert {kind for events in decoded.values() for _, kind in events} == {"WriteRowsEvent", "UpdateRowsEvent",
+                                                                           "DeleteRowsEvent"}
+    assert "wide" in fast and {c for t in fast for c in tables[t]} == set(columns) - library_only
+    assert {"bi_u", "dec65", "dt6", "ts6", "d", "yr", "vc", "bl", "bn", "en", "enl1", "l1", "i6", "uu"} <= set(
+        tables["wide"])
