@@ -16,10 +16,7 @@ Invariants (tests/test_stream*.py; the parts' own docstrings state theirs):
   the first table commit. A SIGKILL at any instant loses and repeats nothing.
 - Ordered commit: the checkpoint is written only after every table of the batch is
   committed, and batches are applied one after another, so the checkpoint never passes
-  a change that is not durable; a key's changes keep binlog order. A batch due while
-  streaming plainly (no backfill busy, no table held) is applied in the background as the
-  next one is read; anything else that commits, writes a checkpoint, restarts the reader or
-  ends the run waits for it to land first.
+  a change that is not durable; a key's changes keep binlog order.
 - Hand-off: until the stream passes a table's highest chunk high watermark, a change on
   key k is dropped when it is at or before the high watermark of k's chunk.
 - Batches are cut at ``max_batch_rows`` / ``max_batch_seconds`` (and a byte bound), at
@@ -46,8 +43,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 
 from cdc_core.config import BinlakeConfig
 from cdc_core.errors import TerminalError, is_transient
@@ -101,14 +96,6 @@ class StreamFailed(TerminalError):
     """The stream stopped on an error that retrying cannot fix."""
 
 
-@dataclass(frozen=True)
-class _Applying:
-    """A batch being applied in the background: its table commits, and the offset they carry."""
-
-    commits: Future[list[TableCommit]]
-    offset: StreamOffset
-
-
 class StreamEngine:
     """Streams the binlog into Delta from the committed offsets (see the module invariants).
 
@@ -132,8 +119,6 @@ class StreamEngine:
         self.sinks = Sinks(cfg, self.router)
         self.committer = Committer(cfg.pipeline.name, self.router, self.sinks)
         self.reader: ReaderProcess | ParallelReader | None = None
-        self._apply_pool = ThreadPoolExecutor(1, thread_name_prefix="batch")  # one batch applied at a time
-        self._applying: _Applying | None = None  # the batch being applied, not checkpointed yet
         self.backfills: Backfills | None = None
         self._cascades: dict[str, tuple[Cascade, ...]] = {}  # by parent table (cdc_core/foreign_keys.py)
         self.retry = Retry(retry or RetryPolicy())
@@ -256,7 +241,6 @@ class StreamEngine:
         finally:
             if self.reader is not None:
                 self.reader.stop()
-            self._apply_pool.shutdown()  # a batch still being applied (the run failed) lands or fails first
             self.committer.close()
             self.key_orders.close()
             if self.backfills is not None:
@@ -433,7 +417,6 @@ class StreamEngine:
     def _reconnect(self, reason: str) -> None:
         """Read again from the checkpoint after a fault that passes, with backoff."""
         s = self.state
-        self._settle()  # the checkpoint and the tables' offsets include the batch being applied
         self.reader.stop()
         if self._stop.is_set():
             # A stop is a stop: once one is requested, a fault is not retried (a retry would read
@@ -457,7 +440,6 @@ class StreamEngine:
     def _restart_reader(self) -> None:
         """A new reader process from the checkpoint (its table-map ids are new)."""
         s = self.state
-        self._settle()
         self.reader.stop()
         s.layouts.clear()
         s.conversions.clear()
@@ -468,26 +450,13 @@ class StreamEngine:
     # --- commit and checkpoint ------------------------------------------------------------------------
 
     def _commit_due(self) -> float:
-        """Commit a batch that is due (its row, byte or time limit reached); when it was started.
-        While streaming plainly (no backfill, no held table) the batch is applied in the background
-        as the next one is read: the reader is taken from meanwhile instead of blocking on a full
-        queue (bench/stream.py); the previous batch lands, and is checkpointed, first."""
-        self._settle()
+        """Commit a batch that is due (its row, byte or time limit reached); when it was done."""
+        self._commit()
         self.retry.succeeded()
-        self._submit()
-        if self.backfills.busy or self.state.holds:
-            self._settle()
         return time.monotonic()
 
     def _commit(self) -> None:
-        """Apply the batch (tables in parallel), then advance the checkpoint past it; a batch
-        still being applied lands first."""
-        self._settle()
-        self._submit()
-        self._settle()
-
-    def _submit(self) -> None:
-        """Start applying the open batch (none is being applied); :meth:`_settle` checkpoints it."""
+        """Apply the batch (tables in parallel), then advance the checkpoint past it."""
         s = self.state
         b, s.batch = s.batch, MicroBatch()
         if s.position <= s.offset.applied and not b.tables:
@@ -500,20 +469,12 @@ class StreamEngine:
             self.backfills.save_cascades()  # durable before the checkpoint passes the cascade
         if b.tables:
             pause_at("batch_read")
-        self._applying = _Applying(self._apply_pool.submit(self.committer.apply, b, offset), offset)
-
-    def _settle(self) -> None:
-        """Wait for the batch being applied (its failure is raised here), then checkpoint past it."""
-        applying, self._applying = self._applying, None
-        if applying is None:
-            return
-        commits = applying.commits.result()
+        commits = self.committer.apply(b, offset)
         if commits:
             pause_at("tables_committed")
-        s = self.state
         s.summary.commits += len(commits)
         s.summary.batches += 1
-        self._checkpoint(applying.offset)
+        self._checkpoint(offset)
         if self.on_commit and commits:
             self.on_commit(commits)
 
