@@ -372,7 +372,7 @@ def test_a_ddl_between_a_chunk_read_and_its_merge_reads_it_again(db, spark, make
         original()
         engine.backfills.poll(force=True)
         engine.backfills.step()  # the first chunk is read; then a DDL and writes before its high watermark
-        assert engine.backfills.inflight is not None
+        assert engine.backfills.inflight
         with conn.cursor() as cur:
             cur.execute("ALTER TABLE acct ADD COLUMN extra INT DEFAULT 5")
             cur.execute("UPDATE acct SET extra = id WHERE id < 600")
@@ -459,7 +459,8 @@ def test_large_backfill_reads_groups_of_chunks_on_spark_under_writes(db, spark, 
     name, conn = db
     with conn.cursor() as cur:
         _table(cur, "acct", 24_000)
-    cfg = make_config(name, source={"snapshot": {"chunk_size": 1000, "backfill_spark_min_chunks": 4}},
+    cfg = make_config(name, source={"snapshot": {"chunk_size": 1000, "backfill_spark_min_chunks": 4,
+                                                                  "backfill_group_rows": 2000}},
                       stream={"max_batch_rows": 500, "max_batch_seconds": 0.3})
     snapshot(cfg, spark)
     table = f"{name}.acct"
@@ -509,7 +510,8 @@ def test_sigkill_between_a_group_read_and_its_merges_loses_and_doubles_nothing(d
     name, conn = db
     with conn.cursor() as cur:
         _table(cur, "acct", 30_000)
-    cfg = make_config(name, source={"snapshot": {"chunk_size": 1000, "backfill_spark_min_chunks": 4}},
+    cfg = make_config(name, source={"snapshot": {"chunk_size": 1000, "backfill_spark_min_chunks": 4,
+                                                                  "backfill_group_rows": 2000}},
                       stream={"max_batch_rows": 500, "max_batch_seconds": 0.3})
     config = write_config_file(cfg, tmp_path / "binlake.yaml")
     password = cfg.source.password.get_secret_value()
@@ -534,7 +536,8 @@ def test_a_paused_request_drops_the_group_spark_is_reading(db, spark, make_confi
     name, conn = db
     with conn.cursor() as cur:
         _table(cur, "acct", 8000)
-    cfg = make_config(name, source={"snapshot": {"chunk_size": 1000, "backfill_spark_min_chunks": 4}})
+    cfg = make_config(name, source={"snapshot": {"chunk_size": 1000, "backfill_spark_min_chunks": 4,
+                                                                  "backfill_group_rows": 2000}})
     snapshot(cfg, spark)
     StreamEngine(cfg, until_now=True).run()
     table = f"{name}.acct"
@@ -549,10 +552,10 @@ def test_a_paused_request_drops_the_group_spark_is_reading(db, spark, make_confi
         backfills.poll(force=True)
         wait_for(lambda: backfills._reads.slots() is not None, 60, "Spark")  # the test's session, found
         backfills.step()  # the first group: chunks 0-3 on Spark
-        assert backfills.inflight is not None and len(backfills.inflight.chunks) == 4
+        assert [len(f.chunks) for f in backfills.inflight] == [4]
         change_state(cfg, req.id, BackfillState.PAUSED)
         backfills.poll(force=True)
-        assert backfills.inflight is None
+        assert backfills.inflight == []
         change_state(cfg, req.id, BackfillState.PENDING)  # resumed: this run finishes it
         backfills.poll(force=True)
 

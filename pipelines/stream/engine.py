@@ -249,6 +249,9 @@ class StreamEngine:
                     continue
             self.backfills.poll()
             self.backfills.step()
+            if self.backfills.ready():  # every change up to the group's high watermark applied: merge now
+                self._commit()
+                self.backfills.merge()
             records = []
             if ended or s.held_rows() >= self.cfg.stream.max_held_rows:
                 self._stop.wait(0.05)  # the reader blocks on the full queue: memory stays bounded
