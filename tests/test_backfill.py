@@ -10,8 +10,9 @@
 - SIGKILL of the stream at random points of a backfill (chunk reads, between a chunk
   and its merge, the merge commit), restarted each time: nothing lost or doubled (the
   stream commits' changes, counted, equal the binlog's: tests/change_count.py);
-- a request with many chunks reads them in groups on Spark while the stream runs under
-  writes in the ranges being read; a SIGKILL between a group's read and its merges, and
+- a request with many chunks reads them in groups on Spark, the next group read while the
+  one before waits and merges, while the stream runs under writes in the ranges being
+  read; a SIGKILL between a group's read and its merges, and
   one among a group's merges, lose and double nothing;
 - the CLI: requests listed, paused, resumed, cancelled; bad input refused with exit 2.
 Every test ends comparing Delta with MySQL row by row.
@@ -465,7 +466,21 @@ def test_large_backfill_reads_groups_of_chunks_on_spark_under_writes(db, spark, 
     snapshot(cfg, spark)
     table = f"{name}.acct"
     _damage(cfg, table, range(1, 24_000))
-    engine = EngineThread(StreamEngine(cfg))
+    stream = StreamEngine(cfg)
+    in_flight: list[int] = []  # read groups in flight after each step
+    start = stream._start
+
+    def start_counting_groups():
+        start()
+        step = stream.backfills.step
+
+        def counted():
+            step()
+            in_flight.append(len(stream.backfills.inflight))
+        stream.backfills.step = counted
+
+    stream._start = start_counting_groups
+    engine = EngineThread(stream)
     engine.start()
     engine.wait_streaming()
     with _writers(connection_settings(cfg), name, acct=(24_000, 11)) as touched:
@@ -491,6 +506,7 @@ def test_large_backfill_reads_groups_of_chunks_on_spark_under_writes(db, spark, 
         assert [m["chunk"] for m in ms] == list(range(first, first + n)), ms
         assert len({json.dumps(m["high_watermark"]) for m in ms}) == 1, ms
     assert sum(m["left_to_stream"] for m in merges) > 0, merges  # the writer hit the windows
+    assert max(in_flight) == 2  # the next group read while the one before waited for its merges
 
 
 def _paused(config: str, logs, password: str, point: str) -> None:
@@ -505,8 +521,9 @@ def _paused(config: str, logs, password: str, point: str) -> None:
 
 def test_sigkill_between_a_group_read_and_its_merges_loses_and_doubles_nothing(db, spark, make_config, tmp_path):
     """``binlake stream`` processes (each starting its own Spark in the background) SIGKILLed once
-    when a read group is back and none of it is merged, then at a later merge; a last run
-    finishes the backfill."""
+    when a read group is back and none of it is merged, once when the next group is being read
+    while the one before waits for its merges, then at a later merge; a last run finishes the
+    backfill."""
     name, conn = db
     with conn.cursor() as cur:
         _table(cur, "acct", 30_000)
@@ -521,6 +538,7 @@ def test_sigkill_between_a_group_read_and_its_merges_loses_and_doubles_nothing(d
     req = request_backfill(cfg, table)
     with _writers(connection_settings(cfg), name, acct=(30_000, 12)):
         _paused(config, tmp_path / "logs", password, "backfill_group_read")
+        _paused(config, tmp_path / "logs", password, "backfill_read_ahead")  # a group read, the next reading
         _paused(config, tmp_path / "logs", password, "backfill_merged:6")
     StreamEngine(cfg, until_now=True).run()
     assert all(r.state == BackfillState.DONE for r in _requests(cfg)), _requests(cfg)

@@ -222,6 +222,7 @@ class Backfills:
                 if len(self.inflight) < GROUPS_IN_FLIGHT and after < len(req.chunks) \
                         and large(len(req.chunks), self.cfg.source.snapshot.backfill_spark_min_chunks):
                     self._read_next(req, after)
+                    pause_at("backfill_read_ahead")
                 return
             if req.state == BackfillState.PENDING:
                 req = self._begin(req)
