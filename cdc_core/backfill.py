@@ -27,8 +27,9 @@ stream goes on meanwhile:
      between them.
 
 Candidates are the row keys Delta held in the range at some instant after the backfill
-started and at or before the group's S: for an integer chunk key, read at S by one range
-filter over the group's whole range (split per chunk, :func:`chunk_positions`), with
+started and at or before the group's S: for an integer chunk key, read as of S (the
+table's files listed at S, read in a thread while the group's chunks are read) by one
+range filter over the group's whole range (split per chunk, :func:`chunk_positions`), with
 every change up to S committed (so Delta's rows of the range as of S are known exactly,
 and keys are touched from S on: then a key neither touched nor a candidate is not in
 Delta, and is appended; a candidate's row that equals the chunk's is not written again);

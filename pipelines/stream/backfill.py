@@ -26,7 +26,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -94,6 +94,7 @@ class InFlight:
     merge: ChunkMerge = field(default_factory=ChunkMerge)
     results: list[ChunkResult] | None = None  # the rows and watermarks of each chunk not merged yet, once read
     reading: Future | None = None  # the read of the group (on Spark, or in a thread here), until collected
+    scanning: Future | None = None  # Delta's rows of its range as of ``since`` (a thread here), until collected
     on_spark: bool = False
     read_seconds: float = 0.0  # its candidates and its SELECTs, until the rows were here
     high_watermark: BinlogPosition | None = None  # the highest of its chunks': where it may merge
@@ -139,6 +140,9 @@ class Backfills:
         self._candidates: dict[str, dict[int, Candidates]] = {}  # request id -> chunk index -> Delta's keys
         self._control = None  # pymysql connection for watermarks, made on first use
         self._reads = GroupReads(cfg)  # Spark started by the first large request only
+        # Delta's rows of a group's range, read from a snapshot of the table taken at the group's
+        # start, while its chunks are read: the stream thread only lists the files.
+        self._scans = ThreadPoolExecutor(1, thread_name_prefix="backfill-scan")
         self._polled = 0.0
         self._failures = 0
         self._retry_at = 0.0
@@ -146,6 +150,7 @@ class Backfills:
     def close(self) -> None:
         self._drop_control()
         self._reads.close()
+        self._scans.shutdown(wait=True, cancel_futures=True)
 
     def _drop_control(self) -> None:
         if self._control is not None:
@@ -308,15 +313,18 @@ class Backfills:
         chunks = tuple(pending[:read_group_size(len(req.chunks), len(pending), slots, min_chunks, snap.chunk_size,
                                                 snap.backfill_group_rows)])
         started = time.monotonic()
+        scan = None
         if schema.column(chunks[0].key).data_type in INTEGER_TYPES:
             # Delta's rows of the group's range, in one scan (Python's order is the server's),
             # exactly as of now: the open batch committed first (cdc_core/backfill.py).
             self.commit()
-            self._candidates.setdefault(req.id, {}).update(self._rows_in(req, schema, chunks))
+            scan = self._rows_in(req, schema, chunks)
         elif req.id not in self._candidates:
             self._candidates[req.id] = self._find_candidates(req, schema)
         f = InFlight(req, schema, chunks, s.position, started, on_spark=slots is not None)
         if big:
+            if scan is not None:
+                f.scanning = self._scans.submit(scan)
             f.reading = self._reads.submit([ChunkTask(self.conn, self.cfg.source.server_id + 1, schema, c,
                                                       s.position.base) for c in chunks], f.on_spark)
             self.inflight.append(f)  # keys are touched from now on, while the group is read
@@ -327,12 +335,18 @@ class Backfills:
             self._control = connect(self.conn)
         reader = ChunkReader(self.conn, self._control, chunk_fetch(self.conn, schema), self.cfg.source.server_id + 1,
                              base=s.position.base)
+        if scan is not None:
+            self._candidates.setdefault(req.id, {}).update(scan())
         self._read(f, [reader.select(schema, chunks[0])])
         self.inflight.append(f)
 
     def _collect(self, f: InFlight) -> None:
-        """The rows of a group read in the background, once they are here (its failure raised)."""
-        if f.reading.done():
+        """The rows of a group read in the background, and Delta's rows of its range, once they
+        are here (a failure raised)."""
+        if f.reading.done() and (f.scanning is None or f.scanning.done()):
+            if f.scanning is not None:
+                self._candidates.setdefault(f.request.id, {}).update(f.scanning.result())
+                f.scanning = None
             self._read(f, f.reading.result())
             pause_at("backfill_group_read")
 
@@ -353,23 +367,31 @@ class Backfills:
         wanted = list(dict.fromkeys([*schema.row_key, req.chunks[0].key]))
         return dt, wanted, [delta_name(names, k) for k in wanted]
 
-    def _rows_in(self, req: BackfillRequest, schema: TableSchema, chunks: tuple[Chunk, ...]) -> dict[int, Candidates]:
-        """Delta's rows in the range of ``chunks`` (consecutive, of an integer chunk key), by
-        chunk index and row key: one scan of the whole range, split per chunk."""
+    def _rows_in(self, req: BackfillRequest, schema: TableSchema,
+                 chunks: tuple[Chunk, ...]) -> Callable[[], dict[int, Candidates]]:
+        """Delta's rows in the range of ``chunks`` (consecutive, of an integer chunk key) as of
+        now, by chunk index and row key: one scan of the whole range, split per chunk. Returns
+        the scan, to run here or in another thread: it reads the table's files as of now (the
+        dataset lists them here), whatever the stream commits meanwhile."""
         dt, wanted, cols = self._delta_columns(req, schema)
         if any(c is None for c in cols):
-            return {}
+            return lambda: {}  # no candidates known
         span = Chunk.span(list(chunks))
-        column = pc.field(cols[wanted.index(span.key)])
+        ckey = cols[wanted.index(span.key)]
+        column = pc.field(ckey)
         cond = None
         for bound in (span.lo is not None and column >= span.lo, span.hi is not None and column < span.hi):
             if bound is not False:
                 cond = bound if cond is None else cond & bound
-        data = dt.to_pyarrow_dataset().to_table(filter=cond)
-        columns = tuple(n for n in data.column_names if n not in (CDC_OP, CDC_SEQ))
-        places = chunk_positions(data.column(cols[wanted.index(span.key)]).to_numpy(), chunks)
-        return {c.index: Candidates(data.select(columns).filter(pa.array(places == i)), columns)
-                for i, c in enumerate(chunks)}
+        dataset = dt.to_pyarrow_dataset()
+
+        def scan() -> dict[int, Candidates]:
+            data = dataset.to_table(filter=cond)
+            columns = tuple(n for n in data.column_names if n not in (CDC_OP, CDC_SEQ))
+            places = chunk_positions(data.column(ckey).to_numpy(), chunks)
+            return {c.index: Candidates(data.select(columns).filter(pa.array(places == i)), columns)
+                    for i, c in enumerate(chunks)}
+        return scan
 
     def _find_candidates(self, req: BackfillRequest, schema: TableSchema) -> dict[int, Candidates]:
         """Row keys Delta holds in each chunk of ``req`` not merged yet (cdc_core/backfill.py)."""
