@@ -474,8 +474,8 @@ def test_large_backfill_reads_groups_of_chunks_on_spark_under_writes(db, spark, 
         start()
         step = stream.backfills.step
 
-        def counted():
-            step()
+        def counted(**how):
+            step(**how)
             in_flight.append(len(stream.backfills.inflight))
         stream.backfills.step = counted
 

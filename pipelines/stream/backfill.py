@@ -79,6 +79,14 @@ MERGE_SLICE_SECONDS = 0.5
 # Read groups of a large request in flight at once: the next one is read (in the background)
 # while the one before waits for its high watermark and merges, so reads and merges overlap.
 GROUPS_IN_FLIGHT = 2
+# The stream first: while changes arrive and the last one applied was committed on the source
+# this much longer ago than the least such delay seen (the clocks of the source and of this host
+# may differ), no read group starts (a group's reads take CPU and the GIL from the stream, so a
+# backfill could push the stream's lag up without bound on a busy host); past the second limit
+# without a group started, one starts anyway, so a backfill goes on behind a stream that never
+# catches up.
+LAG_YIELD_SECONDS = 2.0
+YIELD_AT_MOST_SECONDS = 10.0
 
 
 @dataclass
@@ -146,6 +154,8 @@ class Backfills:
         self._polled = 0.0
         self._failures = 0
         self._retry_at = 0.0
+        self._group_started = 0.0  # time.monotonic() when the last read group started
+        self._least_delay = float("inf")  # of the changes applied: host clock minus their commit time
 
     def close(self) -> None:
         self._drop_control()
@@ -206,13 +216,20 @@ class Backfills:
 
     # --- reading ---------------------------------------------------------------------------------
 
-    def step(self) -> None:
+    def step(self, streaming: bool = False) -> None:
         """Between batches: collect the group read in the background; read the next group when
         none is in flight, or, for a large request, when the groups in flight are read and
-        fewer than ``GROUPS_IN_FLIGHT``."""
+        fewer than ``GROUPS_IN_FLIGHT``; not while the stream is behind (``streaming``: changes
+        arrived last time, see ``LAG_YIELD_SECONDS``)."""
         s = self.state
         if s.holds or time.monotonic() < self._retry_at:
             return
+        behind = False
+        if streaming and s.event_time:
+            delay = time.time() - s.event_time
+            self._least_delay = min(self._least_delay, delay)
+            behind = delay - self._least_delay > LAG_YIELD_SECONDS \
+                and time.monotonic() - self._group_started < YIELD_AT_MOST_SECONDS
         req = self.inflight[0].request if self.inflight else next((r for r in self.requests if r.active), None)
         if req is None:
             return
@@ -222,6 +239,8 @@ class Backfills:
                 self._collect(reading)
                 if reading.results is None:
                     return
+            if behind:
+                return
             if self.inflight:  # read ahead: the next group is read while this one waits and merges
                 after = self.inflight[-1].chunks[-1].index + 1
                 if len(self.inflight) < GROUPS_IN_FLIGHT and after < len(req.chunks) \
@@ -312,7 +331,7 @@ class Backfills:
         snap = self.cfg.source.snapshot
         chunks = tuple(pending[:read_group_size(len(req.chunks), len(pending), slots, min_chunks, snap.chunk_size,
                                                 snap.backfill_group_rows)])
-        started = time.monotonic()
+        started = self._group_started = time.monotonic()
         scan = None
         if schema.column(chunks[0].key).data_type in INTEGER_TYPES:
             # Delta's rows of the group's range, in one scan (Python's order is the server's),

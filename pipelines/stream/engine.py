@@ -228,6 +228,7 @@ class StreamEngine:
         self.life.to(State.STREAMING)
         last_checkpoint = time.monotonic()
         ended = False  # the reader reached the end position
+        records = []
         while True:
             if self._stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
                 self._commit()
@@ -248,7 +249,7 @@ class StreamEngine:
                     self._restart_reader()
                     continue
             self.backfills.poll()
-            self.backfills.step()
+            self.backfills.step(streaming=bool(records))  # records came last time: the stream is busy
             if self.backfills.ready():  # every change up to the group's high watermark applied: merge now
                 self._commit()
                 self.backfills.merge()
