@@ -8,8 +8,8 @@ in flight for the oldest active request: one, or for a large request up to ``GRO
 engine calls:
 - ``poll()`` and ``step()`` between batches: new, paused and cancelled requests are
   seen, tables needing a backfill get a request, the next group is read (one chunk at
-  once in this process; several in the background, while the stream goes on) and a group
-  read in the background is collected;
+  once in this process; several in the background, while the stream goes on; none while
+  the stream lags, ``LAG_YIELD_SECONDS``) and a group read in the background is collected;
 - ``on_rows()`` for every row event it applies: keys of the groups' table changed since
   each group's start are touched;
 - ``due(record)`` before handling a record, and ``ready()`` between records: once the
