@@ -1,7 +1,12 @@
 """Online backfill benchmark: throughput against the initial snapshot of the same table, and
 the stream's lag for other tables while a backfill runs.
 
-    .venv/bin/python bench/backfill.py [--rows N] [--chunk-size N] [--lag-seconds S]
+    .venv/bin/python bench/backfill.py [--rows N] [--chunk-size N] [--spark-min-chunks N]
+                                       [--group-rows N] [--lag-seconds S]
+
+``--chunk-size`` defaults to binlake's own default (``source.snapshot.chunk_size``), what a
+user gets; ``--spark-min-chunks`` and ``--group-rows`` set
+``source.snapshot.backfill_spark_min_chunks`` and ``backfill_group_rows`` (default: binlake's).
 
 One run starts a throwaway MariaDB (pipelines.local_mariadb), loads bench/snapshot.py's
 7-column table (N rows, default 1,000,000) and bench/stream.py's latency table, and:
@@ -46,7 +51,7 @@ import yaml  # noqa: E402
 from bench.snapshot import DB, TABLE, load_table  # noqa: E402
 from bench.stream import DDL, LAT_DB, LAT_TABLE, DeltaPoller, PacedWriter, percentile  # noqa: E402
 from cdc_core.backfill import BackfillState  # noqa: E402
-from cdc_core.config import load_config  # noqa: E402
+from cdc_core.config import SnapshotConfig, load_config  # noqa: E402
 from pipelines.control_store import ControlStore  # noqa: E402
 from pipelines.local_mariadb import LocalMariaDB  # noqa: E402
 
@@ -76,12 +81,17 @@ def in_session_seconds(store: ControlStore, request_id: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--chunk-size", type=int, default=50_000)
+    ap.add_argument("--chunk-size", type=int, default=SnapshotConfig().chunk_size)
+    ap.add_argument("--spark-min-chunks", type=int, help="source.snapshot.backfill_spark_min_chunks")
+    ap.add_argument("--group-rows", type=int, help="source.snapshot.backfill_group_rows")
     ap.add_argument("--lag-seconds", type=float, default=20.0, help="writing time during the lag backfill")
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="binlake-backfill-bench-"))
     server = LocalMariaDB(server_id=1)
-    doc: dict = {"rows": args.rows, "chunk_size": args.chunk_size}
+    snapshot_cfg = {"chunk_size": args.chunk_size,
+                    **({} if args.spark_min_chunks is None else {"backfill_spark_min_chunks": args.spark_min_chunks}),
+                    **({} if args.group_rows is None else {"backfill_group_rows": args.group_rows})}
+    doc: dict = {"rows": args.rows, "snapshot": snapshot_cfg}
     try:
         server.start()
         load_table(server, args.rows)
@@ -93,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                 "pipeline": {"name": name},
                 "source": {"host": server.host, "port": server.port, "user": server.user,
                            "password": "${" + PASSWORD_VAR + "}", "server_id": server_id, "tables": tables,
-                           "snapshot": {"chunk_size": args.chunk_size},
+                           "snapshot": snapshot_cfg,
                            **({"startup": {"mode": "latest"}} if lake != "lake" else {})},
                 "sink": {"path": str(work / lake)}}))
             return path
@@ -130,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             "added_table_s": new_s, "added_table_in_session_s": new_session,
             "added_ratio_whole_process": snap_s / new_s, "added_ratio_in_session": snap_session / new_session}
         t = doc["throughput"]
-        print(f"1. throughput, {args.rows:,} rows, chunk_size {args.chunk_size:,} ({len(req.chunks)} chunks)")
+        print(f"1. throughput, {args.rows:,} rows, {snapshot_cfg} ({len(req.chunks)} chunks)")
         print(f"   binlake snapshot   {snap_s:7.2f} s ({args.rows / snap_s:,.0f} rows/s), in session "
               f"{snap_session:.2f} s")
         print(f"   binlake backfill   {back_s:7.2f} s ({args.rows / back_s:,.0f} rows/s), request running -> done "

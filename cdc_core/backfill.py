@@ -3,12 +3,14 @@ runs, merged into the live stream so nothing the stream applied meanwhile is los
 reverted (the algorithm of Netflix's DBLog and Debezium's incremental snapshots, with
 binlog positions as watermarks: nothing is written to the source).
 
-The request's chunks are read in order, a *read group* at a time, by the stream process
-(the only writer of the pipeline, pipelines/stream/backfill.py): one chunk, or, for a
-request of many chunks (``source.snapshot.backfill_spark_min_chunks``), a group of
-``CHUNKS_PER_SLOT`` x Spark's task slots chunks read in parallel on Spark, or, until the
-stream process's Spark is up, ``CHUNKS_PER_SLOT`` chunks read one after another in a
-thread (:func:`read_group_size`); either way the stream goes on meanwhile:
+The request's chunks are read in order, in *read groups*, by the stream process (the only
+writer of the pipeline, pipelines/stream/backfill.py): one chunk, or, for a request of
+many chunks (``source.snapshot.backfill_spark_min_chunks``), a group of about
+``source.snapshot.backfill_group_rows`` rows of chunks per Spark task slot read in parallel
+on Spark, or, until the stream process's Spark is up, that many rows of chunks read one
+after another in a thread (:func:`read_group_size`), the next group's read starting once
+the group before it is read, while that one waits for its HW and merges; either way the
+stream goes on meanwhile:
   1. between two micro-batches: S := the stream's position; then, per chunk C of the group
      (in parallel on Spark): LW := binlog end, once every transaction up to it is visible
      (cdc_core/positions.py); rows(C) := SELECT the rows of C (one statement: its read view
@@ -17,7 +19,8 @@ thread (:func:`read_group_size`); either way the stream goes on meanwhile:
      its row keys (before and after images) as *touched*;
   3. once the group's rows are known and the stream has applied every change up to a
      position P at or past H (the highest HW of the group) and nothing after it (the next
-     record is past P, or a heartbeat at P), the batch is committed and then the group's
+     record is past P, a heartbeat at P, or, between records, the stream's position is P
+     at a transaction boundary), the batch is committed and then the group's
      next chunk C (in the plan's order) is merged in one Delta commit: the rows of rows(C)
      whose key was not touched are upserted and the *candidates* of C that are neither in
      rows(C) nor touched are deleted. The group's next chunks merge the same way, right
@@ -25,8 +28,9 @@ thread (:func:`read_group_size`); either way the stream goes on meanwhile:
      between them.
 
 Candidates are the row keys Delta held in the range at some instant after the backfill
-started and at or before the group's S: for an integer chunk key, read at S by one range
-filter over the group's whole range (split per chunk, :func:`chunk_positions`), with
+started and at or before the group's S: for an integer chunk key, read as of S (the
+table's files listed at S, read in a thread while the group's chunks are read) by one
+range filter over the group's whole range (split per chunk, :func:`chunk_positions`), with
 every change up to S committed (so Delta's rows of the range as of S are known exactly,
 and keys are touched from S on: then a key neither touched nor a candidate is not in
 Delta, and is appended; a candidate's row that equals the chunk's is not written again);
@@ -52,8 +56,17 @@ Invariants (tests/test_backfill_parts.py, tests/test_backfill.py):
   are simply read again. Progress is recorded after a group's last merge commit (each
   of its merges at least once; never marked done before it is; one control-table write
   per group, not per chunk).
-- At most one group is in flight; a paused or cancelled request's group is dropped
-  unmerged.
+- Groups in flight (one, or two for a request of many chunks) cover consecutive,
+  disjoint ranges of one request and merge in the plan's order. Each has its own S, its
+  own touched keys (changed after its own S) and its own candidates (for an integer chunk
+  key read at its own S); a merge writes only keys of its own chunk's range, so the
+  merges of an earlier group, made after a later group's S, leave the later group's
+  candidates exact as of its S, and every invariant above holds per group. A later
+  group's S is not earlier than the earlier group's: a key moved across both ranges by
+  one update is touched in each group whose S precedes it. A paused or cancelled
+  request's groups are dropped unmerged; a DDL drops them all (read with the old
+  columns); a failed read drops its group (the last: one is read at a time), those
+  before it stay.
 - A key Delta holds more than once (a hand-made copy) is left once, in the same commit
   position (one MERGE before the chunk's): the merge then writes or keeps it like any key.
 - A DDL of the table between a chunk's read and its merge discards the read (its rows
@@ -85,10 +98,6 @@ import pyarrow.compute as pc
 from cdc_core.chunking import INTEGER_TYPES, Chunk, decode_value, encode_value
 from cdc_core.errors import BadInput
 from cdc_core.table_schema import Column
-
-# Chunks of a read group per Spark task slot: every slot stays busy, and a step's fixed cost
-# (a commit and one scan of Delta's rows of the group's range) is shared by more chunks.
-CHUNKS_PER_SLOT = 2
 
 
 class BackfillState(enum.StrEnum):
@@ -312,14 +321,18 @@ def large(chunks: int, min_chunks: int) -> bool:
     return 0 < min_chunks <= chunks
 
 
-def read_group_size(chunks: int, pending: int, slots: int | None, min_chunks: int) -> int:
-    """How many of the ``pending`` chunks left of a request of ``chunks`` the next read group
-    holds: one for a request that is not :func:`large`; else ``CHUNKS_PER_SLOT`` per task slot
-    of Spark's (``slots``), or for the one reader thread of the stream process while Spark is
-    not up (None), at most ``pending``."""
+def read_group_size(chunks: int, pending: int, slots: int | None, min_chunks: int, chunk_rows: int,
+                    group_rows: int) -> int:
+    """How many of the ``pending`` chunks left of a request of ``chunks`` (of ``chunk_rows``
+    rows each, as planned) the next read group holds: one for a request that is not
+    :func:`large`; else ``group_rows`` rows of chunks (at least one) per task slot of Spark's
+    (``slots``), or for the one reader thread of the stream process while Spark is not up
+    (None), at most ``pending``. A group's fixed cost (a commit, a scan of Delta's rows of its
+    range, a Spark job) is so shared by as many rows whatever the chunk size."""
     if not large(chunks, min_chunks):
         return 1
-    return max(1, min(pending, CHUNKS_PER_SLOT * (slots or 1)))
+    per_slot = max(1, group_rows // chunk_rows)
+    return max(1, min(pending, per_slot * (slots or 1)))
 
 
 def chunk_positions(values: Sequence[int] | np.ndarray, chunks: Sequence[Chunk]) -> np.ndarray:

@@ -75,6 +75,11 @@ class SnapshotConfig(_Strict):
     # chunk at a time in the stream process. High by default: on a small host Spark's start
     # (JVM, Python workers) costs more CPU than a backfill of a million rows takes (bench/backfill.py).
     backfill_spark_min_chunks: int = Field(64, ge=0)
+    # binlake extension: rows of chunks (at least one chunk) a read group of such a backfill
+    # holds per Spark task slot (or for the reader thread): the group's fixed cost (a commit,
+    # a scan of Delta's rows of its range, a Spark job) is shared by this many rows whatever
+    # the chunk size (bench/backfill.py); the driver holds one group's rows at a time.
+    backfill_group_rows: int = Field(100_000, ge=1)
 
 
 class ParallelDecodeConfig(_Strict):

@@ -78,7 +78,7 @@ class GroupReads:
     def __init__(self, cfg: BinlakeConfig):
         self.cfg = cfg
         self._starter = ThreadPoolExecutor(1, thread_name_prefix="backfill-spark-start")
-        self._reader = ThreadPoolExecutor(1, thread_name_prefix="backfill-read")  # one group in flight
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="backfill-read")  # one group read at a time
         self._session: Future | None = None
         self._owned = False  # started here (stopped at close), not found in the process
         self._broken = False

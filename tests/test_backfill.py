@@ -10,8 +10,9 @@
 - SIGKILL of the stream at random points of a backfill (chunk reads, between a chunk
   and its merge, the merge commit), restarted each time: nothing lost or doubled (the
   stream commits' changes, counted, equal the binlog's: tests/change_count.py);
-- a request with many chunks reads them in groups on Spark while the stream runs under
-  writes in the ranges being read; a SIGKILL between a group's read and its merges, and
+- a request with many chunks reads them in groups on Spark, the next group read while the
+  one before waits and merges, while the stream runs under writes in the ranges being
+  read; a SIGKILL between a group's read and its merges, and
   one among a group's merges, lose and double nothing;
 - the CLI: requests listed, paused, resumed, cancelled; bad input refused with exit 2.
 Every test ends comparing Delta with MySQL row by row.
@@ -372,7 +373,7 @@ def test_a_ddl_between_a_chunk_read_and_its_merge_reads_it_again(db, spark, make
         original()
         engine.backfills.poll(force=True)
         engine.backfills.step()  # the first chunk is read; then a DDL and writes before its high watermark
-        assert engine.backfills.inflight is not None
+        assert engine.backfills.inflight
         with conn.cursor() as cur:
             cur.execute("ALTER TABLE acct ADD COLUMN extra INT DEFAULT 5")
             cur.execute("UPDATE acct SET extra = id WHERE id < 600")
@@ -459,12 +460,27 @@ def test_large_backfill_reads_groups_of_chunks_on_spark_under_writes(db, spark, 
     name, conn = db
     with conn.cursor() as cur:
         _table(cur, "acct", 24_000)
-    cfg = make_config(name, source={"snapshot": {"chunk_size": 1000, "backfill_spark_min_chunks": 4}},
+    cfg = make_config(name, source={"snapshot": {"chunk_size": 1000, "backfill_spark_min_chunks": 4,
+                                                                  "backfill_group_rows": 2000}},
                       stream={"max_batch_rows": 500, "max_batch_seconds": 0.3})
     snapshot(cfg, spark)
     table = f"{name}.acct"
     _damage(cfg, table, range(1, 24_000))
-    engine = EngineThread(StreamEngine(cfg))
+    stream = StreamEngine(cfg)
+    in_flight: list[int] = []  # read groups in flight after each step
+    start = stream._start
+
+    def start_counting_groups():
+        start()
+        step = stream.backfills.step
+
+        def counted(**how):
+            step(**how)
+            in_flight.append(len(stream.backfills.inflight))
+        stream.backfills.step = counted
+
+    stream._start = start_counting_groups
+    engine = EngineThread(stream)
     engine.start()
     engine.wait_streaming()
     with _writers(connection_settings(cfg), name, acct=(24_000, 11)) as touched:
@@ -490,6 +506,7 @@ def test_large_backfill_reads_groups_of_chunks_on_spark_under_writes(db, spark, 
         assert [m["chunk"] for m in ms] == list(range(first, first + n)), ms
         assert len({json.dumps(m["high_watermark"]) for m in ms}) == 1, ms
     assert sum(m["left_to_stream"] for m in merges) > 0, merges  # the writer hit the windows
+    assert max(in_flight) == 2  # the next group read while the one before waited for its merges
 
 
 def _paused(config: str, logs, password: str, point: str) -> None:
@@ -504,12 +521,14 @@ def _paused(config: str, logs, password: str, point: str) -> None:
 
 def test_sigkill_between_a_group_read_and_its_merges_loses_and_doubles_nothing(db, spark, make_config, tmp_path):
     """``binlake stream`` processes (each starting its own Spark in the background) SIGKILLed once
-    when a read group is back and none of it is merged, then at a later merge; a last run
-    finishes the backfill."""
+    when a read group is back and none of it is merged, once when the next group is being read
+    while the one before waits for its merges, then at a later merge; a last run finishes the
+    backfill."""
     name, conn = db
     with conn.cursor() as cur:
         _table(cur, "acct", 30_000)
-    cfg = make_config(name, source={"snapshot": {"chunk_size": 1000, "backfill_spark_min_chunks": 4}},
+    cfg = make_config(name, source={"snapshot": {"chunk_size": 1000, "backfill_spark_min_chunks": 4,
+                                                                  "backfill_group_rows": 2000}},
                       stream={"max_batch_rows": 500, "max_batch_seconds": 0.3})
     config = write_config_file(cfg, tmp_path / "binlake.yaml")
     password = cfg.source.password.get_secret_value()
@@ -519,6 +538,7 @@ def test_sigkill_between_a_group_read_and_its_merges_loses_and_doubles_nothing(d
     req = request_backfill(cfg, table)
     with _writers(connection_settings(cfg), name, acct=(30_000, 12)):
         _paused(config, tmp_path / "logs", password, "backfill_group_read")
+        _paused(config, tmp_path / "logs", password, "backfill_read_ahead")  # a group read, the next reading
         _paused(config, tmp_path / "logs", password, "backfill_merged:6")
     StreamEngine(cfg, until_now=True).run()
     assert all(r.state == BackfillState.DONE for r in _requests(cfg)), _requests(cfg)
@@ -534,7 +554,8 @@ def test_a_paused_request_drops_the_group_spark_is_reading(db, spark, make_confi
     name, conn = db
     with conn.cursor() as cur:
         _table(cur, "acct", 8000)
-    cfg = make_config(name, source={"snapshot": {"chunk_size": 1000, "backfill_spark_min_chunks": 4}})
+    cfg = make_config(name, source={"snapshot": {"chunk_size": 1000, "backfill_spark_min_chunks": 4,
+                                                                  "backfill_group_rows": 2000}})
     snapshot(cfg, spark)
     StreamEngine(cfg, until_now=True).run()
     table = f"{name}.acct"
@@ -549,10 +570,10 @@ def test_a_paused_request_drops_the_group_spark_is_reading(db, spark, make_confi
         backfills.poll(force=True)
         wait_for(lambda: backfills._reads.slots() is not None, 60, "Spark")  # the test's session, found
         backfills.step()  # the first group: chunks 0-3 on Spark
-        assert backfills.inflight is not None and len(backfills.inflight.chunks) == 4
+        assert [len(f.chunks) for f in backfills.inflight] == [4]
         change_state(cfg, req.id, BackfillState.PAUSED)
         backfills.poll(force=True)
-        assert backfills.inflight is None
+        assert backfills.inflight == []
         change_state(cfg, req.id, BackfillState.PENDING)  # resumed: this run finishes it
         backfills.poll(force=True)
 

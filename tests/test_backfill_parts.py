@@ -108,13 +108,110 @@ def test_a_read_group_merges_exactly_past_its_highest_high_watermark_with_every_
     assert 4 not in source and stale[4] == "d"
 
 
-def test_read_groups_are_large_only_for_large_requests_once_spark_is_up():
-    assert read_group_size(40, 40, None, 16) == 2  # Spark still starting: two for the reader thread
-    assert read_group_size(15, 15, 2, 16) == 1  # a small request never waits for Spark
-    assert read_group_size(40, 40, 2, 0) == 1  # 0: never in groups
-    assert read_group_size(40, 40, 2, 16) == 4  # two chunks per task slot
-    assert read_group_size(40, 3, 2, 16) == 3  # a large request's last chunks too, never more than are left
-    assert read_group_size(40, 16, 12, 16) == 16
+def _overlapping_groups(seed: int, candidates_at_own_start: bool) -> tuple[list[tuple], list[tuple]]:
+    """Two read groups in flight at once, exact candidates (integer keys), on a timeline of
+    binlog positions: group A ([0, 10)) starts at S = 0 and is read at 2.5 (LW 2, HW 3);
+    group B ([10, 20)) starts at S = 4, while A waits for its merge, and is read at 5.5
+    (LW 5, HW 6); A merges at 7, B at 9, each with the keys changed since its own S
+    touched. The stream applies every change (inserts, updates, deletes, keys moved, also
+    across the two ranges) as it reaches it. Candidates are Delta's rows of the group's
+    range as of its own S, or (``candidates_at_own_start`` false) B's taken with A's at 0.
+    Returns (Delta's rows after both merges, MySQL's rows then), as sorted (key, value)."""
+    rng = random.Random(seed)
+    initial = {k: f"v{k}" for k in rng.sample(range(20), 12)}
+    mysql = dict(initial)
+    changes = []  # (position, key before or None (insert), key after or None (delete), value after)
+    for pos in range(1, 10):
+        k, other = rng.randrange(20), rng.randrange(20)
+        if k not in mysql:
+            change = (pos, None, k, f"i{pos}")
+        elif rng.random() < 0.4:
+            change = (pos, k, None, None)
+        elif other not in mysql and rng.random() < 0.4:
+            change = (pos, k, other, f"m{pos}")
+        else:
+            change = (pos, k, k, f"u{pos}")
+        _apply(mysql, change)
+        changes.append(change)
+    delta = [*initial.items()]  # damaged: values changed, rows lost, rows MySQL never had
+    for k in rng.sample(range(20), 6):
+        delta = [(d, v) for d, v in delta if d != k] + ([] if k in initial and rng.random() < 0.5 else [(k, "x")])
+
+    def mysql_at(at: float) -> dict:
+        rows = dict(initial)
+        for c in changes:
+            if c[0] < at:
+                _apply(rows, c)
+        return rows
+
+    def stream_to(at: float) -> None:  # whole after-images, inserted when missing
+        nonlocal delta, applied
+        for pos, before, after, value in changes:
+            if applied < pos <= at:
+                delta = [(k, v) for k, v in delta if k not in (before, after)]
+                if after is not None:
+                    delta.append((after, value))
+        applied = max(applied, int(at))
+
+    def held(lo: int, hi: int) -> list[tuple]:
+        return [(k, v) for k, v in delta if lo <= k < hi]
+
+    def merge(lo: int, hi: int, rows: dict, since: int, candidates: list[tuple]) -> None:
+        nonlocal delta
+        schema = pa.schema([("k", pa.int64()), ("v", pa.string())])
+        chunk = pa.Table.from_pylist([{"k": k, "v": v} for k, v in sorted(rows.items()) if lo <= k < hi], schema)
+        touched = {(k,) for pos, before, after, _ in changes if since < pos <= applied for k in (before, after)
+                   if k is not None}
+        w = merge_writes(chunk, ["k"], ChunkMerge(touched).keys(pa.schema([("k", pa.int64())])),
+                         pa.Table.from_pylist([{"k": k, "v": v} for k, v in candidates], schema), ["k", "v"])
+        upserts = [(chunk["k"][i].as_py(), chunk["v"][i].as_py()) for i in w.upsert.to_pylist()]
+        gone = {r["k"] for r in w.delete.to_pylist()} | {k for k, _ in upserts}
+        delta = [(k, v) for k, v in delta if k not in gone] + upserts + \
+            [(chunk["k"][i].as_py(), chunk["v"][i].as_py()) for i in w.append.to_pylist()]
+
+    applied = 0
+    candidates_a, early_b = held(0, 10), held(10, 20)  # S_A = 0, every change up to it committed
+    stream_to(2.5)
+    read_a = mysql_at(2.5)
+    stream_to(4)
+    candidates_b = held(10, 20) if candidates_at_own_start else early_b  # S_B = 4
+    stream_to(5.5)
+    read_b = mysql_at(5.5)
+    stream_to(7)
+    merge(0, 10, read_a, 0, candidates_a)
+    stream_to(9)
+    merge(10, 20, read_b, 4, candidates_b)
+    return sorted(delta), sorted(mysql.items())
+
+
+def _apply(rows: dict, change: tuple) -> None:
+    _, before, after, value = change
+    if before is not None:
+        del rows[before]
+    if after is not None:
+        rows[after] = value
+
+
+def test_overlapping_read_groups_merge_exactly_each_with_its_own_start():
+    """The next group is read while the one before waits and merges (cdc_core/backfill.py):
+    exact when each group's candidates and touched keys start at its own S; B's candidates
+    taken at A's start would append a key the stream inserted in between a second time."""
+    for seed in range(300):
+        delta, mysql = _overlapping_groups(seed, candidates_at_own_start=True)
+        assert delta == mysql, seed
+    assert any(_overlapping_groups(seed, candidates_at_own_start=False)[0] !=
+               _overlapping_groups(seed, candidates_at_own_start=False)[1] for seed in range(300))
+
+
+def test_read_groups_are_large_only_for_large_requests_and_sized_by_rows():
+    assert read_group_size(40, 40, None, 16, 10_000, 100_000) == 10  # Spark not up: 100,000 rows for the thread
+    assert read_group_size(15, 15, 2, 16, 10_000, 100_000) == 1  # a small request never waits for Spark
+    assert read_group_size(40, 40, 2, 0, 10_000, 100_000) == 1  # 0: never in groups
+    assert read_group_size(400, 400, 2, 16, 10_000, 100_000) == 20  # 100,000 rows per task slot
+    assert read_group_size(400, 400, 2, 16, 8096, 100_000) == 24  # whole chunks: 12 of 8,096 rows per slot
+    assert read_group_size(40, 3, 2, 16, 10_000, 100_000) == 3  # never more than are left
+    assert read_group_size(40, 40, 3, 16, 250_000, 100_000) == 3  # chunks larger than a slot's rows: one per slot
+    assert read_group_size(40, 40, 2, 16, 1000, 2000) == 4  # configured: two 1,000-row chunks per slot
 
 
 def test_delta_rows_of_a_group_range_are_split_per_chunk():

@@ -2,19 +2,22 @@
 between watermarks between micro-batches, merged when the stream reaches their high
 watermark (the algorithm and its invariants: cdc_core/backfill.py).
 
-One read group (one chunk, or several read in parallel on Spark: pipelines/backfill_reads.py)
-is in flight at a time, for the oldest active request. The engine calls:
+Read groups (one chunk, or several read in the background: pipelines/backfill_reads.py) are
+in flight for the oldest active request: one, or for a large request up to ``GROUPS_IN_FLIGHT``
+(the next group is read while the one before waits for its high watermark and merges). The
+engine calls:
 - ``poll()`` and ``step()`` between batches: new, paused and cancelled requests are
   seen, tables needing a backfill get a request, the next group is read (one chunk at
-  once in this process; several on Spark, while the stream goes on) and a group Spark
-  read is collected;
-- ``on_rows()`` for every row event it applies: keys of the group's table changed since
-  the group's start are touched;
-- ``due(record)`` before handling a record: once the group's rows are known and the record
-  is past its highest high watermark, the engine commits its batch and calls ``merge()``,
-  which merges the group's next chunks for up to ``MERGE_SLICE_SECONDS``, the rest at the
-  next records, so the stream's own commits go on between a group's merges (each exact
-  where the stream then is, cdc_core/backfill.py).
+  once in this process; several in the background, while the stream goes on; none while
+  the stream lags, ``LAG_YIELD_SECONDS``) and a group read in the background is collected;
+- ``on_rows()`` for every row event it applies: keys of the groups' table changed since
+  each group's start are touched;
+- ``due(record)`` before handling a record, and ``ready()`` between records: once the
+  oldest group's rows are known and the stream has applied every change up to their
+  highest high watermark and nothing after, the engine commits its batch and calls
+  ``merge()``, which merges the group's next chunks for up to ``MERGE_SLICE_SECONDS``, the
+  rest next, so the stream's own commits go on between a group's merges (each exact where
+  the stream then is, cdc_core/backfill.py).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -73,6 +76,17 @@ READ_ATTEMPTS = 30  # consecutive failed chunk reads before a request fails
 # before the next (at its next record): its lag stays bounded, and an idle stream does not wait
 # for a heartbeat per chunk.
 MERGE_SLICE_SECONDS = 0.5
+# Read groups of a large request in flight at once: the next one is read (in the background)
+# while the one before waits for its high watermark and merges, so reads and merges overlap.
+GROUPS_IN_FLIGHT = 2
+# The stream first: while changes arrive and the last one applied was committed on the source
+# this much longer ago than the least such delay seen (the clocks of the source and of this host
+# may differ), no read group starts (a group's reads take CPU and the GIL from the stream, so a
+# backfill could push the stream's lag up without bound on a busy host); past the second limit
+# without a group started, one starts anyway, so a backfill goes on behind a stream that never
+# catches up.
+LAG_YIELD_SECONDS = 2.0
+YIELD_AT_MOST_SECONDS = 10.0
 
 
 @dataclass
@@ -88,6 +102,7 @@ class InFlight:
     merge: ChunkMerge = field(default_factory=ChunkMerge)
     results: list[ChunkResult] | None = None  # the rows and watermarks of each chunk not merged yet, once read
     reading: Future | None = None  # the read of the group (on Spark, or in a thread here), until collected
+    scanning: Future | None = None  # Delta's rows of its range as of ``since`` (a thread here), until collected
     on_spark: bool = False
     read_seconds: float = 0.0  # its candidates and its SELECTs, until the rows were here
     high_watermark: BinlogPosition | None = None  # the highest of its chunks': where it may merge
@@ -129,18 +144,24 @@ class Backfills:
         self.key_orders = key_orders
         self.conn = conn
         self.requests: list[BackfillRequest] = []
-        self.inflight: InFlight | None = None
+        self.inflight: list[InFlight] = []  # read groups of one request, in the plan's order
         self._candidates: dict[str, dict[int, Candidates]] = {}  # request id -> chunk index -> Delta's keys
         self._control = None  # pymysql connection for watermarks, made on first use
         self._reads = GroupReads(cfg)  # Spark started by the first large request only
+        # Delta's rows of a group's range, read from a snapshot of the table taken at the group's
+        # start, while its chunks are read: the stream thread only lists the files.
+        self._scans = ThreadPoolExecutor(1, thread_name_prefix="backfill-scan")
         self._polled = 0.0
         self._cascaded: dict[str, str] = {}  # child table -> why it needs a backfill (cdc_core/foreign_keys.py)
         self._failures = 0
         self._retry_at = 0.0
+        self._group_started = 0.0  # time.monotonic() when the last read group started
+        self._least_delay = float("inf")  # of the changes applied: host clock minus their commit time
 
     def close(self) -> None:
         self._drop_control()
         self._reads.close()
+        self._scans.shutdown(wait=True, cancel_futures=True)
 
     def _drop_control(self) -> None:
         if self._control is not None:
@@ -171,12 +192,12 @@ class Backfills:
                 self.store.save_backfill(req)
                 self.requests.append(req)
                 log.warning("%s needs a backfill: requested (%s)", name, req.id)
-        f = self.inflight
-        if f is not None and not any(r.id == f.request.id and r.active for r in self.requests):
-            log.info("backfill %s of %s: paused or cancelled, %s dropped", f.request.id, f.table, f.describe())
-            if f.reading is not None:
-                self._reads.cancel()
-            self.inflight = None
+        if self.inflight and not any(r.id == self.inflight[0].request.id and r.active for r in self.requests):
+            for f in self.inflight:
+                log.info("backfill %s of %s: paused or cancelled, %s dropped", f.request.id, f.table, f.describe())
+                if f.reading is not None:
+                    self._reads.cancel()
+            self.inflight = []
 
     def cascaded(self, child: str, why: str) -> None:
         """A parent row change may have changed rows of ``child`` the binlog does not show
@@ -214,19 +235,37 @@ class Backfills:
 
     # --- reading ---------------------------------------------------------------------------------
 
-    def step(self) -> None:
-        """Between batches: collect the group Spark read, or read the next group when none is
-        in flight."""
+    def step(self, streaming: bool = False) -> None:
+        """Between batches: collect the group read in the background; read the next group when
+        none is in flight, or, for a large request, when the groups in flight are read and
+        fewer than ``GROUPS_IN_FLIGHT``; not while the stream is behind (``streaming``: changes
+        arrived last time, see ``LAG_YIELD_SECONDS``)."""
         s = self.state
-        f = self.inflight
-        if (f is not None and f.results is not None) or s.holds or time.monotonic() < self._retry_at:
+        if s.holds or time.monotonic() < self._retry_at:
             return
-        req = f.request if f is not None else next((r for r in self.requests if r.active), None)
+        behind = False
+        if streaming and s.event_time:
+            delay = time.time() - s.event_time
+            self._least_delay = min(self._least_delay, delay)
+            behind = delay - self._least_delay > LAG_YIELD_SECONDS \
+                and time.monotonic() - self._group_started < YIELD_AT_MOST_SECONDS
+        req = self.inflight[0].request if self.inflight else next((r for r in self.requests if r.active), None)
         if req is None:
             return
         try:
-            if f is not None:
-                self._collect(f)
+            reading = next((f for f in self.inflight if f.results is None), None)
+            if reading is not None:
+                self._collect(reading)
+                if reading.results is None:
+                    return
+            if behind:
+                return
+            if self.inflight:  # read ahead: the next group is read while this one waits and merges
+                after = self.inflight[-1].chunks[-1].index + 1
+                if len(self.inflight) < GROUPS_IN_FLIGHT and after < len(req.chunks) \
+                        and large(len(req.chunks), self.cfg.source.snapshot.backfill_spark_min_chunks):
+                    self._read_next(req, after)
+                    pause_at("backfill_read_ahead")
                 return
             if req.state == BackfillState.PENDING:
                 req = self._begin(req)
@@ -235,11 +274,12 @@ class Backfills:
             if req.chunks_done >= len(req.chunks):  # planned empty, stopped before it was marked done
                 self._save(req.next(state=BackfillState.DONE))
                 return
-            self._read_next(req)
+            self._read_next(req, req.chunks_done)
         except (StartupError, ChunkKeyError) as e:
             self._fail(req, str(e))
         except Exception as e:  # noqa: BLE001 - a read that fails is tried again, up to READ_ATTEMPTS
-            self.inflight = None  # its group, read again
+            # Its group (the last: one is read at a time), read again; the groups before it are read.
+            self.inflight = [f for f in self.inflight if f.results is not None]
             self._failures += 1
             if is_transient(e):
                 self._drop_control()
@@ -297,30 +337,35 @@ class Backfills:
     def _order(self, schema: TableSchema, key: str):
         return self.key_orders.for_column(schema.column(key))
 
-    def _read_next(self, req: BackfillRequest) -> None:
-        """Start the next read group of ``req`` (cdc_core/backfill.py): for a large request several
-        chunks, read while the stream goes on (on Spark once it is up, in a thread here until
-        then); else one chunk, read here and now."""
+    def _read_next(self, req: BackfillRequest, first: int) -> None:
+        """Start the read group of ``req`` from its chunk ``first`` on (cdc_core/backfill.py): for
+        a large request several chunks, read while the stream goes on (on Spark once it is up, in
+        a thread here until then); else one chunk, read here and now."""
         s = self.state
         schema = s.tables[req.table].schema
-        pending = req.chunks[req.chunks_done:]
+        pending = req.chunks[first:]
         min_chunks = self.cfg.source.snapshot.backfill_spark_min_chunks
         big = large(len(req.chunks), min_chunks)
         slots = self._reads.slots() if big else None  # Spark is started for large requests only
-        chunks = tuple(pending[:read_group_size(len(req.chunks), len(pending), slots, min_chunks)])
-        started = time.monotonic()
+        snap = self.cfg.source.snapshot
+        chunks = tuple(pending[:read_group_size(len(req.chunks), len(pending), slots, min_chunks, snap.chunk_size,
+                                                snap.backfill_group_rows)])
+        started = self._group_started = time.monotonic()
+        scan = None
         if schema.column(chunks[0].key).data_type in INTEGER_TYPES:
             # Delta's rows of the group's range, in one scan (Python's order is the server's),
             # exactly as of now: the open batch committed first (cdc_core/backfill.py).
             self.commit()
-            self._candidates[req.id] = self._rows_in(req, schema, chunks)
+            scan = self._rows_in(req, schema, chunks)
         elif req.id not in self._candidates:
             self._candidates[req.id] = self._find_candidates(req, schema)
         f = InFlight(req, schema, chunks, s.position, started, on_spark=slots is not None)
         if big:
+            if scan is not None:
+                f.scanning = self._scans.submit(scan)
             f.reading = self._reads.submit([ChunkTask(self.conn, self.cfg.source.server_id + 1, schema, c,
                                                       s.position.base) for c in chunks], f.on_spark)
-            self.inflight = f  # keys are touched from now on, while the group is read
+            self.inflight.append(f)  # keys are touched from now on, while the group is read
             log.info("backfill %s of %s: %s of %d being read %s", req.id, req.table, f.describe(),
                      len(req.chunks), "on Spark" if f.on_spark else "in the background")
             return
@@ -328,12 +373,18 @@ class Backfills:
             self._control = connect(self.conn)
         reader = ChunkReader(self.conn, self._control, chunk_fetch(self.conn, schema), self.cfg.source.server_id + 1,
                              base=s.position.base)
+        if scan is not None:
+            self._candidates.setdefault(req.id, {}).update(scan())
         self._read(f, [reader.select(schema, chunks[0])])
-        self.inflight = f
+        self.inflight.append(f)
 
     def _collect(self, f: InFlight) -> None:
-        """The rows of a group read in the background, once they are here (its failure raised)."""
-        if f.reading.done():
+        """The rows of a group read in the background, and Delta's rows of its range, once they
+        are here (a failure raised)."""
+        if f.reading.done() and (f.scanning is None or f.scanning.done()):
+            if f.scanning is not None:
+                self._candidates.setdefault(f.request.id, {}).update(f.scanning.result())
+                f.scanning = None
             self._read(f, f.reading.result())
             pause_at("backfill_group_read")
 
@@ -354,23 +405,31 @@ class Backfills:
         wanted = list(dict.fromkeys([*schema.row_key, req.chunks[0].key]))
         return dt, wanted, [delta_name(names, k) for k in wanted]
 
-    def _rows_in(self, req: BackfillRequest, schema: TableSchema, chunks: tuple[Chunk, ...]) -> dict[int, Candidates]:
-        """Delta's rows in the range of ``chunks`` (consecutive, of an integer chunk key), by
-        chunk index and row key: one scan of the whole range, split per chunk."""
+    def _rows_in(self, req: BackfillRequest, schema: TableSchema,
+                 chunks: tuple[Chunk, ...]) -> Callable[[], dict[int, Candidates]]:
+        """Delta's rows in the range of ``chunks`` (consecutive, of an integer chunk key) as of
+        now, by chunk index and row key: one scan of the whole range, split per chunk. Returns
+        the scan, to run here or in another thread: it reads the table's files as of now (the
+        dataset lists them here), whatever the stream commits meanwhile."""
         dt, wanted, cols = self._delta_columns(req, schema)
         if any(c is None for c in cols):
-            return {}
+            return lambda: {}  # no candidates known
         span = Chunk.span(list(chunks))
-        column = pc.field(cols[wanted.index(span.key)])
+        ckey = cols[wanted.index(span.key)]
+        column = pc.field(ckey)
         cond = None
         for bound in (span.lo is not None and column >= span.lo, span.hi is not None and column < span.hi):
             if bound is not False:
                 cond = bound if cond is None else cond & bound
-        data = dt.to_pyarrow_dataset().to_table(filter=cond)
-        columns = tuple(n for n in data.column_names if n not in (CDC_OP, CDC_SEQ))
-        places = chunk_positions(data.column(cols[wanted.index(span.key)]).to_numpy(), chunks)
-        return {c.index: Candidates(data.select(columns).filter(pa.array(places == i)), columns)
-                for i, c in enumerate(chunks)}
+        dataset = dt.to_pyarrow_dataset()
+
+        def scan() -> dict[int, Candidates]:
+            data = dataset.to_table(filter=cond)
+            columns = tuple(n for n in data.column_names if n not in (CDC_OP, CDC_SEQ))
+            places = chunk_positions(data.column(ckey).to_numpy(), chunks)
+            return {c.index: Candidates(data.select(columns).filter(pa.array(places == i)), columns)
+                    for i, c in enumerate(chunks)}
+        return scan
 
     def _find_candidates(self, req: BackfillRequest, schema: TableSchema) -> dict[int, Candidates]:
         """Row keys Delta holds in each chunk of ``req`` not merged yet (cdc_core/backfill.py)."""
@@ -391,45 +450,60 @@ class Backfills:
     # --- the stream's side ---------------------------------------------------------------------------
 
     def on_rows(self, name: str, schema: TableSchema, ev: RowsEvent) -> None:
-        """A row event the stream applies: keys of the group's table changed after its start are
-        touched (every event the stream applies before the merge: none past the merge's
-        position, cdc_core/backfill.py)."""
-        f = self.inflight
-        if f is None or name != f.table or ev.position <= f.since:
+        """A row event the stream applies: keys of the groups' table changed after a group's start
+        are touched for it (every event the stream applies before the merge: none past the
+        merge's position, cdc_core/backfill.py)."""
+        groups = [f for f in self.inflight if name == f.table and ev.position > f.since]
+        if not groups:
             return
         names = [c.name.lower() for c in schema.columns]  # the event's columns, in its layout's order
-        idx = [names.index(k.lower()) for k in f.schema.row_key]
+        idx = [names.index(k.lower()) for k in groups[0].schema.row_key]
         cols = [schema.columns[i] for i in idx]
         images = [img for r in ev.rows for img in (r if ev.op == "u" else (r,))]
-        f.merge.touched.update(tuple(binlog_value(c, img[i]) for c, i in zip(cols, idx)) for img in images)
+        keys = {tuple(binlog_value(c, img[i]) for c, i in zip(cols, idx)) for img in images}
+        for f in groups:
+            f.merge.touched.update(keys)
 
     def due(self, rec) -> bool:
-        """Whether the group's rows are here and ``rec`` shows the stream has read everything up
-        to their highest high watermark."""
-        f = self.inflight
+        """Whether the oldest group's rows are here and ``rec`` shows the stream has read
+        everything up to their highest high watermark."""
+        f = self.inflight[0] if self.inflight else None
         return f is not None and f.results is not None and self.state.passed(rec, f.high_watermark)
 
+    def ready(self) -> bool:
+        """Between records: whether the oldest group's rows are here and the stream, between
+        transactions, has applied every change up to their highest high watermark (an idle
+        stream merges at once instead of at its next heartbeat)."""
+        f, s = self.inflight[0] if self.inflight else None, self.state
+        return (f is not None and f.results is not None and s.resume == s.position
+                and s.position >= f.high_watermark)
+
     def merge(self) -> None:
-        """The group's next chunks (in the plan's order, for up to ``MERGE_SLICE_SECONDS``)
+        """The oldest group's next chunks (in the plan's order, for up to ``MERGE_SLICE_SECONDS``)
         merged where the stream is (the engine committed every change up to it, at or past the
         group's high watermark): one Delta commit each, then, after the last, the request's
         progress. The group stays in flight until its last chunk."""
-        f = self.inflight
+        f = self.inflight[0]
         s = self.state
         t = s.tables.get(f.table)
         if t is None or not t.streamed or t.schema != f.schema or s.holds:
             log.info("backfill %s of %s: the table changed under %s; reading it again", f.request.id, f.table,
                      f.describe())
-            self.inflight = None
+            if any(g.reading is not None for g in self.inflight):
+                self._reads.cancel()
+            self.inflight = []  # the groups after it too: read with the same columns, merged after it
             return
         until = time.monotonic() + MERGE_SLICE_SECONDS
         while f.results and time.monotonic() < until:  # at least one: until is ahead
-            result = f.results.pop(0)
+            # Dropped once merged: a merge that fails is made again (a merge may be repeated), never
+            # skipped by the progress of a later one.
+            self._merge_chunk(f, f.results[0], last=len(f.results) == 1)
+            done = f.results.pop(0).chunk.index
+            self._candidates.get(f.request.id, {}).pop(done, None)
             if not f.results:
-                self.inflight = None
-            self._merge_chunk(f, result)
+                self.inflight.pop(0)
 
-    def _merge_chunk(self, f: InFlight, result: ChunkResult) -> None:
+    def _merge_chunk(self, f: InFlight, result: ChunkResult, last: bool) -> None:
         s = self.state
         merging = time.monotonic()
         req = next(r for r in self.requests if r.id == f.request.id)
@@ -465,11 +539,10 @@ class Backfills:
         pause_at("backfill_merged")
         f.applied += applied.inserted + applied.updated
         f.merge_seconds += time.monotonic() - merging
-        self._candidates.get(req.id, {}).pop(chunk.index, None)
         log.info("backfill %s of %s: chunk %d merged (%d appended, %d upserted, %d deleted, %d keys left to the "
                  "stream)", req.id, f.table, chunk.index, append.num_rows, upsert.num_rows, len(deletes),
                  len(f.merge.touched))
-        if f.results:  # the group's progress is recorded after its last merge (a merge may be repeated)
+        if not last:  # the group's progress is recorded after its last merge (a merge may be repeated)
             return
         done = chunk.index + 1  # the plan's chunks merged in order: its index counts those before it
         finished = done == len(req.chunks)

@@ -257,6 +257,7 @@ class StreamEngine:
         self.life.to(State.STREAMING)
         last_checkpoint = time.monotonic()
         ended = False  # the reader reached the end position
+        records = []
         while True:
             if self._stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
                 self._commit()
@@ -277,7 +278,10 @@ class StreamEngine:
                     self._restart_reader()
                     continue
             self.backfills.poll()
-            self.backfills.step()
+            self.backfills.step(streaming=bool(records))  # records came last time: the stream is busy
+            if self.backfills.ready():  # every change up to the group's high watermark applied: merge now
+                self._commit()
+                self.backfills.merge()
             records = []
             if ended or s.held_rows() >= self.cfg.stream.max_held_rows:
                 self._stop.wait(0.05)  # the reader blocks on the full queue: memory stays bounded
