@@ -56,6 +56,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+# This checkout's packages, not an installed copy, also in every process started from here:
+# the Spark JVM's Python workers and the whole-process runs inherit the environment.
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
@@ -521,7 +524,7 @@ class ProfiledSnapshotJob(SnapshotJob):
             sid = self.cfg.source.server_id + 1 + slot
             bound = GroupTask(task.conn, sid, task.schema, task.chunks, task.uri, task.pipeline)
             t0, submitted = time.perf_counter(), time.time()
-            result = self.spark.sparkContext.parallelize([bound], 1).map(timed_run_group).collect()[0]
+            result = self.sc.parallelize([bound], 1).map(timed_run_group).collect()[0]
             job_s, returned = time.perf_counter() - t0, time.time()
         finally:
             with self._slot_lock:
@@ -582,7 +585,7 @@ def job_profile(job: ProfiledSnapshotJob, seconds: float) -> dict:
              "binlog_window_reads_s", "parquet_write_s")
     sums["run_group_other_s"] = sums.get("run_group_s", 0.0) - sum(sums.get(k, 0.0) for k in steps)
     launches = sorted(p["submit_to_task_start_s"] for p in job.tasks)
-    slots = job.spark.sparkContext.defaultParallelism
+    slots = job.sc.defaultParallelism
     busy = sums.get("worker_total_s", 0.0) / max(slots * job.prof.get("execute_s", 0.0), 1e-9)
     return {"seconds": seconds, "driver": dict(job.prof), "task_sums": sums, "slot_busy_fraction": busy,
             "fresh_workers": sum(p["fresh_worker"] for p in job.tasks),
