@@ -14,9 +14,11 @@ with its own error, as without this daemon): other PySpark code on the same sess
 from __future__ import annotations
 
 import importlib
-import sys
+import logging
 
 from pyspark import daemon
+
+log = logging.getLogger(__name__)
 
 # What a snapshot group and a backfill read import (pipelines/snapshot_job.py run_group,
 # pipelines/backfill_reads.py read_chunk), and the worker loop every task runs in.
@@ -24,13 +26,13 @@ PRELOAD = ("pyspark.worker", "pipelines.snapshot_job", "pipelines.backfill_reads
 
 
 def preload(modules: tuple[str, ...] = PRELOAD) -> None:
-    """Import ``modules``; one that fails is skipped (stderr, never stdout: the daemon's stdout
-    carries its port to the JVM)."""
+    """Import ``modules``; one that fails is skipped with a warning (logging writes to stderr:
+    the daemon's stdout carries its port to the JVM and must hold nothing else)."""
     for name in modules:
         try:
             importlib.import_module(name)
         except Exception as e:  # noqa: BLE001 - the task that needs it reports it
-            print(f"binlake spark daemon: not preloaded {name}: {type(e).__name__}: {e}", file=sys.stderr)
+            log.warning("binlake spark daemon: %s not preloaded: %s: %s", name, type(e).__name__, e)
 
 
 if __name__ == "__main__":
