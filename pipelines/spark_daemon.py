@@ -5,8 +5,10 @@ Python worker for each task slot, but after importing what binlake's tasks impor
 The forked workers inherit these modules, so a worker's first task no longer imports pyarrow,
 deltalake, connectorx, pymysql and binlake itself: on two cores each fresh worker spent
 seconds there before its first chunk group started, every worker at the same time
-(bench/snapshot.py --whole-process). Importing starts no thread in these libraries (their
-pools start on first use), so forking after it is safe.
+(bench/snapshot.py --whole-process). Forking after these imports: the only threads they
+start are OpenBLAS's and jemalloc's background threads (pyarrow's allocator), both libraries
+made for fork (pthread_atfork handlers); the thread pools of pyarrow, deltalake and
+connectorx start on first use, in the worker.
 
 A module that cannot be imported here is left to the task that needs it (it fails there,
 with its own error, as without this daemon): other PySpark code on the same session runs."""
