@@ -16,37 +16,19 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-
-import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.snapshot import DB, TABLE, load_table  # noqa: E402
+from bench.snapshot import load_table, timed_cli_snapshot, write_cli_config  # noqa: E402
 from pipelines.local_mariadb import LocalMariaDB  # noqa: E402
 
 OUT = REPO / "bench" / "out" / "noop_snapshot.json"
 TARGET_SECONDS = 3.0
-PASSWORD_VAR = "BINLAKE_BENCH_PASSWORD"
-
-
-def timed_snapshot(config: Path, password: str) -> float:
-    """Seconds of one ``binlake snapshot`` process; fails on a non-zero exit."""
-    t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "pipelines.cli", "snapshot", "-c", str(config)], cwd=REPO,
-                       capture_output=True, text=True, env={**os.environ, PASSWORD_VAR: password})
-    seconds = time.perf_counter() - t0
-    if r.returncode != 0:
-        raise AssertionError(f"binlake snapshot exited {r.returncode}: {r.stderr[-2000:]}")
-    if "match" not in r.stdout:
-        raise AssertionError(f"binlake snapshot did not report Delta = MySQL counts:\n{r.stdout}")
-    return seconds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,18 +43,12 @@ def main(argv: list[str] | None = None) -> int:
         server.start()
         print(f"loading {args.rows:,} rows ...", flush=True)
         load_table(server, args.rows)
-        config = work / "binlake.yaml"
-        config.write_text(yaml.safe_dump({
-            "pipeline": {"name": "bench_noop", "parallelism": 4},
-            "source": {"host": server.host, "port": server.port, "user": server.user,
-                       "password": f"${{{PASSWORD_VAR}}}", "tables": [rf"{DB}\.{TABLE}"]},
-            "sink": {"path": str(work / "lake")},
-        }))
-        first = timed_snapshot(config, server.password)
+        config = write_cli_config(server, work / "binlake.yaml", "bench_noop", work / "lake")
+        first = timed_cli_snapshot(config, server.password)
         print(f"  first run (Spark, every chunk read): {first:.2f} s", flush=True)
         reruns = []
         for i in range(args.repeat):
-            reruns.append(timed_snapshot(config, server.password))
+            reruns.append(timed_cli_snapshot(config, server.password))
             print(f"  re-run {i + 1} (nothing to read): {reruns[-1]:.2f} s", flush=True)
     finally:
         server.cleanup()

@@ -1,7 +1,8 @@
-"""Snapshot throughput benchmark: binlake vs Spark JDBC vs the MariaDB C client.
+"""Snapshot throughput benchmark: binlake vs Spark JDBC vs dlt vs the MariaDB C client.
 
     .venv/bin/python bench/snapshot.py [--rows N] [--parallelism P] [--chunk-size C] [--repeat K]
                                        [--warmup] [--profile] [--b-method both|arrow|parquet]
+                                       [--whole-process]
 
 One run starts a throwaway MariaDB (pipelines.local_mariadb), loads N rows of a
 7-column table from the Sequence engine, starts one Spark session (local[*] with
@@ -15,8 +16,17 @@ Debian's MariaDB Connector/J on spark.jars), then measures, alternating K times:
        The faster of the two is (b) for the ratios (the stricter baseline for binlake).
   (c)  mariadb --batch --quick -e 'SELECT * ...' > /dev/null
 
+With --whole-process each round also times whole processes, from start to exit, as users
+run them (each into a fresh Delta table whose row count is then checked):
+
+  (A)  `binlake snapshot -c FILE` (the CLI: validation, Spark start, the snapshot, its checks)
+  (B)  a Python process that starts Spark, loads the table as (b) parquet does, stops Spark
+  (D)  dlt (bench/dlt_snapshot.py in its own venv, bench/.dlt-venv, made on first use):
+       sql_database, connectorx backend partitioned on id, table_format="delta"
+
 and prints seconds and rows/s for each, the ratios (a)/(b) and (a)/(c) against the
-targets (a ≥ 2× b, a ≥ 1/3 c), Spark session start time and peak memory. Figures
+targets (a ≥ 2× b, a ≥ 1/3 c), with --whole-process (A)/(B) (≥ 2) and (A)/(D) (≥ 1; ≥ 1.5
+from 20M rows), Spark session start time and peak memory. Figures
 are written to bench/out/snapshot.json. --profile instruments the binlake runs (timers
 only; the work is unchanged) and breaks their time down into Spark job overhead,
 watermark queries, connectorx reads, Arrow conversion, Parquet writes, Delta commits
@@ -39,14 +49,21 @@ import tempfile
 import threading
 import time
 import warnings
+from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+# This checkout's packages, not an installed copy, also in every process started from here:
+# the Spark JVM's Python workers and the whole-process runs inherit the environment.
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
+import pymysql  # noqa: E402
+import yaml  # noqa: E402
 from deltalake import DeltaTable, write_deltalake  # noqa: E402
 
 from cdc_core.config import parse_config  # noqa: E402
@@ -60,6 +77,16 @@ DB, TABLE = "bench", "t"
 OUT = REPO / "bench" / "out" / "snapshot.json"
 TARGET_A_OVER_B = 2.0
 TARGET_A_OVER_C = 1 / 3
+TARGET_OVER_DLT = 1.0  # whole process, 2M rows (issue 13 goal 1)
+TARGET_OVER_DLT_LARGE = 1.5  # whole process, 20M rows and more
+LARGE_ROWS = 20_000_000
+SPARK_CONF = {"spark.jars": JDBC_JAR, "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+PASSWORD_VAR = "BINLAKE_BENCH_PASSWORD"  # the source password of every process this script starts
+# dlt in a venv of its own (its dependencies never meet binlake's), with the connectorx and
+# deltalake binlake uses, so the read and the Delta writer are the same libraries
+DLT_VENV = REPO / "bench" / ".dlt-venv"
+DLT_REQUIREMENTS = ("dlt[deltalake]", f"connectorx=={version('connectorx')}", f"deltalake=={version('deltalake')}",
+                    "pymysql", "sqlalchemy")
 
 DDL = """CREATE TABLE `{db}`.`{table}` (
   id BIGINT NOT NULL PRIMARY KEY,
@@ -99,6 +126,19 @@ def load_table(server: LocalMariaDB, rows: int, ddl: str = DDL, values: str = VA
         cur.execute(f"SELECT COUNT(*) FROM `{DB}`.`{TABLE}`")
         assert cur.fetchone()[0] == rows
     return time.perf_counter() - t0
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the table is (a LocalMariaDB has the same attributes): what a child process gets."""
+
+    host: str
+    port: int
+    user: str
+    password: str
+
+    def connect(self) -> pymysql.connections.Connection:
+        return pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.password)
 
 
 class RssSampler:
@@ -210,10 +250,10 @@ def run_jdbc_arrow(server, spark, work: Path, run_id: str, args) -> dict:
     return _verify_b(uri, "arrow", seconds, args.rows, {"read_to_arrow_s": t_read})
 
 
-def run_jdbc_parquet(server, spark, work: Path, run_id: str, args) -> dict:
-    uri = str(work / f"lake-b-parquet-{run_id}")
+def jdbc_parquet_load(server, spark, uri: str, parallelism: int, fetchsize: int) -> dict:
+    """Spark writes the JDBC read as Parquet into ``uri``, then one delta-rs commit adds the files."""
     t0 = time.perf_counter()
-    jdbc_frame(server, spark, args.parallelism, args.fetchsize).write.mode("append").parquet(uri)
+    jdbc_frame(server, spark, parallelism, fetchsize).write.mode("append").parquet(uri)
     t_write = time.perf_counter() - t0
     files = []
     for name in sorted(os.listdir(uri)):
@@ -222,8 +262,15 @@ def run_jdbc_parquet(server, spark, work: Path, run_id: str, args) -> dict:
     schema = pq.read_schema(os.path.join(uri, files[0].path)).remove_metadata()
     dt_ = DeltaTable.create(uri, schema=schema, mode="error")
     commit_files(dt_, files, schema, {"bench": "spark-parquet"})
+    return {"spark_write_s": t_write, "files": len(files)}
+
+
+def run_jdbc_parquet(server, spark, work: Path, run_id: str, args) -> dict:
+    uri = str(work / f"lake-b-parquet-{run_id}")
+    t0 = time.perf_counter()
+    extra = jdbc_parquet_load(server, spark, uri, args.parallelism, args.fetchsize)
     seconds = time.perf_counter() - t0
-    return _verify_b(uri, "parquet", seconds, args.rows, {"spark_write_s": t_write, "files": len(files)})
+    return _verify_b(uri, "parquet", seconds, args.rows, extra)
 
 
 def _written_file(uri: str, name: str) -> WrittenFile:
@@ -270,6 +317,113 @@ def run_client(server: LocalMariaDB, args) -> dict:
     if proc.returncode:
         raise RuntimeError(f"mariadb client failed: {proc.stderr.decode(errors='replace')}")
     return {"seconds": seconds, "rows": args.rows}
+
+
+# --------------------------------------------------------------------------- whole processes
+
+
+def timed_process(cmd: list[str], password: str, what: str) -> tuple[float, str]:
+    """Seconds from a process's start to its exit, and its stdout; fails on a non-zero exit."""
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env={**os.environ, PASSWORD_VAR: password})
+    seconds = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise AssertionError(f"{what} exited {r.returncode}: {r.stderr[-2000:]}")
+    return seconds, r.stdout
+
+
+def write_cli_config(server, path: Path, name: str, lake: Path, parallelism: int = 4,
+                     chunk_size: int | None = None) -> Path:
+    """A ``binlake`` config file for the bench table (the password from ``PASSWORD_VAR``)."""
+    source = {"host": server.host, "port": server.port, "user": server.user,
+              "password": f"${{{PASSWORD_VAR}}}", "tables": [rf"{DB}\.{TABLE}"]}
+    if chunk_size is not None:
+        source["snapshot"] = {"chunk_size": chunk_size}
+    path.write_text(yaml.safe_dump({"pipeline": {"name": name, "parallelism": parallelism}, "source": source,
+                                    "sink": {"path": str(lake)}}))
+    return path
+
+
+def timed_cli_snapshot(config: Path, password: str) -> float:
+    """Seconds of one ``binlake snapshot -c config`` process, as a user runs it; fails on a
+    non-zero exit or when it does not report Delta = MySQL row counts."""
+    seconds, out = timed_process([sys.executable, "-m", "pipelines.cli", "snapshot", "-c", str(config)], password,
+                                 "binlake snapshot")
+    if "match" not in out:
+        raise AssertionError(f"binlake snapshot did not report Delta = MySQL counts:\n{out}")
+    return seconds
+
+
+def _delta_rows(uri: str | Path, what: str, rows: int) -> int:
+    n = DeltaTable(str(uri)).to_pyarrow_dataset().count_rows()
+    if n != rows:
+        raise AssertionError(f"{what}: Delta has {n} rows, MySQL {rows}")
+    return n
+
+
+def run_binlake_process(server, work: Path, run_id: str, args) -> dict:
+    """(A) ``binlake snapshot`` as a subprocess into a fresh lake, with (a)'s settings."""
+    lake = work / f"lake-A-{run_id}"
+    config = write_cli_config(server, work / f"binlake-{run_id}.yaml", f"bench_cli_{run_id}", lake,
+                              args.parallelism, args.chunk_size)
+    seconds = timed_cli_snapshot(config, server.password)
+    n = _delta_rows(lake / DB / TABLE, "(A) binlake snapshot", args.rows)
+    shutil.rmtree(lake, ignore_errors=True)
+    return {"seconds": seconds, "rows": n}
+
+
+def jdbc_process(spec: dict) -> int:
+    """The child of (B): start Spark, load the table with Spark JDBC as (b) parquet does, stop."""
+    spark = get_spark("local[*]", SPARK_CONF)
+    src = Source(spec["host"], spec["port"], spec["user"], os.environ[PASSWORD_VAR])
+    jdbc_parquet_load(src, spark, spec["uri"], spec["parallelism"], spec["fetchsize"])
+    spark.stop()
+    return 0
+
+
+def run_jdbc_process(server, work: Path, run_id: str, args) -> dict:
+    """(B) a process that starts Spark and loads the table with Spark JDBC (Parquet write + one
+    delta-rs commit, the method (b) measures), as a Spark user's job runs."""
+    uri = work / f"lake-B-{run_id}"
+    spec = {"host": server.host, "port": server.port, "user": server.user, "uri": str(uri),
+            "parallelism": args.parallelism, "fetchsize": args.fetchsize}
+    seconds, _ = timed_process([sys.executable, __file__, "--jdbc-process", json.dumps(spec)], server.password,
+                               "Spark JDBC process")
+    n = _delta_rows(uri, "(B) Spark JDBC process", args.rows)
+    shutil.rmtree(uri, ignore_errors=True)
+    return {"seconds": seconds, "rows": n}
+
+
+def dlt_python() -> Path:
+    """The interpreter of bench/.dlt-venv, made on first use (``python3.11 -m venv``, then pip)."""
+    py = DLT_VENV / "bin" / "python"
+    stamp = DLT_VENV / ".installed"
+    if not stamp.exists() or stamp.read_text() != " ".join(DLT_REQUIREMENTS):
+        print(f"  installing dlt into {DLT_VENV} ...", flush=True)
+        subprocess.run(["python3.11", "-m", "venv", str(DLT_VENV)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", *DLT_REQUIREMENTS], check=True)
+        stamp.write_text(" ".join(DLT_REQUIREMENTS))
+    return py
+
+
+def run_dlt_process(server, work: Path, run_id: str, args) -> dict:
+    """(D) dlt (bench/dlt_snapshot.py in bench/.dlt-venv) loading the table into a Delta table."""
+    dest, workdir = work / f"lake-D-{run_id}", work / f"dlt-{run_id}"
+    cmd = [str(dlt_python()), str(REPO / "bench" / "dlt_snapshot.py"), "--host", server.host,
+           "--port", str(server.port), "--user", server.user, "--database", DB, "--table", TABLE,
+           "--dest", str(dest), "--partitions", str(args.parallelism), "--workdir", str(workdir)]
+    seconds, out = timed_process(cmd, server.password, "dlt")
+    doc = json.loads(out.strip().splitlines()[-1])
+    n = _delta_rows(doc["delta_path"], "(D) dlt", args.rows)
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.rmtree(workdir, ignore_errors=True)
+    return {"seconds": seconds, "rows": n, "stages": doc["stages"]}
+
+
+# The whole-process runs of a round, in order: key -> (label, runner)
+WHOLE_PROCESS = {"w_binlake": ("(A) binlake snapshot", run_binlake_process),
+                 "w_jdbc": ("(B) Spark JDBC job", run_jdbc_process),
+                 "w_dlt": ("(D) dlt", run_dlt_process)}
 
 
 # --------------------------------------------------------------------------- profiling
@@ -370,7 +524,7 @@ class ProfiledSnapshotJob(SnapshotJob):
             sid = self.cfg.source.server_id + 1 + slot
             bound = GroupTask(task.conn, sid, task.schema, task.chunks, task.uri, task.pipeline)
             t0, submitted = time.perf_counter(), time.time()
-            result = self.spark.sparkContext.parallelize([bound], 1).map(timed_run_group).collect()[0]
+            result = self.sc.parallelize([bound], 1).map(timed_run_group).collect()[0]
             job_s, returned = time.perf_counter() - t0, time.time()
         finally:
             with self._slot_lock:
@@ -431,7 +585,7 @@ def job_profile(job: ProfiledSnapshotJob, seconds: float) -> dict:
              "binlog_window_reads_s", "parquet_write_s")
     sums["run_group_other_s"] = sums.get("run_group_s", 0.0) - sum(sums.get(k, 0.0) for k in steps)
     launches = sorted(p["submit_to_task_start_s"] for p in job.tasks)
-    slots = job.spark.sparkContext.defaultParallelism
+    slots = job.sc.defaultParallelism
     busy = sums.get("worker_total_s", 0.0) / max(slots * job.prof.get("execute_s", 0.0), 1e-9)
     return {"seconds": seconds, "driver": dict(job.prof), "task_sums": sums, "slot_busy_fraction": busy,
             "fresh_workers": sum(p["fresh_worker"] for p in job.tasks),
@@ -454,7 +608,7 @@ def _verdict(ratio: float, target: float, a_s: float, other_s: float) -> str:
     if ratio >= target:
         return f"PASS (+{(ratio / target - 1) * 100:.0f}% over target)"
     need = other_s / target  # (a) seconds that would just meet the target
-    return (f"MISS by {(1 - ratio / target) * 100:.0f}%: (a) needs {target / ratio:.2f}x its throughput, "
+    return (f"MISS by {(1 - ratio / target) * 100:.0f}%: binlake needs {target / ratio:.2f}x its throughput, "
             f"<= {need:.2f} s instead of {a_s:.2f} s")
 
 
@@ -475,6 +629,9 @@ def print_report(args, env: dict, stats: dict[str, dict], results: dict, extras:
         "b_arrow": "(b)  Spark JDBC -> toArrow -> write_deltalake",
         "b_parquet": "(b)  Spark JDBC -> Spark Parquet -> delta-rs commit",
         "c": "(c)  mariadb --batch --quick > /dev/null",
+        "w_binlake": "(A)  `binlake snapshot` process",
+        "w_jdbc": "(B)  Spark JDBC job process (start Spark, Parquet)",
+        "w_dlt": "(D)  dlt process (connectorx, partitioned, delta)",
     }
     b_methods = [k for k in ("b_arrow", "b_parquet") if k in stats]
     b_key = min(b_methods, key=lambda k: stats[k]["median_s"])
@@ -491,7 +648,7 @@ def print_report(args, env: dict, stats: dict[str, dict], results: dict, extras:
     header = f"  {'run':<54}{'best s':>9}{'median s':>10}{'rows/s (median)':>17}{'rows/s (best)':>15}"
     print(header)
     print("  " + "-" * (len(header) - 2))
-    for key in ("a", "b_arrow", "b_parquet", "c"):
+    for key in labels:
         if key not in stats:
             continue
         s = stats[key]
@@ -505,11 +662,16 @@ def print_report(args, env: dict, stats: dict[str, dict], results: dict, extras:
     print()
     ratios = {}
     print(f"  {'ratio of rows/s':<18}{'median':>8}{'best':>8}{'target':>9}   result (median)")
-    for name, other, target, tlabel in (("(a)/(b)", b_key, TARGET_A_OVER_B, ">= 2.00"),
-                                        ("(a)/(c)", "c", TARGET_A_OVER_C, ">= 0.33")):
-        med = stats[other]["median_s"] / stats["a"]["median_s"]
-        best = stats[other]["best_s"] / stats["a"]["best_s"]
-        verdict = _verdict(med, target, stats["a"]["median_s"], stats[other]["median_s"])
+    comparisons = [("(a)/(b)", "a", b_key, TARGET_A_OVER_B), ("(a)/(c)", "a", "c", TARGET_A_OVER_C)]
+    if "w_binlake" in stats:
+        over_dlt = TARGET_OVER_DLT_LARGE if n >= LARGE_ROWS else TARGET_OVER_DLT
+        comparisons += [("(A)/(B)", "w_binlake", "w_jdbc", TARGET_A_OVER_B),
+                        ("(A)/(D)", "w_binlake", "w_dlt", over_dlt)]
+    for name, mine, other, target in comparisons:
+        tlabel = f">= {target:.2f}"
+        med = stats[other]["median_s"] / stats[mine]["median_s"]
+        best = stats[other]["best_s"] / stats[mine]["best_s"]
+        verdict = _verdict(med, target, stats[mine]["median_s"], stats[other]["median_s"])
         ratios[name] = {"median": med, "best": best, "target": target, "pass": med >= target, "verdict": verdict}
         print(f"  {name:<18}{med:>8.2f}{best:>8.2f}{tlabel:>9}   {verdict}")
     print()
@@ -597,8 +759,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="one untimed round of (a) and (b) first (otherwise run 1 includes Python worker "
                          "start-up for (a) and JDBC class loading for (b))")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a ratio misses its target")
+    ap.add_argument("--whole-process", action="store_true",
+                    help="also time whole processes each round: (A) `binlake snapshot`, (B) a Spark JDBC job, "
+                         "(D) dlt (bench/.dlt-venv, made on first use)")
+    ap.add_argument("--jdbc-process", metavar="JSON", help=argparse.SUPPRESS)  # (B)'s child
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
+    if args.jdbc_process:
+        return jdbc_process(json.loads(args.jdbc_process))
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
 
@@ -615,14 +783,16 @@ def main(argv: list[str] | None = None) -> int:
         env["load_s"] = load_table(server, args.rows)
         print(f"  loaded in {env['load_s']:.2f} s; starting Spark ...", flush=True)
         t0 = time.perf_counter()
-        spark = get_spark("local[*]", {"spark.jars": JDBC_JAR,
-                                       "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"})
+        spark = get_spark("local[*]", SPARK_CONF)
         env["spark_start_s"] = time.perf_counter() - t0
         env["spark_default_parallelism"] = spark.sparkContext.defaultParallelism
         sampler.start()
 
         b_methods = ["arrow", "parquet"] if args.b_method == "both" else [args.b_method]
-        results: dict[str, list[dict]] = {"a": [], "b_arrow": [], "b_parquet": [], "c": []}
+        results: dict[str, list[dict]] = {"a": [], "b_arrow": [], "b_parquet": [], "c": [],
+                                          **{k: [] for k in WHOLE_PROCESS}}
+        if args.whole_process:
+            dlt_python()  # made before any clock starts
         if args.warmup:
             print("  warm-up round (untimed) ...", flush=True)
             run_binlake(server, spark, work, "warmup", argparse.Namespace(**{**vars(args), "profile": False}))
@@ -644,6 +814,11 @@ def main(argv: list[str] | None = None) -> int:
             r = run_client(server, args)
             results["c"].append(r)
             print(f"  [{i + 1}/{args.repeat}] (c) mariadb client     {r['seconds']:7.2f} s", flush=True)
+            if args.whole_process:
+                for key, (label, fn) in WHOLE_PROCESS.items():
+                    r = fn(server, work, rid, args)
+                    results[key].append(r)
+                    print(f"  [{i + 1}/{args.repeat}] {label:<22} {r['seconds']:7.2f} s (whole process)", flush=True)
         extras = None
         if args.profile:
             extras = {**profile_extras(server, spark, args), "spark_slots": env["spark_default_parallelism"]}

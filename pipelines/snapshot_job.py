@@ -46,6 +46,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pymysql
 from deltalake import CommitProperties, DeltaTable, write_deltalake
+from pyspark import SparkContext
+from pyspark.sql import SparkSession
 
 from cdc_core.binlog import read_statements
 from cdc_core.bulk_read import chunk_fetch
@@ -81,6 +83,7 @@ from pipelines.delta_sink import (
 from pipelines.lake_storage import UnsafeSink, is_local, require_safe_commits
 from pipelines.pause_points import pause_at
 from pipelines.schema_applier import conform_routed, delta_schema, widen_to
+from pipelines.spark_session import context_of
 
 log = logging.getLogger(__name__)
 
@@ -311,13 +314,14 @@ def _counted(cfg: BinlakeConfig, summary: SnapshotSummary, tables: dict[str, Del
 class SnapshotJob:
     """Driver of one snapshot run."""
 
-    def __init__(self, cfg: BinlakeConfig, spark, progress=None, only: set[str] | None = None,
-                 chunks: set[int] | None = None, on_commit=None, retry: RetryPolicy | None = None):
+    def __init__(self, cfg: BinlakeConfig, spark: SparkSession | SparkContext, progress=None,
+                 only: set[str] | None = None, chunks: set[int] | None = None, on_commit=None,
+                 retry: RetryPolicy | None = None):
         self.cfg = cfg
         self.only = only  # restrict to these "db.table" names (Dagster asset subsets)
         self.chunks = chunks  # restrict to these chunk indexes of the planned tables (Dagster partitions)
         self.on_commit = on_commit  # callable(table, chunk records) after each group's Delta commit, or None
-        self.spark = spark
+        self.sc = context_of(spark)  # a session's or a bare context (`binlake snapshot` starts no SQL session)
         self.progress = progress  # callable(chunks_done, chunks_total, rows) or None
         self.retry = retry or RetryPolicy()  # transient source faults: backoff, budget, stall timeout
         self.conn = connection_settings(cfg)
@@ -328,7 +332,7 @@ class SnapshotJob:
         self.base = self.store.position_base()
         # Concurrent groups: the configured parallelism, but no more than Spark has task slots
         # (extra concurrent jobs would only queue inside Spark).
-        self.slots = max(1, min(cfg.pipeline.parallelism, spark.sparkContext.defaultParallelism))
+        self.slots = max(1, min(cfg.pipeline.parallelism, self.sc.defaultParallelism))
         self._slots: list[int] = list(range(self.slots))
         self._slot_lock = threading.Lock()
         self._unmirrored: list[ChunkRecord] = []
@@ -540,7 +544,7 @@ class SnapshotJob:
             # another attempt (their rows would never be committed).
             self._abort.set()
             pool.shutdown(wait=False, cancel_futures=True)
-            self.spark.sparkContext.cancelAllJobs()
+            self.sc.cancelAllJobs()
             pool.shutdown(wait=True)  # running groups end with their cancelled jobs: their slots are free again
             raise
         finally:
@@ -576,7 +580,7 @@ class SnapshotJob:
         """One Spark job for the group; cancelled as stalled after ``retry.stall_seconds``."""
         with self._slot_lock:
             slot = self._slots.pop()
-        sc = self.spark.sparkContext
+        sc = self.sc
         group = f"binlake-{uuid.uuid4().hex}"
         stalled = threading.Event()
 

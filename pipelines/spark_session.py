@@ -4,13 +4,19 @@ Hadoop or Delta jars are needed: tasks write Parquet through delta-rs's object s
 (pipelines/lake_storage.py) and the driver commits with deltalake. Executors need the
 same Python with binlake installed (at the driver's interpreter path, or set
 ``PYSPARK_PYTHON`` to theirs before binlake starts), and network access to MySQL and to
-the lake."""
+the lake.
+
+binlake's own jobs (the snapshot, backfill reads) are RDD jobs of Python functions: they need
+a ``SparkContext`` only. ``get_spark_context`` starts just that, without the SQL session
+(its catalog and session state are seconds of JVM class loading that no binlake job uses:
+bench/snapshot.py --whole-process)."""
 
 from __future__ import annotations
 
 import os
 import sys
 
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 
@@ -27,6 +33,8 @@ def spark_settings(master: str | None = None, conf: dict[str, str] | None = None
         "spark.ui.showConsoleProgress": "false",
         "spark.scheduler.mode": "FAIR",  # chunk groups run as concurrent jobs
         "spark.python.worker.reuse": "true",
+        # workers forked with binlake's task modules already imported (pipelines/spark_daemon.py)
+        "spark.python.daemon.module": "pipelines.spark_daemon",
         **(conf or {}),
     }
 
@@ -39,3 +47,16 @@ def get_spark(master: str | None = None, conf: dict[str, str] | None = None) -> 
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def get_spark_context(master: str | None = None, conf: dict[str, str] | None = None) -> SparkContext:
+    """Get or create the process's SparkContext, without starting a SQL session (a session
+    built later in the process, e.g. by :func:`get_spark`, runs on this context)."""
+    sc = SparkContext.getOrCreate(SparkConf().setAll(list(spark_settings(master, conf).items())))
+    sc.setLogLevel("WARN")
+    return sc
+
+
+def context_of(spark: SparkSession | SparkContext) -> SparkContext:
+    """The SparkContext of a session (Dagster's, the tests'), or the context itself."""
+    return spark if isinstance(spark, SparkContext) else spark.sparkContext

@@ -1,0 +1,28 @@
+"""binlake's Spark settings (pipelines/spark_session.py): executors fork Python workers from
+binlake's preloading daemon (pipelines/spark_daemon.py)."""
+
+from __future__ import annotations
+
+
+def test_python_workers_fork_from_the_preloading_daemon(spark):
+    def _worker_facts(_: int) -> tuple[str, bool]:
+        """In a Python worker (pickled by value: this test module is not importable there): its
+        parent's command line (the daemon) and whether binlake's task module is loaded."""
+        import os
+        import sys
+
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            parent = f.read().replace(b"\0", b" ").decode()
+        return parent, "pipelines.snapshot_job" in sys.modules
+
+    facts = spark.sparkContext.parallelize([0, 1], 2).map(_worker_facts).collect()
+    for parent, preloaded in facts:
+        assert "pipelines.spark_daemon" in parent
+        assert preloaded
+
+
+def test_failed_preload_is_skipped(caplog):
+    from pipelines.spark_daemon import preload
+
+    preload(("binlake_no_such_module", "json"))
+    assert "binlake_no_such_module not preloaded" in caplog.text
