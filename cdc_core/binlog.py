@@ -343,7 +343,7 @@ def read_changes(
                 else:
                     yield from _changes(event, d, pos)
             elif isinstance(event, MariadbGtidEvent) and event.flags & FL_PREPARED_XA:
-                xa.start(pos)
+                xa.start()
             elif isinstance(event, XAPrepareEvent):
                 xa.prepared()
             elif isinstance(event, QueryEvent) and (statement := xa_statement(statement_text(event)[1])):
@@ -361,7 +361,7 @@ def _xa_outcome(xa: XaHold, statement, pos: BinlogPosition, start: BinlogPositio
     changes of a commit, at the commit's position; a commit whose XA PREPARE is before
     ``start`` is :class:`XaOutsideWindow` (its rows are not here)."""
     if statement.verb == XaVerb.START:
-        xa.start(pos)
+        xa.start()
     elif statement.verb == XaVerb.END:
         xa.end(statement.xid)
     else:

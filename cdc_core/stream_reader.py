@@ -242,7 +242,7 @@ def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
     decoder = RowDecoder(lambda table, column: not excludes_column(spec.exclude_columns, f"{table}.{column}"),
                          spec.first_layout_id)
     skip, until = spec.skip_through, spec.until
-    gtid, group_start, xa = None, spec.start, XaHold()
+    gtid, xa = None, XaHold()
 
     def row_event(event, at: BinlogPosition) -> RowsEvent:
         d, new = decoder.decoding(event)
@@ -259,7 +259,7 @@ def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
         before this reader's start), unless a run before a restart applied them; an
         ``XA ROLLBACK`` drops them. Both end a transaction."""
         if statement.verb == XaVerb.START:  # MySQL's start of a group (MariaDB flags its GTID event)
-            xa.start(group_start)
+            xa.start()
             return
         if statement.verb == XaVerb.END:
             xa.end(statement.xid)
@@ -295,9 +295,9 @@ def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
             elif isinstance(event, XidEvent):
                 buffer.add(TransactionEnd(at, gtid, event.timestamp))
             elif isinstance(event, MariadbGtidEvent):
-                gtid, group_start = event.gtid, at.at(at.file, at.pos - event.event_size)
+                gtid = event.gtid
                 if event.flags & FL_PREPARED_XA:
-                    xa.start(group_start)
+                    xa.start()
             elif isinstance(event, XAPrepareEvent):
                 xa.prepared()
                 buffer.add(TransactionEnd(at, gtid, event.timestamp))  # nothing applied: a place to resume from

@@ -23,10 +23,8 @@ Invariants (tests/test_xa_transactions.py):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-
-from cdc_core.positions import BinlogPosition
 
 FL_PREPARED_XA = 64  # MariaDB's GTID event flag: the group is an XA transaction's prepared part
 
@@ -70,28 +68,22 @@ def canonical_xid(text: str) -> str:
     return re.sub(r"\s+", "", text).lower()
 
 
-@dataclass
-class _Prepared:
-    start: BinlogPosition  # where its group begins (a reader started here reads it whole)
-    items: list = field(default_factory=list)
-
-
 class XaHold:
     """The prepared transactions of one binlog reader (see the module invariants): the rows
     read inside an XA group are handed to :meth:`hold` instead of being applied."""
 
     def __init__(self) -> None:
-        self._open: tuple[str, _Prepared] | None = None  # the group being read, and its xid once known
-        self._prepared: dict[str, _Prepared] = {}
+        self._open: tuple[str, list] | None = None  # the group being read: its xid once known, its rows
+        self._prepared: dict[str, list] = {}  # xid -> the rows of its prepared group
 
     @property
     def holding(self) -> bool:
         """Whether the reader is inside an XA group (its rows are to be held)."""
         return self._open is not None
 
-    def start(self, at: BinlogPosition) -> None:
-        """An XA group begins at ``at``: its rows are held from now on."""
-        self._open = ("", _Prepared(at))
+    def start(self) -> None:
+        """An XA group begins: its rows are held from now on."""
+        self._open = ("", [])
 
     def end(self, xid: str) -> None:
         """``XA END xid``: the open group's xid (MariaDB names it only here)."""
@@ -100,7 +92,7 @@ class XaHold:
 
     def hold(self, item) -> None:
         """A row change (in the reader's own form) of the open group."""
-        self._open[1].items.append(item)
+        self._open[1].append(item)
 
     def prepared(self) -> None:
         """The open group's XA_PREPARE: its rows wait for the outcome."""
@@ -112,5 +104,4 @@ class XaHold:
     def outcome(self, xid: str) -> list | None:
         """``XA COMMIT`` or ``XA ROLLBACK`` of ``xid``: the held rows, forgotten here; None
         when its XA PREPARE was not read by this reader."""
-        group = self._prepared.pop(xid, None)
-        return None if group is None else group.items
+        return self._prepared.pop(xid, None)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from cdc_core.binlog import read_changes
-from cdc_core.positions import BinlogPosition, master_position
+from cdc_core.positions import master_position
 from cdc_core.source import connection_settings
 from cdc_core.xa import XaHold, XaOutsideWindow, XaStatement, XaVerb, canonical_xid, xa_statement
 from tests.helpers import assert_equal, snapshot
@@ -34,7 +34,7 @@ def test_statements_and_the_hold():
     assert canonical_xid("X'6A', X'', 1") == "x'6a',x'',1"
     hold = XaHold()
     assert not hold.holding
-    hold.start(BinlogPosition("binlog.000001", 4))
+    hold.start()
     hold.hold("row 1")
     hold.hold("row 2")
     hold.end("x'61',x'',1")

@@ -94,14 +94,20 @@ class SchemaChanges:
     # --- statements -----------------------------------------------------------------------------
 
     def on_partial_image(self, name: str, at: BinlogPosition) -> None:
-        """A row event of ``name`` whose images leave columns out: its rows cannot be known, so a
-        streamed table is backfilled (after the batch before it is committed)."""
-        t = self.state.tables.get(name)
-        if t is None or not t.streamed or not self.cfg.source.captures(name):
+        """A row event of ``name`` whose images leave columns out: its rows cannot be known."""
+        self._rows_unseen([name], at, "partial_image", PARTIAL_IMAGE.format(at=at))
+
+    def _rows_unseen(self, names: list[str], at: BinlogPosition, kind: str, detail: str, ddl: str = "") -> None:
+        """Rows of ``names`` changed at ``at`` without row events: every one streamed and captured
+        is backfilled, after the batch before ``at`` is committed."""
+        s = self.state
+        hit = [n for n in names if n in s.tables and s.tables[n].streamed and self.cfg.source.captures(n)]
+        if not hit:
             return
-        self.wait_for_holds([name])
+        self.wait_for_holds(hit)
         self.commit()
-        self.needs_backfill(name, at, 0, "partial_image", PARTIAL_IMAGE.format(at=at))
+        for name in hit:
+            self.needs_backfill(name, at, 0, kind, detail, ddl=ddl)
 
     def on_row_statement(self, st: Statement) -> bool:
         """A row change logged as SQL (cdc_core/ddl.py's ``dml``): its rows are not in the binlog,
@@ -110,14 +116,8 @@ class SchemaChanges:
         stmt = parse_statement(st.sql, st.database)
         if stmt.kind != "dml":
             return False
-        s = self.state
-        hit = [n for n in stmt.tables if n in s.tables and s.tables[n].streamed and self.cfg.source.captures(n)]
-        if hit:
-            self.wait_for_holds(hit)
-            self.commit()
-            for name in hit:
-                self.needs_backfill(name, st.position, 0, "statement", ROWS_AS_STATEMENT.format(at=st.position),
-                                    ddl=st.sql)
+        self._rows_unseen(list(stmt.tables), st.position, "statement", ROWS_AS_STATEMENT.format(at=st.position),
+                          ddl=st.sql)
         return True
 
     def on_statement(self, st: Statement) -> None:
