@@ -44,11 +44,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"loading {args.rows:,} rows ...", flush=True)
         load_table(server, args.rows)
         config = write_cli_config(server, work / "binlake.yaml", "bench_noop", work / "lake")
-        first = timed_cli_snapshot(config, server.password)
+        first, _ = timed_cli_snapshot(config, server.password)
         print(f"  first run (Spark, every chunk read): {first:.2f} s", flush=True)
         reruns = []
         for i in range(args.repeat):
-            reruns.append(timed_cli_snapshot(config, server.password))
+            reruns.append(timed_cli_snapshot(config, server.password)[0])
             print(f"  re-run {i + 1} (nothing to read): {reruns[-1]:.2f} s", flush=True)
     finally:
         server.cleanup()

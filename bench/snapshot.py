@@ -183,12 +183,13 @@ class RssSampler:
 # --------------------------------------------------------------------------- (a) binlake
 
 
-def binlake_config(server: LocalMariaDB, lake: str, name: str, parallelism: int, chunk_size: int):
+def binlake_config(server: LocalMariaDB, lake: str, name: str, parallelism: int, chunk_size: int,
+                   runner: str = "auto"):
     return parse_config({
         "pipeline": {"name": name, "parallelism": parallelism},
         "source": {
             "host": server.host, "port": server.port, "user": server.user, "password": server.password,
-            "server_id": 5400, "tables": [rf"{DB}\.{TABLE}"], "snapshot": {"chunk_size": chunk_size},
+            "server_id": 5400, "tables": [rf"{DB}\.{TABLE}"], "snapshot": {"chunk_size": chunk_size, "runner": runner},
         },
         "sink": {"path": lake},
     })
@@ -196,7 +197,7 @@ def binlake_config(server: LocalMariaDB, lake: str, name: str, parallelism: int,
 
 def run_binlake(server, spark, work: Path, run_id: str, args) -> dict:
     lake = work / f"lake-a-{run_id}"
-    cfg = binlake_config(server, str(lake), f"bench_{run_id}", args.parallelism, args.chunk_size)
+    cfg = binlake_config(server, str(lake), f"bench_{run_id}", args.parallelism, args.chunk_size, args.runner)
     job = (ProfiledSnapshotJob if args.profile else SnapshotJob)(cfg, spark)
     t0 = time.perf_counter()
     summary = job.run()
@@ -322,36 +323,43 @@ def run_client(server: LocalMariaDB, args) -> dict:
 # --------------------------------------------------------------------------- whole processes
 
 
-def timed_process(cmd: list[str], password: str, what: str) -> tuple[float, str]:
-    """Seconds from a process's start to its exit, and its stdout; fails on a non-zero exit."""
-    t0 = time.perf_counter()
-    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env={**os.environ, PASSWORD_VAR: password})
-    seconds = time.perf_counter() - t0
-    if r.returncode != 0:
-        raise AssertionError(f"{what} exited {r.returncode}: {r.stderr[-2000:]}")
-    return seconds, r.stdout
+def timed_process(cmd: list[str], password: str, what: str) -> tuple[float, str, float]:
+    """Seconds from a process's start to its exit, its stdout, and its peak RSS in MiB (wait4's
+    ``ru_maxrss``: the process's own, or a child's it waited for if larger); fails on a non-zero exit."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=err, text=True,
+                                env={**os.environ, PASSWORD_VAR: password})
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+        out.seek(0)
+        err.seek(0)
+        if proc.returncode != 0:
+            raise AssertionError(f"{what} exited {proc.returncode}: {err.read()[-2000:]}")
+        return seconds, out.read(), usage.ru_maxrss / 1024
 
 
 def write_cli_config(server, path: Path, name: str, lake: Path, parallelism: int = 4,
-                     chunk_size: int | None = None) -> Path:
+                     chunk_size: int | None = None, runner: str = "auto") -> Path:
     """A ``binlake`` config file for the bench table (the password from ``PASSWORD_VAR``)."""
     source = {"host": server.host, "port": server.port, "user": server.user,
-              "password": f"${{{PASSWORD_VAR}}}", "tables": [rf"{DB}\.{TABLE}"]}
+              "password": f"${{{PASSWORD_VAR}}}", "tables": [rf"{DB}\.{TABLE}"], "snapshot": {"runner": runner}}
     if chunk_size is not None:
-        source["snapshot"] = {"chunk_size": chunk_size}
+        source["snapshot"]["chunk_size"] = chunk_size
     path.write_text(yaml.safe_dump({"pipeline": {"name": name, "parallelism": parallelism}, "source": source,
                                     "sink": {"path": str(lake)}}))
     return path
 
 
-def timed_cli_snapshot(config: Path, password: str) -> float:
-    """Seconds of one ``binlake snapshot -c config`` process, as a user runs it; fails on a
-    non-zero exit or when it does not report Delta = MySQL row counts."""
-    seconds, out = timed_process([sys.executable, "-m", "pipelines.cli", "snapshot", "-c", str(config)], password,
+def timed_cli_snapshot(config: Path, password: str) -> tuple[float, float]:
+    """Seconds and peak RSS (MiB) of one ``binlake snapshot -c config`` process, as a user runs
+    it; fails on a non-zero exit or when it does not report Delta = MySQL row counts."""
+    seconds, out, rss = timed_process([sys.executable, "-m", "pipelines.cli", "snapshot", "-c", str(config)], password,
                                  "binlake snapshot")
     if "match" not in out:
         raise AssertionError(f"binlake snapshot did not report Delta = MySQL counts:\n{out}")
-    return seconds
+    return seconds, rss
 
 
 def _delta_rows(uri: str | Path, what: str, rows: int) -> int:
@@ -365,11 +373,11 @@ def run_binlake_process(server, work: Path, run_id: str, args) -> dict:
     """(A) ``binlake snapshot`` as a subprocess into a fresh lake, with (a)'s settings."""
     lake = work / f"lake-A-{run_id}"
     config = write_cli_config(server, work / f"binlake-{run_id}.yaml", f"bench_cli_{run_id}", lake,
-                              args.parallelism, args.chunk_size)
-    seconds = timed_cli_snapshot(config, server.password)
+                              args.parallelism, args.chunk_size, args.runner)
+    seconds, rss = timed_cli_snapshot(config, server.password)
     n = _delta_rows(lake / DB / TABLE, "(A) binlake snapshot", args.rows)
     shutil.rmtree(lake, ignore_errors=True)
-    return {"seconds": seconds, "rows": n}
+    return {"seconds": seconds, "rows": n, "peak_rss_mb": rss}
 
 
 def jdbc_process(spec: dict) -> int:
@@ -387,11 +395,11 @@ def run_jdbc_process(server, work: Path, run_id: str, args) -> dict:
     uri = work / f"lake-B-{run_id}"
     spec = {"host": server.host, "port": server.port, "user": server.user, "uri": str(uri),
             "parallelism": args.parallelism, "fetchsize": args.fetchsize}
-    seconds, _ = timed_process([sys.executable, __file__, "--jdbc-process", json.dumps(spec)], server.password,
-                               "Spark JDBC process")
+    seconds, _, rss = timed_process([sys.executable, __file__, "--jdbc-process", json.dumps(spec)],
+                                    server.password, "Spark JDBC process")
     n = _delta_rows(uri, "(B) Spark JDBC process", args.rows)
     shutil.rmtree(uri, ignore_errors=True)
-    return {"seconds": seconds, "rows": n}
+    return {"seconds": seconds, "rows": n, "peak_rss_mb": rss}
 
 
 def dlt_python() -> Path:
@@ -412,12 +420,12 @@ def run_dlt_process(server, work: Path, run_id: str, args) -> dict:
     cmd = [str(dlt_python()), str(REPO / "bench" / "dlt_snapshot.py"), "--host", server.host,
            "--port", str(server.port), "--user", server.user, "--database", DB, "--table", TABLE,
            "--dest", str(dest), "--partitions", str(args.parallelism), "--workdir", str(workdir)]
-    seconds, out = timed_process(cmd, server.password, "dlt")
+    seconds, out, rss = timed_process(cmd, server.password, "dlt")
     doc = json.loads(out.strip().splitlines()[-1])
     n = _delta_rows(doc["delta_path"], "(D) dlt", args.rows)
     shutil.rmtree(dest, ignore_errors=True)
     shutil.rmtree(workdir, ignore_errors=True)
-    return {"seconds": seconds, "rows": n, "stages": doc["stages"]}
+    return {"seconds": seconds, "rows": n, "stages": doc["stages"], "peak_rss_mb": rss}
 
 
 # The whole-process runs of a round, in order: key -> (label, runner)
@@ -429,9 +437,13 @@ WHOLE_PROCESS = {"w_binlake": ("(A) binlake snapshot", run_binlake_process),
 # --------------------------------------------------------------------------- profiling
 
 
+_PATCH_LOCK = threading.Lock()
+_PROF = threading.local()  # the running task's timers: one per thread (the local runner reads groups in threads)
+
+
 def timed_run_group(task):
-    """Executor side of the profiled run: pipelines.snapshot_job.run_group with timers
-    around its steps (patched in this Python worker only)."""
+    """The group reader of the profiled run: pipelines.snapshot_job.run_group with timers
+    around its steps (patched once per process; each thread sums into its own task's timers)."""
     import time as _t
 
     wall_start = _t.time()
@@ -442,33 +454,36 @@ def timed_run_group(task):
     import cdc_core.chunk_reader as cr
     import pipelines.snapshot_job as sj
 
-    prof = getattr(cr, "_bench_profile", None)
-    fresh = prof is None  # first task in this Python worker process
-    if fresh:
-        prof = cr._bench_profile = {}
+    with _PATCH_LOCK:
+        fresh = not getattr(cr, "_bench_patched", False)  # first task in this Python process
+        if fresh:
+            cr._bench_patched = True
 
-        def timed(key, fn):
-            def wrapper(*a, **kw):
-                t0 = _t.perf_counter()
-                try:
-                    return fn(*a, **kw)
-                finally:
-                    cr._bench_profile[key] = cr._bench_profile.get(key, 0.0) + _t.perf_counter() - t0
-            return wrapper
+            def timed(key, fn):
+                def wrapper(*a, **kw):
+                    t0 = _t.perf_counter()
+                    try:
+                        return fn(*a, **kw)
+                    finally:
+                        prof = getattr(_PROF, "prof", None)  # None: the driver's own call (local runner)
+                        if prof is not None:
+                            prof[key] = prof.get(key, 0.0) + _t.perf_counter() - t0
+                return wrapper
 
-        cr.master_position = timed("watermark_queries_s", cr.master_position)
-        cr.read_changes = timed("binlog_window_reads_s", cr.read_changes)
-        cr.ChunkReader._canonical = timed("arrow_canonicalise_s", cr.ChunkReader._canonical)
-        connectorx.read_sql = timed("connectorx_read_s", connectorx.read_sql)
-        sj.write_parquet = timed("parquet_write_s", sj.write_parquet)
-        sj.connect = timed("control_connect_s", sj.connect)
-    prof.clear()
+            cr.master_position = timed("watermark_queries_s", cr.master_position)
+            cr.read_changes = timed("binlog_window_reads_s", cr.read_changes)
+            cr.ChunkReader._canonical = timed("arrow_canonicalise_s", cr.ChunkReader._canonical)
+            connectorx.read_sql = timed("connectorx_read_s", connectorx.read_sql)
+            sj.write_parquet = timed("parquet_write_s", sj.write_parquet)
+            sj.connect = timed("control_connect_s", sj.connect)
+    prof = _PROF.prof = {}
     t0 = _t.perf_counter()
     result = sj.run_group(task)
     prof["run_group_s"] = _t.perf_counter() - t0
     prof["cold_import_s"] = t_import
     prof["worker_total_s"] = _t.perf_counter() - t_start
     result["profile"] = {**prof, "fresh_worker": fresh, "wall_start": wall_start, "wall_end": _t.time()}
+    _PROF.prof = None
     return result
 
 
@@ -515,20 +530,14 @@ class ProfiledSnapshotJob(SnapshotJob):
         super()._execute(tasks, tables, by_table, summary, total)
         self.prof["execute_s"] = time.perf_counter() - t0
 
-    def _run_on_spark(self, task):
-        from pipelines.snapshot_job import GroupTask
+    group_fn = staticmethod(timed_run_group)
 
-        with self._slot_lock:
-            slot = self._slots.pop()
-        try:
-            sid = self.cfg.source.server_id + 1 + slot
-            bound = GroupTask(task.conn, sid, task.schema, task.chunks, task.uri, task.pipeline)
-            t0, submitted = time.perf_counter(), time.time()
-            result = self.sc.parallelize([bound], 1).map(timed_run_group).collect()[0]
-            job_s, returned = time.perf_counter() - t0, time.time()
-        finally:
-            with self._slot_lock:
-                self._slots.append(slot)
+    def _attempt(self, task, what):
+        t0, submitted = time.perf_counter(), time.time()
+        result = super()._attempt(task, what)
+        job_s, returned = time.perf_counter() - t0, time.time()
+        if "profile" not in result:
+            return result  # a retry or a failure: the driver handles it
         p = result["profile"]
         p["spark_job_s"] = job_s
         p["spark_overhead_s"] = job_s - p["worker_total_s"]
@@ -585,7 +594,7 @@ def job_profile(job: ProfiledSnapshotJob, seconds: float) -> dict:
              "binlog_window_reads_s", "parquet_write_s")
     sums["run_group_other_s"] = sums.get("run_group_s", 0.0) - sum(sums.get(k, 0.0) for k in steps)
     launches = sorted(p["submit_to_task_start_s"] for p in job.tasks)
-    slots = job.sc.defaultParallelism
+    slots = job.slots
     busy = sums.get("worker_total_s", 0.0) / max(slots * job.prof.get("execute_s", 0.0), 1e-9)
     return {"seconds": seconds, "driver": dict(job.prof), "task_sums": sums, "slot_busy_fraction": busy,
             "fresh_workers": sum(p["fresh_worker"] for p in job.tasks),
@@ -680,6 +689,11 @@ def print_report(args, env: dict, stats: dict[str, dict], results: dict, extras:
     print(f"  binlake: {first_a['chunks']} chunks; driver peak RSS {first_a['driver_peak_rss_mb']:.0f} MB "
           f"(Python driver, {when}); task peak RSS "
           f"{max(r['task_peak_rss_mb'] for r in results['a']):.0f} MB (Python worker)")
+    whole = [(labels[k].split(")")[0] + ")", max(r["peak_rss_mb"] for r in results[k]))
+             for k in WHOLE_PROCESS if results.get(k)]
+    if whole:
+        print("  whole processes, peak RSS (wait4: the process, or a child it waited for if larger): "
+              + ", ".join(f"{k} {v:.0f} MB" for k, v in whole))
     if env.get("jvm_peak_rss_mb"):
         print("  Spark JVM peak RSS (sampled; the JVM keeps heap it grew): " + ", ".join(f"{k} {v:.0f} MB"
                                                               for k, v in env["jvm_peak_rss_mb"].items()))
@@ -699,9 +713,11 @@ def print_profile(results: dict, extras: dict, args) -> None:
         cols.append((f"best warm (run {runs.index(warm) + 1})", warm["profile"]))
     p0 = cols[0][1]
     print()
-    print(f"  profile of the instrumented binlake runs ({p0['driver']['tasks']:.0f} Spark jobs x 1 task, "
-          f"{p0['driver']['chunks']:.0f} chunks, {args.parallelism} driver threads, "
-          f"{extras['spark_slots']} Spark task slots); seconds:")
+    where = (f"{extras['spark_slots']} Spark task slots" if args.runner == "spark"
+             else "runner auto: local threads on local[*], not Spark")
+    print(f"  profile of the instrumented binlake runs ({p0['driver']['tasks']:.0f} groups (a Spark job of 1 task "
+          f"each on Spark), {p0['driver']['chunks']:.0f} chunks, {args.parallelism} driver threads, {where}); "
+          "seconds:")
     print(f"    {'':<66}" + "".join(f"{name:>22}" for name, _ in cols))
 
     def line(label: str, values: list[float]) -> None:
@@ -749,6 +765,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--parallelism", type=int, default=4, help="binlake pipeline.parallelism and JDBC numPartitions")
     ap.add_argument("--chunk-size", type=int, default=8096, help="binlake source.snapshot.chunk_size")
+    ap.add_argument("--runner", choices=("auto", "spark", "local"), default="auto",
+                    help="binlake source.snapshot.runner (auto: local on local[*])")
     ap.add_argument("--fetchsize", type=int, default=10_000, help="Spark JDBC fetchsize")
     ap.add_argument("--repeat", type=int, default=1, help="run (a), (b), (c) this many times, alternating")
     ap.add_argument("--b-method", choices=("both", "arrow", "parquet"), default="both",

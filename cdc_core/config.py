@@ -80,6 +80,11 @@ class SnapshotConfig(_Strict):
     # a scan of Delta's rows of its range, a Spark job) is shared by this many rows whatever
     # the chunk size (bench/backfill.py); the driver holds one group's rows at a time.
     backfill_group_rows: int = Field(100_000, ge=1)
+    # binlake extension: where the snapshot's chunk groups run: "spark" as Spark tasks, "local"
+    # in threads of the binlake process (Spark is not started), "auto" Spark on a cluster
+    # master and local on ``local[...]``, where Spark adds a JVM and Python workers on the
+    # same cores, not cores (bench/snapshot.py --whole-process).
+    runner: Literal["auto", "spark", "local"] = "auto"
 
 
 class ParallelDecodeConfig(_Strict):

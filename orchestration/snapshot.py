@@ -36,7 +36,7 @@ def snapshot_asset(spec: AssetSpec) -> AssetsDefinition:
                  backfill_policy=BackfillPolicy.single_run())
     def _snapshot(context: AssetExecutionContext, binlake: BinlakeResource, pyspark: LazyPySparkResource):
         chunks = sorted(chunk_index(k) for k in context.partition_keys)
-        s = binlake.snapshot_chunks(context, pyspark.spark_session, table, chunks)
+        s = binlake.snapshot_chunks(context, pyspark, table, chunks)
         context.log.info(f"{table}: {len(chunks)} chunk(s) done ({s.chunks_read} read now, {s.rows_written:,} rows); "
                          f"Delta {s.delta_rows:,} rows, MySQL {s.mysql_rows:,} rows")
         yield from ()  # each partition was materialised when its chunk committed: no output of its own

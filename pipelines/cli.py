@@ -111,9 +111,7 @@ def _run_snapshot(cfg: BinlakeConfig) -> int:
     if summary is not None:  # nothing to read: no Spark session (its start alone takes seconds)
         _snapshot_table(cfg, summary)
         return EXIT_OK
-    from pipelines.spark_session import get_spark_context
-
-    sc = get_spark_context(cfg.spark.master, cfg.spark.conf)  # RDD jobs only: no SQL session to start
+    job = SnapshotJob(cfg)  # starts Spark only where groups run on it (source.snapshot.runner)
     with Progress(TextColumn("snapshot"), BarColumn(), MofNCompleteColumn(), TextColumn("chunks"),
                   TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=err) as progress:
         bar = progress.add_task("chunks", total=None, rate="")
@@ -124,7 +122,8 @@ def _run_snapshot(cfg: BinlakeConfig) -> int:
             progress.update(bar, completed=done, total=total, rate=f"{rows:,} rows, {rows / elapsed:,.0f} rows/s")
 
         try:
-            summary = SnapshotJob(cfg, sc, update).run()
+            job.progress = update
+            summary = job.run()
         except RetryBudgetExceeded as e:
             _line("[red]error[/red]:", f"{e}; committed chunks are kept: run the snapshot again to resume")
             return EXIT_RUNTIME

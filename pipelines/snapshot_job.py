@@ -1,6 +1,10 @@
-"""The snapshot phase on Spark: the driver plans chunks, Spark tasks read groups of
-chunks (watermarked, lock-free) and write Parquet into each table's folder, and the
-driver commits each group's files to Delta together with its chunk records.
+"""The snapshot phase: the driver plans chunks, tasks read groups of chunks
+(watermarked, lock-free) and write Parquet into each table's folder, and the driver
+commits each group's files to Delta together with its chunk records. A task runs as a
+one-task Spark job, or (``source.snapshot.runner``: ``local``, and ``auto`` on a
+``local[...]`` master) as the same function in a thread of this process, Spark not
+started: on one machine Spark brings no cores, only a JVM's start and Python workers
+(bench/snapshot.py --whole-process).
 
 Invariants:
 - A table's plan is stored before any of its chunks is read and reused on resume,
@@ -9,6 +13,10 @@ Invariants:
   its record; files of an interrupted group are never committed (no duplicates),
   and a re-run reads only chunks without a record. After success a re-run is a no-op.
 - Concurrent binlog readers use distinct server ids: ``source.server_id + 1 + slot``.
+- Either runner runs the same task function (``run_group``) with the same retries; a
+  local attempt that stalls is left behind in its daemon thread (a thread cannot be
+  interrupted), its file never committed, as a cancelled Spark task's is not
+  (tests/test_snapshot_faults.py and tests/test_types.py run both runners).
 - Spark tasks write their Parquet file into the table's folder through
   pipelines/lake_storage.py (a local folder or an object store, ``sink.storage_options``);
   only the driver commits. Before any work the sink must pass
@@ -83,7 +91,7 @@ from pipelines.delta_sink import (
 from pipelines.lake_storage import UnsafeSink, is_local, require_safe_commits
 from pipelines.pause_points import pause_at
 from pipelines.schema_applier import conform_routed, delta_schema, widen_to
-from pipelines.spark_session import context_of
+from pipelines.spark_session import context_of, get_spark_context, snapshot_on_spark
 
 log = logging.getLogger(__name__)
 
@@ -111,20 +119,37 @@ class GroupTask:
     base: int = 0  # of the pipeline's positions on the source (after a failover, cdc_core/positions.py)
 
 
-_worker_connections: dict[ConnectionSettings, pymysql.connections.Connection] = {}
+# Per thread: a Spark Python worker runs its tasks one after another in one thread (the cache
+# lives across them); a local runner's thread is given its slot's cache.
+_worker = threading.local()
+
+
+def _worker_connections() -> dict[ConnectionSettings, pymysql.connections.Connection]:
+    conns = getattr(_worker, "connections", None)
+    if conns is None:
+        conns = _worker.connections = {}
+    return conns
 
 
 def worker_connection(c: ConnectionSettings) -> pymysql.connections.Connection:
-    """A control connection cached in the (reused) Python worker across tasks."""
-    conn = _worker_connections.get(c)
+    """A control connection cached in the (reused) Python worker across tasks, one per thread."""
+    conns = _worker_connections()
+    conn = conns.get(c)
     if conn is not None:
         try:
             conn.ping(reconnect=True)
             return conn
         except pymysql.err.Error:
             conn.close()
-    conn = _worker_connections[c] = connect(c)
+    conn = conns[c] = connect(c)
     return conn
+
+
+def close_connections(conns: dict[ConnectionSettings, pymysql.connections.Connection]) -> None:
+    """Close and forget cached control connections (a local runner's, at the end of a pass)."""
+    while conns:
+        with contextlib.suppress(pymysql.err.Error):
+            conns.popitem()[1].close()
 
 
 def task_fault(e: Exception, c: ConnectionSettings) -> dict:
@@ -135,7 +160,7 @@ def task_fault(e: Exception, c: ConnectionSettings) -> dict:
     cause = transient_cause(e)
     if cause is None:
         return {"failed": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
-    stale = _worker_connections.pop(c, None)  # may be half-broken (cut mid-packet): never reused
+    stale = _worker_connections().pop(c, None)  # may be half-broken (cut mid-packet): never reused
     if stale is not None:
         with contextlib.suppress(pymysql.err.Error):  # "Already closed" when pymysql closed it itself
             stale.close()
@@ -314,14 +339,20 @@ def _counted(cfg: BinlakeConfig, summary: SnapshotSummary, tables: dict[str, Del
 class SnapshotJob:
     """Driver of one snapshot run."""
 
-    def __init__(self, cfg: BinlakeConfig, spark: SparkSession | SparkContext, progress=None,
+    group_fn = staticmethod(run_group)  # what reads a group (bench/snapshot.py --profile times it)
+
+    def __init__(self, cfg: BinlakeConfig, spark: SparkSession | SparkContext | None = None, progress=None,
                  only: set[str] | None = None, chunks: set[int] | None = None, on_commit=None,
                  retry: RetryPolicy | None = None):
         self.cfg = cfg
         self.only = only  # restrict to these "db.table" names (Dagster asset subsets)
         self.chunks = chunks  # restrict to these chunk indexes of the planned tables (Dagster partitions)
         self.on_commit = on_commit  # callable(table, chunk records) after each group's Delta commit, or None
-        self.sc = context_of(spark)  # a session's or a bare context (`binlake snapshot` starts no SQL session)
+        # Where groups run (source.snapshot.runner): Spark tasks, or threads of this process.
+        self.on_spark = snapshot_on_spark(cfg, spark)
+        self.sc: SparkContext | None = None
+        if self.on_spark:  # a session's or a bare context (`binlake snapshot` starts no SQL session)
+            self.sc = context_of(spark) if spark is not None else get_spark_context(cfg.spark.master, cfg.spark.conf)
         self.progress = progress  # callable(chunks_done, chunks_total, rows) or None
         self.retry = retry or RetryPolicy()  # transient source faults: backoff, budget, stall timeout
         self.conn = connection_settings(cfg)
@@ -332,7 +363,7 @@ class SnapshotJob:
         self.base = self.store.position_base()
         # Concurrent groups: the configured parallelism, but no more than Spark has task slots
         # (extra concurrent jobs would only queue inside Spark).
-        self.slots = max(1, min(cfg.pipeline.parallelism, self.sc.defaultParallelism))
+        self.slots = max(1, min(cfg.pipeline.parallelism, self.sc.defaultParallelism if self.sc else math.inf))
         self._slots: list[int] = list(range(self.slots))
         self._slot_lock = threading.Lock()
         self._unmirrored: list[ChunkRecord] = []
@@ -341,6 +372,8 @@ class SnapshotJob:
         # Snapshot commits of each sink table read so far (by table URI): later reads only read
         # the commits made since.
         self._commits: dict[str, SnapshotCommits] = {}
+        # The local runner's cached control connections, per slot (one thread per slot at a time).
+        self._slot_connections: dict[int, dict] = {}
 
     def run(self) -> SnapshotSummary:
         """Snapshot every captured table; resumes where an earlier run stopped."""
@@ -521,7 +554,7 @@ class SnapshotJob:
             self.progress(0, total, 0)
         self._abort.clear()  # a new pass after one that failed (a DDL changed a table while it was read)
         pool = ThreadPoolExecutor(self.slots, thread_name_prefix="snapshot")
-        futures = {pool.submit(self._run_on_spark, t): t for t in tasks}
+        futures = {pool.submit(self._run_group, t): t for t in tasks}
         try:
             for fut in as_completed(futures):
                 task = futures[fut]
@@ -544,16 +577,19 @@ class SnapshotJob:
             # another attempt (their rows would never be committed).
             self._abort.set()
             pool.shutdown(wait=False, cancel_futures=True)
-            self.sc.cancelAllJobs()
+            if self.sc is not None:
+                self.sc.cancelAllJobs()
             pool.shutdown(wait=True)  # running groups end with their cancelled jobs: their slots are free again
             raise
         finally:
             self._flush_mirror()
             summary.retries = self._retries
+            for conns in self._slot_connections.values():
+                close_connections(conns)
         pool.shutdown()
 
-    def _run_on_spark(self, task: GroupTask) -> dict:
-        """Run one group as a Spark job, again with backoff after a transient source fault (a group
+    def _run_group(self, task: GroupTask) -> dict:
+        """Run one group (a Spark job, or a thread here), again with backoff after a transient source fault (a group
         is idempotent until the driver commits it) until the retry budget is spent."""
         what = f"{task.schema.qualified_name} chunks {task.chunks[0].index}-{task.chunks[-1].index}"
         retry = Retry(self.retry)
@@ -577,9 +613,18 @@ class SnapshotJob:
             self._abort.wait(delay)
 
     def _attempt(self, task: GroupTask, what: str) -> dict:
-        """One Spark job for the group; cancelled as stalled after ``retry.stall_seconds``."""
+        """One attempt at the group, with a server id of its own (a free slot's)."""
         with self._slot_lock:
             slot = self._slots.pop()
+        try:
+            bound = replace(task, server_id=self.cfg.source.server_id + 1 + slot)
+            return self._on_spark(bound, what) if self.sc is not None else self._here(bound, slot)
+        finally:
+            with self._slot_lock:
+                self._slots.append(slot)
+
+    def _on_spark(self, task: GroupTask, what: str) -> dict:
+        """The group as a one-task Spark job, cancelled as stalled after ``retry.stall_seconds``."""
         sc = self.sc
         group = f"binlake-{uuid.uuid4().hex}"
         stalled = threading.Event()
@@ -590,18 +635,46 @@ class SnapshotJob:
 
         timer = threading.Timer(self.retry.stall_seconds, cancel)
         try:
-            sid = self.cfg.source.server_id + 1 + slot
             sc.setJobGroup(group, f"binlake snapshot {what}", interruptOnCancel=True)
             timer.start()
-            return sc.parallelize([replace(task, server_id=sid)], 1).map(run_group).collect()[0]
+            return sc.parallelize([task], 1).map(self.group_fn).collect()[0]
         except Exception:
             if stalled.is_set():
                 return {"retry": f"no answer from the source for {self.retry.stall_seconds:.0f} s (stalled read)"}
             raise
         finally:
             timer.cancel()
-            with self._slot_lock:
-                self._slots.append(slot)
+
+    def _here(self, task: GroupTask, slot: int) -> dict:
+        """The group in a thread of this process (the local runner). A read blocked in the
+        source's client cannot be interrupted from outside: after ``retry.stall_seconds`` (or
+        when the driver gives up) the attempt is left behind in its daemon thread, its file is
+        never committed, and the group is read again."""
+        answer: list = []
+        fn = self.group_fn
+        conns = self._slot_connections.setdefault(slot, {})
+
+        def work() -> None:
+            _worker.connections = conns
+            try:
+                answer.append(fn(task))
+            except BaseException as e:  # noqa: BLE001 - raised again on the driver's side below
+                answer.append(e)
+
+        thread = threading.Thread(target=work, name="snapshot-group", daemon=True)
+        thread.start()
+        deadline = time.monotonic() + self.retry.stall_seconds
+        while thread.is_alive():
+            left = deadline - time.monotonic()
+            if self._abort.is_set() or left <= 0:
+                self._slot_connections.pop(slot, None)  # the thread left behind keeps its connection
+                if self._abort.is_set():
+                    return {"retry": "the snapshot was stopped"}
+                return {"retry": f"no answer from the source for {self.retry.stall_seconds:.0f} s (stalled read)"}
+            thread.join(min(left, 0.2))
+        if isinstance(answer[0], BaseException):
+            raise answer[0]
+        return answer[0]
 
     def _commit(self, table, schema: pa.Schema, result: dict) -> list[ChunkRecord]:
         """Commit a group's files with its chunk records; returns the records as committed."""

@@ -19,6 +19,8 @@ import sys
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
+from cdc_core.config import BinlakeConfig
+
 
 def spark_settings(master: str | None = None, conf: dict[str, str] | None = None) -> dict[str, str]:
     """The Spark settings of binlake's session (also given to dagster-pyspark's resource).
@@ -55,6 +57,19 @@ def get_spark_context(master: str | None = None, conf: dict[str, str] | None = N
     sc = SparkContext.getOrCreate(SparkConf().setAll(list(spark_settings(master, conf).items())))
     sc.setLogLevel("WARN")
     return sc
+
+
+def snapshot_on_spark(cfg: BinlakeConfig, spark: SparkSession | SparkContext | None = None) -> bool:
+    """Whether the snapshot's chunk groups run as Spark tasks (``source.snapshot.runner``).
+    ``auto``: on a cluster master only; on ``local[...]`` Spark adds a JVM and Python workers
+    on the driver's own cores, not cores, so groups run in threads of the binlake process and
+    no Spark starts (bench/snapshot.py --whole-process). ``spark`` given: its master decides."""
+    runner = cfg.source.snapshot.runner
+    if runner != "auto":
+        return runner == "spark"
+    master = context_of(spark).master if spark is not None else spark_settings(cfg.spark.master,
+                                                                                cfg.spark.conf)["spark.master"]
+    return not master.startswith("local")
 
 
 def context_of(spark: SparkSession | SparkContext) -> SparkContext:

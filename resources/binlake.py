@@ -103,13 +103,17 @@ class BinlakeResource(ConfigurableResource):
 
     # --- snapshot -----------------------------------------------------------------------------
 
-    def snapshot_chunks(self, context: OpExecutionContext, spark, table: str, chunks: list[int]):
-        """Snapshot chunks ``chunks`` of ``table`` on Spark, materialising each chunk partition
-        as its rows are committed; returns the table's SnapshotSummary."""
+    def snapshot_chunks(self, context: OpExecutionContext, pyspark: LazyPySparkResource, table: str,
+                        chunks: list[int]):
+        """Snapshot chunks ``chunks`` of ``table`` (on Spark, whose lazy session starts only if
+        ``source.snapshot.runner`` puts groups on it), materialising each chunk partition as its
+        rows are committed; returns the table's SnapshotSummary."""
         from pipelines.delta_sink import open_table, table_uri
         from pipelines.snapshot_job import SnapshotJob
+        from pipelines.spark_session import snapshot_on_spark
 
         cfg = self.load()
+        spark = pyspark.spark_session if snapshot_on_spark(cfg) else None
         reported: set[int] = set()
 
         def progress(done: int, total: int, rows: int) -> None:

@@ -202,7 +202,7 @@ def test_snapshot_cli(mariadb, items, tmp_path, monkeypatch):
         cur.execute("CREATE TABLE tags (k VARCHAR(20), n INT, PRIMARY KEY (k, n))")
         cur.executemany("INSERT INTO tags VALUES (%s, %s)", [(f"k{i % 7}", i) for i in range(150)])
     config = write_config(tmp_path, mariadb, name)
-    for run in ("first", "no-op re-run"):
+    for _ in ("first", "no-op re-run"):
         r = run_cli("snapshot", "-c", config, password=mariadb.password)
         assert r.returncode == 0, r.stderr[-3000:]
         assert_clean(r, mariadb.password)
@@ -210,9 +210,10 @@ def test_snapshot_cli(mariadb, items, tmp_path, monkeypatch):
         assert "match" in rows[f"{name}.items"] and "300" in rows[f"{name}.items"]
         assert "match" in rows[f"{name}.tags"] and "150" in rows[f"{name}.tags"]
         assert "differs" not in r.stdout
-        # A finished snapshot is re-run without Spark: its JVM logs nothing because it never starts.
-        assert ("Spark" in r.stderr) == (run == "first"), r.stderr[-2000:]
-    # Work to do again (a table captured since): the snapshot needs its Spark job.
+        # On local[*] the groups run in threads of the binlake process and a finished snapshot
+        # is only checked: Spark's JVM, which logs its start, never starts.
+        assert "Spark" not in r.stderr, r.stderr[-2000:]
+    # Work to do again (a table captured since): the snapshot runs again.
     monkeypatch.setenv(PASSWORD_VAR, mariadb.password)
     cfg = load_config(config)
     assert finished_snapshot(cfg) is not None

@@ -67,14 +67,14 @@ def test_chunks_are_partitions_and_a_failed_chunk_reruns_alone(dagster_setup, sp
                                                                            resources=defs.resources)), SensorResult)
 
     failing = 2
-    real = SnapshotJob._run_on_spark
+    real = SnapshotJob._run_group
 
     def fail_one(self, task):
         if task.chunks[0].index == failing:
             raise RuntimeError(f"chunk {failing} lost its connection")
         return real(self, task)
 
-    monkeypatch.setattr(SnapshotJob, "_run_on_spark", fail_one)
+    monkeypatch.setattr(SnapshotJob, "_run_group", fail_one)
     result = materialize([asset_of(defs, key)], instance=instance, resources=defs.resources, raise_on_error=False,
                          tags={ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]})
     assert not result.success
@@ -83,7 +83,7 @@ def test_chunks_are_partitions_and_a_failed_chunk_reruns_alone(dagster_setup, sp
     mats = result.asset_materializations_for_node("snapshot__" + name + "__a")
     assert all(m.metadata["binlake/delta_version"].value is not None for m in mats)
 
-    monkeypatch.setattr(SnapshotJob, "_run_on_spark", real)
+    monkeypatch.setattr(SnapshotJob, "_run_group", real)
     rerun = materialize([asset_of(defs, key)], instance=instance, resources=defs.resources,
                         partition_key=chunk_partition_key(failing))
     assert rerun.success

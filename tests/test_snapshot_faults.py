@@ -1,7 +1,8 @@
 """Network faults during the snapshot, injected by a TCP fault proxy (tests/fault_proxy.py)
 between binlake and MariaDB: a connection dropped inside a chunk read, an answer cut in the
 middle of a packet, a fault between a chunk's watermarks (at the high watermark, and a stalled
-binlog read of the window), a bulk read that stalls. binlake retries the chunk group with
+binlog read of the window), a bulk read that stalls (a Spark task is cancelled; a local
+runner's thread is left behind). binlake retries the chunk group with
 backoff (a group is idempotent until committed) and Delta ends equal to MySQL; every test
 asserts its faults were injected. An outage longer than the retry budget fails the run (exit 1,
 the cause named) and a re-run resumes from the committed chunks."""
@@ -11,6 +12,8 @@ from __future__ import annotations
 import random
 import threading
 import time
+
+import pytest
 
 from cdc_core.source import connect, connection_settings
 from cdc_core.transient import RetryPolicy
@@ -31,10 +34,11 @@ def _chunk_select(name: str) -> bytes:
     return f"FROM `{name}`.`t` WHERE".encode()  # only the chunk reads' SELECT has this
 
 
-def test_dropped_and_cut_chunk_reads_are_retried(db, spark, make_config, proxy):
+@pytest.mark.parametrize("runner", ["local", "spark"])
+def test_dropped_and_cut_chunk_reads_are_retried(db, spark, make_config, proxy, runner):
     name, conn = db
     _table(conn)
-    cfg = make_config(name, chunk_size=100)
+    cfg = make_config(name, chunk_size=100, source={"snapshot": {"chunk_size": 100, "runner": runner}})
     drop = proxy.add(Rule(_chunk_select(name), "drop", skip=1))  # the second group's SELECT never arrives
     cut = proxy.add(Rule(_chunk_select(name), "cut", skip=2))  # the third's answer stops mid-packet
     summary = SnapshotJob(via(cfg, proxy), spark, retry=FAST).run()
@@ -86,10 +90,11 @@ def test_faults_between_watermarks_under_writes(db, spark, make_config, proxy):
     assert got == want
 
 
-def test_stalled_bulk_read_is_cancelled_and_retried(db, spark, make_config, proxy):
+@pytest.mark.parametrize("runner", ["local", "spark"])
+def test_stalled_bulk_read_is_cancelled_and_retried(db, spark, make_config, proxy, runner):
     name, conn = db
     _table(conn, 1000)
-    cfg = make_config(name, chunk_size=100)
+    cfg = make_config(name, chunk_size=100, source={"snapshot": {"chunk_size": 100, "runner": runner}})
     stall = proxy.add(Rule(_chunk_select(name), "stall", seconds=60))
     policy = RetryPolicy(delays=(0.2,), budget_seconds=60, stall_seconds=5, read_timeout=4)
     summary = SnapshotJob(via(cfg, proxy), spark, retry=policy).run()

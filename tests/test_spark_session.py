@@ -1,5 +1,5 @@
 """binlake's Spark settings (pipelines/spark_session.py): executors fork Python workers from
-binlake's preloading daemon (pipelines/spark_daemon.py)."""
+binlake's preloading daemon (pipelines/spark_daemon.py); where the snapshot's groups run."""
 
 from __future__ import annotations
 
@@ -26,3 +26,17 @@ def test_failed_preload_is_skipped(caplog):
 
     preload(("binlake_no_such_module", "json"))
     assert "binlake_no_such_module not preloaded" in caplog.text
+
+
+def test_snapshot_runner_follows_the_master(make_config):
+    """``source.snapshot.runner``: ``auto`` runs groups on Spark for a cluster master only (on
+    ``local[...]`` Spark brings no cores of its own); ``spark`` and ``local`` say it outright."""
+    from pipelines.spark_session import snapshot_on_spark
+
+    def on_spark(runner: str, master: str) -> bool:
+        cfg = make_config("d", source={"snapshot": {"runner": runner}}, spark={"master": master})
+        return snapshot_on_spark(cfg)
+
+    assert not on_spark("auto", "local[*]") and not on_spark("auto", "local[2]")
+    assert on_spark("auto", "spark://127.0.0.1:7077")
+    assert on_spark("spark", "local[*]") and not on_spark("local", "spark://127.0.0.1:7077")

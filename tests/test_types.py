@@ -382,11 +382,13 @@ def load_type_matrix(mariadb, conn, database: str) -> None:
         pass
 
 
-def test_type_matrix_snapshot_equals_binlog(db, mariadb, spark, make_config):
-    """Every cell of the matrix, read by the snapshot into Delta and decoded from the binlog, is its literal."""
+@pytest.mark.parametrize("runner", ["local", "spark"])
+def test_type_matrix_snapshot_equals_binlog(db, mariadb, spark, make_config, runner):
+    """Every cell of the matrix, read by the snapshot into Delta (in threads of this process,
+    and as Spark tasks) and decoded from the binlog, is its literal."""
     name, conn = db
     with type_matrix(mariadb, conn, name) as (start, end):
-        _check_both_paths(name, spark, make_config, start, end)  # with the server zone still at -08:00
+        _check_both_paths(name, spark, make_config, start, end, runner)  # with the server zone still at -08:00
 
 
 def _delta_type(t) -> str:
@@ -458,8 +460,8 @@ def _off_the_matrix(paths: dict[str, pa.Table]) -> list[str]:
     return wrong or [line for path, t in paths.items() for line in _unexpected(t, EXPECTED, path)]
 
 
-def _check_both_paths(name, spark, make_config, start, end):
-    cfg = make_config(name, chunk_size=2)
+def _check_both_paths(name, spark, make_config, start, end, runner="auto"):
+    cfg = make_config(name, chunk_size=2, source={"snapshot": {"chunk_size": 2, "runner": runner}})
     summary, snap, binlog = _snapshot_and_binlog(cfg, spark, name, "types", start, end)
     assert summary.tables[0].chunks >= 3 and summary.tables[0].rows_written == len(IDS)
     delta = DeltaTable(table_uri(cfg.sink.path, f"{name}.types"))
