@@ -46,6 +46,7 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from urllib.parse import unquote, urlparse
@@ -316,12 +317,13 @@ def finished_snapshot(cfg: BinlakeConfig, only: set[str] | None = None) -> Snaps
 
 
 def _counted(cfg: BinlakeConfig, summary: SnapshotSummary, tables: dict[str, DeltaTable | None],
-             start: float) -> SnapshotSummary:
+             start: float, opened: Callable[[], pymysql.connections.Connection] | None = None) -> SnapshotSummary:
     """``summary`` with each table's rows in MySQL and in Delta (``tables``: open sink tables
-    by name, others opened here), its time since ``start`` and the driver's peak RSS."""
+    by name, others opened here), its time since ``start`` and the driver's peak RSS.
+    ``opened``: how to get the connection (default: one plain connect)."""
     router = Router(cfg.routes)
     # A new connection: a run's planning one may have been dropped during the reads.
-    with connect(connection_settings(cfg)) as control, control.cursor() as cur:
+    with (opened or (lambda: connect(connection_settings(cfg))))() as control, control.cursor() as cur:
         existing = set(captured_tables(cfg, cur))
         for s in summary.tables:
             db, t = s.table.split(".", 1)
@@ -380,7 +382,7 @@ class SnapshotJob:
         start = time.monotonic()
         summary = SnapshotSummary()
         require_safe_commits(self.cfg.sink.path, self.cfg.sink.storage_options)
-        with connect(self.conn) as control, control.cursor() as cur:
+        with self._connect() as control, control.cursor() as cur:
             captured = captured_tables(self.cfg, cur)
         names = [n for n in captured if self.only is None or n in self.only]
         plans = self.store.load_plans()
@@ -396,7 +398,7 @@ class SnapshotJob:
         for _ in range(MAX_PASSES):
             tables: dict[str, DeltaTable] = {}
             # A connection per pass and per reset: a fault during the reads may have dropped the last one.
-            with connect(self.conn) as control, control.cursor() as cur:
+            with self._connect() as control, control.cursor() as cur:
                 try:
                     self._pass(cur, captured, names, tables, by_table, summary)
                     failure = None
@@ -410,14 +412,16 @@ class SnapshotJob:
             if not dirty:
                 self._verified(names, tables)
                 break
-            with connect(self.conn) as control, control.cursor() as cur:
+            with self._connect() as control, control.cursor() as cur:
                 for name in dirty:
                     self._reset(cur, name, tables, by_table[name])
         else:
             raise TerminalError(f"DDL kept changing {', '.join(sorted(dirty))} while it was being snapshotted "
                                 f"({MAX_PASSES} attempts): run the snapshot again when no DDL runs on it")
         # The last pass's handles are current: no need to read their logs again.
-        return _counted(self.cfg, summary, tables, start)
+        summary = _counted(self.cfg, summary, tables, start, self._connect)
+        summary.retries = self._retries  # also the driver's own reconnects after the reads
+        return summary
 
     def _pass(self, cur, captured: list[str], names: list[str], tables: dict, by_table: dict[str, TableSummary],
               summary: SnapshotSummary) -> None:
@@ -456,6 +460,26 @@ class SnapshotJob:
         log.info("snapshot: %d tables, %d chunks to read in %d tasks", len(names), total_pending, len(tasks))
         self._execute(tasks, tables, by_table, summary, total_pending)
 
+    def _connect(self) -> pymysql.connections.Connection:
+        """A driver connection to the source, again with backoff while the source refuses or
+        drops it (a restarting server) until the retry budget is spent."""
+        retry = Retry(self.retry)
+        while True:
+            try:
+                return connect(self.conn)
+            except Exception as e:
+                cause = transient_cause(e)
+                if cause is None:
+                    raise
+                delay = retry.next_delay()
+                if delay is None:
+                    raise RetryBudgetExceeded(f"snapshot: no connection to the source for over "
+                                              f"{self.retry.budget_seconds:.0f} s: {cause}") from e
+                log.warning("snapshot: connecting to the source: %s; again in %.1f s", cause, delay)
+                with self._slot_lock:
+                    self._retries += 1
+                time.sleep(delay)
+
     def _changed_during_snapshot(self, names: list[str], tables: dict) -> set[str]:
         """Tables a statement changed between their baseline and their last chunk's high
         watermark: their chunks do not all hold the same columns (or rows a TRUNCATE removed)."""
@@ -463,7 +487,7 @@ class SnapshotJob:
         for e in self.store.schema_history():
             if e.status == Status.BASELINE and e.table in names:
                 baselines[e.table] = e.position  # the last one: history is in binlog order
-        with connect(self.conn) as c, c.cursor() as cur:
+        with self._connect() as c, c.cursor() as cur:
             end = master_position(cur, self.base)
         windows = {}
         plans = self.store.load_plans()
