@@ -8,6 +8,7 @@ import json
 import tempfile
 import time
 import uuid
+import weakref
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -105,16 +106,28 @@ def file_stats(table: pa.Table) -> str:
     return json.dumps(stats)
 
 
+# Commit metadata of versions that commit_files committed through a handle: {id(handle): {version:
+# metadata}}, dropped with the handle. snapshot_commits takes them from here instead of reading
+# those commits back (on an object store, a request per commit).
+_own_commits: dict[int, dict[int, dict[str, str]]] = {}
+
+
 def commit_files(dt: DeltaTable, files: list[WrittenFile], schema: pa.Schema, metadata: dict) -> int:
     """Append ``files`` to ``dt`` in one Delta commit carrying ``metadata``; returns the new version
     (a write transaction, unlike write and merge, does not move ``dt`` to the version it committed)."""
+    before = dt.version()
+    custom = {k: json.dumps(v) for k, v in metadata.items()}
     dt.create_write_transaction(
         [f.add_action() for f in files], mode="append", schema=schema,
-        commit_properties=CommitProperties(custom_metadata={k: json.dumps(v) for k, v in metadata.items()}),
-        post_commithook_properties=post_commit_hooks(dt),
+        commit_properties=CommitProperties(custom_metadata=custom), post_commithook_properties=post_commit_hooks(dt),
     )
     dt.update_incremental()
-    return dt.version()
+    version = dt.version()
+    if version == before + 1:  # no other commit came between the handle's version and this one's: it is this one
+        if id(dt) not in _own_commits:
+            weakref.finalize(dt, _own_commits.pop, id(dt), None)
+        _own_commits.setdefault(id(dt), {})[version] = custom
+    return version
 
 
 @dataclass(frozen=True)
@@ -137,12 +150,16 @@ class SnapshotCommits:
 def snapshot_commits(dt: DeltaTable, known: SnapshotCommits | None = None) -> SnapshotCommits:
     """Chunk records and resets carried by the table's commits (the durable source of
     snapshot progress). ``known``: what an earlier call returned for the same table; only the
-    commits after its version are read (on an object store, one request per commit)."""
+    commits after its version are read (on an object store, one request per commit), and not
+    even those when :func:`commit_files` made them all through ``dt``."""
     version = dt.version()
     if known is not None and known.version == version:
         return known
+    own = _own_commits.get(id(dt), {})
     if known is None or known.version > version:
         known, history = SnapshotCommits([], {}, {}), dt.history()
+    elif all(v in own for v in range(known.version + 1, version + 1)):  # each new commit is one commit_files made
+        history = [{"version": v, **own[v]} for v in range(version, known.version, -1)]
     else:
         history = dt.history(limit=version - known.version)
     records, resets, verified = [], dict(known.resets), dict(known.verified)
