@@ -1,7 +1,7 @@
 """Requests the snapshot path saves on an object store, and that it reads the same as before.
 
-- ``snapshot_commits`` takes the commits ``commit_files`` made through the same handle from
-  memory instead of reading them back; with a commit by anyone else in between it reads the
+- ``snapshot_commits`` takes the commits ``ensure_table`` and ``commit_files`` made through the
+  same handle from memory instead of reading them back; with a commit by anyone else in between it reads the
   log: either way it equals a fresh read of the whole log.
 - A control table this store only appended to is read back from those appends when they are
   all its commits, else from its files: either way it equals a fresh store's read.
@@ -23,6 +23,7 @@ from pipelines.control_store import ControlStore
 from pipelines.delta_sink import (
     SNAPSHOT_CHUNKS_KEY,
     SNAPSHOT_VERIFIED_KEY,
+    SnapshotCommits,
     commit_files,
     ensure_table,
     snapshot_commits,
@@ -49,12 +50,13 @@ def _no_reads(*_args, **_kwargs):
 def test_own_commits_are_not_read_back_and_read_like_the_log(tmp_path, monkeypatch):
     uri = str(tmp_path / "t")
     table = ensure_table(uri, SCHEMA)
-    known = snapshot_commits(table)
-    versions = [_commit_chunk(table, i) for i in range(3)]
-    commit_files(table, [], SCHEMA, {SNAPSHOT_VERIFIED_KEY: ["d.t"]})
     with monkeypatch.context() as m:
         m.setattr(table, "history", _no_reads)
+        known = snapshot_commits(table)  # its creation, made by ensure_table
+        versions = [_commit_chunk(table, i) for i in range(3)]
+        commit_files(table, [], SCHEMA, {SNAPSHOT_VERIFIED_KEY: ["d.t"]})
         mine = snapshot_commits(table, known)
+    assert known == SnapshotCommits([], {}, {}, 0)
     assert mine == snapshot_commits(DeltaTable(uri))
     assert [r.delta_version for r in mine.records] == versions[::-1] and mine.is_verified("d.t")
 
