@@ -86,6 +86,9 @@ class ControlStore:
         # another writer changed them (on an object store a fresh open costs several requests,
         # a check one LIST).
         self._cache: dict[str, _Read] = {}
+        # Control tables this store appended to without a handle (not read yet): this pipeline's
+        # rows of those appends and how many commits they made (see _read).
+        self._appended: dict[str, tuple[list[dict], int]] = {}
         # snapshot_chunks rows as records, parsed once per read of the table (see chunk_records).
         self._chunk_records: tuple[_Read | None, list[ChunkRecord]] = (None, [])
 
@@ -105,6 +108,12 @@ class ControlStore:
             t = open_table(f"{self.root}/{name}", self.storage_options)
             if t is None:
                 return []
+            appended, commits = self._appended.pop(name, ([], 0))
+            if commits and t.version() == commits - 1:
+                # As many commits as this store's appends made, and all of those are there: the
+                # table holds only their rows, known without reading its files back.
+                self._cache[name] = _Read(t, t.version(), appended)
+                return list(appended)
         rows = [r for r in t.to_pyarrow_table().to_pylist() if r["pipeline"] == self.pipeline]
         self._cache[name] = _Read(t, t.version(), rows)
         return list(rows)
@@ -115,10 +124,14 @@ class ControlStore:
         # merge: control tables written by an earlier binlake gain the columns added since.
         write_deltalake(cached.table if cached else f"{self.root}/{name}", data, mode="append",
                         schema_mode="merge", storage_options=None if cached else self.storage_options)
-        if cached is not None and cached.table.version() == cached.version + 1:
+        ours = [r for r in data.to_pylist() if r["pipeline"] == self.pipeline]
+        if cached is None:
+            before, commits = self._appended.get(name, ([], 0))
+            self._appended[name] = (before + ours, commits + 1)
+        elif cached.table.version() == cached.version + 1:
             # No other commit came between the last read and this append: the table is what was
             # read plus these rows.
-            cached.rows.extend(r for r in data.to_pylist() if r["pipeline"] == self.pipeline)
+            cached.rows.extend(ours)
             cached.version += 1
 
     def load_plans(self) -> dict[str, list[Chunk]]:

@@ -8,6 +8,7 @@ import json
 import tempfile
 import time
 import uuid
+import weakref
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -16,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, QueryBuilder, Transaction, write_deltalake
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
 from cdc_core.chunk_reader import CDC_OP, CDC_SEQ
@@ -57,9 +58,29 @@ def open_table(uri: str, storage_options: dict | None = None) -> DeltaTable | No
 def ensure_table(uri: str, schema: pa.Schema, storage_options: dict | None = None) -> DeltaTable:
     """Open the table at ``uri``, creating it empty with ``schema`` if it does not exist."""
     dt = open_table(uri, storage_options)
-    if dt is None:
-        dt = DeltaTable.create(uri, schema=schema, mode="ignore", storage_options=storage_options or None)
+    if dt is not None:
+        return dt
+    try:
+        dt = DeltaTable.create(uri, schema=schema, mode="error", storage_options=storage_options or None)
+    except DeltaError:
+        dt = open_table(uri, storage_options)  # another writer created it meanwhile
+        if dt is None:
+            raise
+        return dt
+    _own_commit(dt, 0, {})  # its creation: no commit metadata (snapshot_commits need not read it back)
     return dt
+
+
+# Commit metadata of versions this process committed through a handle (ensure_table, commit_files):
+# {id(handle): {version: metadata}}, dropped with the handle. snapshot_commits takes them from here
+# instead of reading those commits back (on an object store, a request per commit).
+_own_commits: dict[int, dict[int, dict[str, str]]] = {}
+
+
+def _own_commit(dt: DeltaTable, version: int, metadata: dict[str, str]) -> None:
+    if id(dt) not in _own_commits:
+        weakref.finalize(dt, _own_commits.pop, id(dt), None)
+    _own_commits.setdefault(id(dt), {})[version] = metadata
 
 
 @dataclass(frozen=True)
@@ -108,13 +129,17 @@ def file_stats(table: pa.Table) -> str:
 def commit_files(dt: DeltaTable, files: list[WrittenFile], schema: pa.Schema, metadata: dict) -> int:
     """Append ``files`` to ``dt`` in one Delta commit carrying ``metadata``; returns the new version
     (a write transaction, unlike write and merge, does not move ``dt`` to the version it committed)."""
+    before = dt.version()
+    custom = {k: json.dumps(v) for k, v in metadata.items()}
     dt.create_write_transaction(
         [f.add_action() for f in files], mode="append", schema=schema,
-        commit_properties=CommitProperties(custom_metadata={k: json.dumps(v) for k, v in metadata.items()}),
-        post_commithook_properties=post_commit_hooks(dt),
+        commit_properties=CommitProperties(custom_metadata=custom), post_commithook_properties=post_commit_hooks(dt),
     )
     dt.update_incremental()
-    return dt.version()
+    version = dt.version()
+    if version == before + 1:  # no other commit came between the handle's version and this one's: it is this one
+        _own_commit(dt, version, custom)
+    return version
 
 
 @dataclass(frozen=True)
@@ -137,14 +162,20 @@ class SnapshotCommits:
 def snapshot_commits(dt: DeltaTable, known: SnapshotCommits | None = None) -> SnapshotCommits:
     """Chunk records and resets carried by the table's commits (the durable source of
     snapshot progress). ``known``: what an earlier call returned for the same table; only the
-    commits after its version are read (on an object store, one request per commit)."""
+    commits after its version are read (on an object store, one request per commit), and not
+    even those when this process made them all through ``dt`` (:func:`ensure_table`,
+    :func:`commit_files`)."""
     version = dt.version()
     if known is not None and known.version == version:
         return known
-    if known is None or known.version > version:
-        known, history = SnapshotCommits([], {}, {}), dt.history()
+    read_all = known is None or known.version > version
+    if read_all:
+        known = SnapshotCommits([], {}, {})
+    own = _own_commits.get(id(dt), {})
+    if all(v in own for v in range(known.version + 1, version + 1)):  # each new commit is one this process made
+        history = [{"version": v, **own[v]} for v in range(version, known.version, -1)]
     else:
-        history = dt.history(limit=version - known.version)
+        history = dt.history() if read_all else dt.history(limit=version - known.version)
     records, resets, verified = [], dict(known.resets), dict(known.verified)
     for commit in history:  # newest first, as the records already known
         raw = commit.get(SNAPSHOT_CHUNKS_KEY)

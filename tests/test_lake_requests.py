@@ -1,0 +1,103 @@
+"""Requests the snapshot path saves on an object store, and that it reads the same as before.
+
+- ``snapshot_commits`` takes the commits ``ensure_table`` and ``commit_files`` made through the
+  same handle from memory instead of reading them back; with a commit by anyone else in between it reads the
+  log: either way it equals a fresh read of the whole log.
+- A control table this store only appended to is read back from those appends when they are
+  all its commits, else from its files: either way it equals a fresh store's read.
+- A data file up to ``WRITE_BUFFER_BYTES`` is uploaded in one part (a create, one part, a completion).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from cdc_core.chunk_record import ChunkRecord
+from cdc_core.chunking import Chunk
+from cdc_core.positions import BinlogPosition
+from pipelines.control_store import ControlStore
+from pipelines.delta_sink import (
+    SNAPSHOT_CHUNKS_KEY,
+    SNAPSHOT_VERIFIED_KEY,
+    SnapshotCommits,
+    commit_files,
+    ensure_table,
+    snapshot_commits,
+    write_parquet,
+)
+
+SCHEMA = pa.schema([("id", pa.int64()), ("_cdc_op", pa.string())])
+
+
+def _record(index: int) -> ChunkRecord:
+    return ChunkRecord("d.t", index, 1, BinlogPosition("b.000001", 4 + index), BinlogPosition("b.000001", 9 + index),
+                       0, None, dt.datetime(2026, 11, 25, tzinfo=dt.UTC), "p")
+
+
+def _commit_chunk(table: DeltaTable, index: int) -> int:
+    written = write_parquet(table.table_uri, pa.Table.from_pylist([{"id": index, "_cdc_op": "r"}], schema=SCHEMA))
+    return commit_files(table, [written], SCHEMA, {SNAPSHOT_CHUNKS_KEY: [_record(index).to_json_row()]})
+
+
+def _no_reads(*_args, **_kwargs):
+    raise AssertionError("read the table's commits back")
+
+
+def test_own_commits_are_not_read_back_and_read_like_the_log(tmp_path, monkeypatch):
+    uri = str(tmp_path / "t")
+    table = ensure_table(uri, SCHEMA)
+    with monkeypatch.context() as m:
+        m.setattr(table, "history", _no_reads)
+        known = snapshot_commits(table)  # its creation, made by ensure_table
+        versions = [_commit_chunk(table, i) for i in range(3)]
+        commit_files(table, [], SCHEMA, {SNAPSHOT_VERIFIED_KEY: ["d.t"]})
+        mine = snapshot_commits(table, known)
+    assert known == SnapshotCommits([], {}, {}, 0)
+    assert mine == snapshot_commits(DeltaTable(uri))
+    assert [r.delta_version for r in mine.records] == versions[::-1] and mine.is_verified("d.t")
+
+    # Another handle commits in between: this handle's next commit is not the one after its
+    # version, so the commits since are read from the log.
+    _commit_chunk(DeltaTable(uri), 10)
+    _commit_chunk(table, 11)
+    after = snapshot_commits(table, mine)
+    assert after == snapshot_commits(DeltaTable(uri))
+    assert {r.chunk_index: r.delta_version for r in after.records if r.chunk_index >= 10} == {10: 5, 11: 6}
+    assert not after.is_verified("d.t")
+
+
+def _chunks(table: str, n: int) -> list[Chunk]:
+    return [Chunk(table, i, "id", i * 10 or None, (i + 1) * 10 if i + 1 < n else None) for i in range(n)]
+
+
+def test_control_table_appended_to_reads_like_its_files(tmp_path, monkeypatch):
+    sink = str(tmp_path / "lake")
+    store = ControlStore(sink, "p")
+    store.save_plan(_chunks("d.a", 2))
+    store.save_plan(_chunks("d.b", 3))
+    with monkeypatch.context() as m:
+        m.setattr(DeltaTable, "to_pyarrow_table", _no_reads)
+        plans = store.load_plans()
+    assert plans == ControlStore(sink, "p").load_plans() and sorted(plans) == ["d.a", "d.b"]
+
+    # Another store's append comes between: this store's appends are not all of the table's
+    # commits, so it reads the files (and sees the other one's plan).
+    mine = ControlStore(sink, "p")
+    mine.save_plan(_chunks("d.c", 1))
+    ControlStore(sink, "p").save_plan(_chunks("d.d", 1))
+    assert sorted(mine.load_plans()) == ["d.a", "d.b", "d.c", "d.d"]
+
+
+def test_data_file_is_one_part(s3_sink, s3_server):
+    uri = f"{s3_sink['path']}/d/t"
+    rows = 1_000_000  # ~8 MB of random integers: two 5 MiB parts with delta-rs's default buffer
+    values = np.random.default_rng(7).integers(0, 2**62, rows)
+    table = pa.table({"id": pa.array(values, pa.int64()), "_cdc_op": pa.array(["r"] * rows)})
+    s3_server.requests(reset=True)
+    written = write_parquet(uri, table, s3_sink["storage_options"])
+    assert written.size > 5 << 20
+    assert dict(s3_server.requests()) == {"POST data": 2, "PUT data": 1}
