@@ -549,9 +549,9 @@ class ProfiledSnapshotJob(SnapshotJob):
             self.tasks.append(p)
         return result
 
-    def _commit(self, table, schema, result):
+    def _commit(self, table, schema, results):
         t0 = time.perf_counter()
-        records = super()._commit(table, schema, result)
+        records = super()._commit(table, schema, results)
         self._add("commit_total_s", time.perf_counter() - t0)
         return records
 

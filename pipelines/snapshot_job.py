@@ -47,7 +47,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from urllib.parse import unquote, urlparse
 
@@ -579,21 +579,37 @@ class SnapshotJob:
         self._abort.clear()  # a new pass after one that failed (a DDL changed a table while it was read)
         pool = ThreadPoolExecutor(self.slots, thread_name_prefix="snapshot")
         futures = {pool.submit(self._run_group, t): t for t in tasks}
+        running = set(futures)
         try:
-            for fut in as_completed(futures):
-                task = futures[fut]
-                result = fut.result()
-                name = task.schema.qualified_name
-                records = self._commit(tables[self.router.sink(name)], task.target or output_schema(task.schema),
-                                       result)
-                if self.on_commit:
-                    self.on_commit(name, records)
-                s = by_table[name]
-                rows = result["rows"]
-                s.rows_written += rows
-                summary.rows_read += rows
-                summary.task_peak_rss_mb = max(summary.task_peak_rss_mb, result["task_peak_rss_mb"])
-                done_chunks += len(task.chunks)
+            while running:
+                finished, running = wait(running, return_when=FIRST_COMPLETED)
+                # Groups that finished together go into one commit per sink table (on an object
+                # store a commit is about 8 requests); a failed one is raised after the others
+                # are committed.
+                ready: dict[str, list[tuple[GroupTask, dict]]] = {}
+                failure = None
+                for fut in finished:
+                    task = futures[fut]
+                    try:
+                        result = fut.result()
+                    except BaseException as e:  # noqa: BLE001 - raised below, once the others are committed
+                        failure = failure or e
+                        continue
+                    ready.setdefault(self.router.sink(task.schema.qualified_name), []).append((task, result))
+                for sink, group in ready.items():
+                    first = group[0][0]
+                    records = iter(self._commit(tables[sink], first.target or output_schema(first.schema),
+                                                [result for _, result in group]))
+                    for task, result in group:
+                        name = task.schema.qualified_name
+                        if self.on_commit:
+                            self.on_commit(name, [next(records) for _ in result["records"]])
+                        by_table[name].rows_written += result["rows"]
+                        summary.rows_read += result["rows"]
+                        summary.task_peak_rss_mb = max(summary.task_peak_rss_mb, result["task_peak_rss_mb"])
+                        done_chunks += len(task.chunks)
+                if failure is not None:
+                    raise failure
                 if self.progress:
                     self.progress(done_chunks, total, summary.rows_read)
         except BaseException:
@@ -700,17 +716,19 @@ class SnapshotJob:
             raise answer[0]
         return answer[0]
 
-    def _commit(self, table, schema: pa.Schema, result: dict) -> list[ChunkRecord]:
-        """Commit a group's files with its chunk records; returns the records as committed."""
+    def _commit(self, table, schema: pa.Schema, results: list[dict]) -> list[ChunkRecord]:
+        """Commit the files of groups of one sink table with their chunk records, in one commit;
+        returns the records as committed, in the groups' order."""
         # Called on the driver's main thread only: commits never race each other (also
         # those of several routed sources into one sink table).
-        records = result["records"]
-        files = [result["file"]] if result["file"] else []
+        records = [r for result in results for r in result["records"]]
+        files = [result["file"] for result in results if result["file"]]
         folder = unquote(urlparse(table.table_uri).path)
-        if files and is_local(self.sink) and not os.path.exists(os.path.join(folder, files[0].path)):
+        missing = [f for f in files if is_local(self.sink) and not os.path.exists(os.path.join(folder, f.path))]
+        if missing:
             # Written on another host: a commit would point the table at a file it cannot read.
             raise UnsafeSink(f"sink.path {self.cfg.sink.path} is a local folder the Spark executors do not share "
-                             f"with the driver ({files[0].path} written by an executor is missing here); use an "
+                             f"with the driver ({missing[0].path} written by an executor is missing here); use an "
                              "object-store URI, or a folder mounted at the same path on every host")
         version = commit_files(table, files, schema, {SNAPSHOT_CHUNKS_KEY: [r.to_json_row() for r in records]})
         records = [replace(r, delta_version=version) for r in records]
