@@ -89,7 +89,7 @@ def _whole_process(ratio: str, mine: str, other: str) -> Callable[[dict], tuple[
 def _large(doc: dict) -> tuple[str, str, float | None, bool]:
     measured, baseline, ratio, ok = _whole_process("(A)/(D)", "w_binlake", "w_dlt")(doc)
     a = doc["results"]["a"]["runs"][0]  # the in-session run: SnapshotSummary's peaks
-    whole = max(r.get("peak_rss_mb", 0.0) for r in doc["results"]["w_binlake"]["runs"])
+    whole = max(r.get("peak_rss_mb") or 0.0 for r in doc["results"]["w_binlake"]["runs"])
     rss = (f"; peak RSS driver {a['driver_peak_rss_mb']:.0f} MB, task {a['task_peak_rss_mb']:.0f} MB, "
            f"`binlake snapshot` process {whole:.0f} MB")
     return measured + rss, baseline, ratio, ok

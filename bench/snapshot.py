@@ -323,21 +323,21 @@ def run_client(server: LocalMariaDB, args) -> dict:
 # --------------------------------------------------------------------------- whole processes
 
 
-def timed_process(cmd: list[str], password: str, what: str) -> tuple[float, str, float]:
-    """Seconds from a process's start to its exit, its stdout, and its peak RSS in MiB (wait4's
-    ``ru_maxrss``: the process's own, or a child's it waited for if larger); fails on a non-zero exit."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+def timed_process(cmd: list[str], password: str, what: str) -> tuple[float, str, float | None]:
+    """Seconds from a process's start to its exit, its stdout, and its peak RSS in MiB (GNU
+    time's %M, None without /usr/bin/time: wait4's figure here would include this large
+    process's own RSS, which a forked child inherits until its exec); fails on a non-zero exit."""
+    gnu_time = Path("/usr/bin/time")
+    with tempfile.NamedTemporaryFile("r") as rss_file:
+        wrapped = [str(gnu_time), "-f", "%M", "-o", rss_file.name, *cmd] if gnu_time.exists() else cmd
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=err, text=True,
-                                env={**os.environ, PASSWORD_VAR: password})
-        _, status, usage = os.wait4(proc.pid, 0)
+        r = subprocess.run(wrapped, cwd=REPO, capture_output=True, text=True,
+                           env={**os.environ, PASSWORD_VAR: password})
         seconds = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
-        out.seek(0)
-        err.seek(0)
-        if proc.returncode != 0:
-            raise AssertionError(f"{what} exited {proc.returncode}: {err.read()[-2000:]}")
-        return seconds, out.read(), usage.ru_maxrss / 1024
+        if r.returncode != 0:
+            raise AssertionError(f"{what} exited {r.returncode}: {r.stderr[-2000:]}")
+        kib = rss_file.read().strip().splitlines()[-1:] if gnu_time.exists() else []
+        return seconds, r.stdout, int(kib[0]) / 1024 if kib else None
 
 
 def write_cli_config(server, path: Path, name: str, lake: Path, parallelism: int = 4,
@@ -689,10 +689,10 @@ def print_report(args, env: dict, stats: dict[str, dict], results: dict, extras:
     print(f"  binlake: {first_a['chunks']} chunks; driver peak RSS {first_a['driver_peak_rss_mb']:.0f} MB "
           f"(Python driver, {when}); task peak RSS "
           f"{max(r['task_peak_rss_mb'] for r in results['a']):.0f} MB (Python worker)")
-    whole = [(labels[k].split(")")[0] + ")", max(r["peak_rss_mb"] for r in results[k]))
+    whole = [(labels[k].split(")")[0] + ")", max(r["peak_rss_mb"] or 0.0 for r in results[k]))
              for k in WHOLE_PROCESS if results.get(k)]
     if whole:
-        print("  whole processes, peak RSS (wait4: the process, or a child it waited for if larger): "
+        print("  whole processes, peak RSS (GNU time: the largest of the process and its children): "
               + ", ".join(f"{k} {v:.0f} MB" for k, v in whole))
     if env.get("jvm_peak_rss_mb"):
         print("  Spark JVM peak RSS (sampled; the JVM keeps heap it grew): " + ", ".join(f"{k} {v:.0f} MB"
