@@ -3,17 +3,18 @@
 1. Starts a private MariaDB (data in ./.demo/mariadb, removed on exit, also on Ctrl-C),
    loads a sample ``shop`` schema and creates a least-privilege ``binlake`` user.
 2. A background writer plays live shop traffic (inserts, updates, deletes) while
-   ``binlake validate`` checks the server; the writer then stops.
-3. ``binlake snapshot`` copies every ``shop`` table into ./demo-lake, and every table
-   is compared with MySQL row by row (pipelines.reconcile).
-4. ``binlake snapshot`` again: nothing left to read, no new Delta commits.
+   ``binlake validate`` checks the server.
+3. ``binlake snapshot`` copies every ``shop`` table into ./demo-lake while the writes go on
+   (on ``local[*]`` its chunk groups run in binlake's threads, Spark not started).
+4. ``binlake stream --until now`` catches up; an ALTER TABLE runs and is streamed.
+5. Every table is compared with MySQL row by row (pipelines.reconcile).
+6. ``binlake snapshot`` and ``binlake stream --until now`` again: no new Delta commits.
 
 Run with ``.venv/bin/python -m pipelines.demo`` from the repository root.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
@@ -200,25 +201,9 @@ _interrupted = threading.Event()
 
 
 def _interrupt(signum, frame):
-    """SIGINT/SIGTERM: remember it and unwind like Ctrl-C, so the finally blocks stop Spark and MariaDB."""
+    """SIGINT/SIGTERM: remember it and unwind like Ctrl-C, so the finally blocks stop MariaDB."""
     _interrupted.set()
     raise KeyboardInterrupt
-
-
-@contextlib.contextmanager
-def _deferred_interrupts():
-    """Hold SIGINT/SIGTERM while the Spark JVM starts: interrupted half-way, PySpark would lose the handle
-    of a JVM that then outlives the demo. The interrupt takes effect right after."""
-    held = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: held.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if held:
-        _interrupt(held[0], None)
 
 
 def _check(rc: int, what: str) -> None:
@@ -226,21 +211,6 @@ def _check(rc: int, what: str) -> None:
         raise KeyboardInterrupt
     if rc != 0:
         raise SystemExit(f"{what} failed (exit {rc})")
-
-
-@contextlib.contextmanager
-def _stderr_to(path: Path):
-    """Send this process's fd 2 to ``path`` (the Spark JVM inherits it), restoring it afterwards."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with open(path, "ab") as f:
-        os.dup2(f.fileno(), 2)
-    try:
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def _step(n: int, title: str) -> None:
@@ -295,20 +265,17 @@ def run() -> int:
     from cdc_core.config import load_config
     from pipelines import cli
     from pipelines.local_mariadb import LocalMariaDB
-    from pipelines.spark_session import get_spark
 
-    console.print(Panel.fit("[bold]binlake demo[/bold]: MariaDB → Delta Lake: snapshot on Spark, binlog stream, "
+    console.print(Panel.fit("[bold]binlake demo[/bold]: MariaDB → Delta Lake: chunked snapshot, binlog stream, "
                             "schema change\n"
                             "throwaway server in ./.demo, lake in ./demo-lake", border_style="cyan"))
     DEMO_DIR.mkdir(exist_ok=True)
     shutil.rmtree(DEMO_DIR / "mariadb", ignore_errors=True)
     shutil.rmtree(LAKE, ignore_errors=True)  # a fresh lake each run
-    (DEMO_DIR / "spark.log").unlink(missing_ok=True)
     (DEMO_DIR / "mariadb").mkdir()
     server = LocalMariaDB(server_id=1, base_dir=(DEMO_DIR / "mariadb").resolve(),
                           extra_args=("--innodb-buffer-pool-size=128M",))
     traffic: Traffic | None = None
-    spark = None
     try:
         _step(1, "Source database")
         t0 = time.monotonic()
@@ -336,11 +303,10 @@ def run() -> int:
         t0 = time.monotonic()
         _check(cli.main(["validate", "-c", str(cfg_path)]), "binlake validate")
 
-        _step(3, "`binlake snapshot` (Spark) while the shop keeps writing")
-        log = DEMO_DIR / "spark.log"
-        with console.status("starting Spark (its log: .demo/spark.log)"), _deferred_interrupts(), _stderr_to(log):
-            spark = get_spark()  # the CLI below reuses this session
-        _check(cli.main(["snapshot", "-c", str(cfg_path)]), "binlake snapshot (Spark's log: .demo/spark.log)")
+        # On local[*] the chunk groups run in binlake's threads (source.snapshot.runner: auto); a
+        # cluster master would run them as Spark tasks.
+        _step(3, "`binlake snapshot` while the shop keeps writing (chunk groups in parallel)")
+        _check(cli.main(["snapshot", "-c", str(cfg_path)]), "binlake snapshot")
         cfg = load_config(cfg_path)
         console.print("Counts differ where the shop wrote during the snapshot: each chunk is exact as of its own "
                       "high watermark, and the stream catches up from there.")
@@ -403,10 +369,7 @@ def run() -> int:
             signal.signal(sig, signal.SIG_IGN)
         if traffic is not None:
             traffic.stop()
-        with console.status("cleaning up: stopping Spark and MariaDB"):
-            if spark is not None:
-                with contextlib.suppress(Exception), _stderr_to(DEMO_DIR / "spark.log"):
-                    spark.stop()
+        with console.status("cleaning up: stopping MariaDB"):
             server.stop()
             shutil.rmtree(DEMO_DIR / "mariadb", ignore_errors=True)
         console.print("MariaDB stopped and .demo/mariadb removed; the lake stays in ./demo-lake.")
