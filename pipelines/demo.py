@@ -305,7 +305,7 @@ def run() -> int:
 
         # On local[*] the chunk groups run in binlake's threads (source.snapshot.runner: auto); a
         # cluster master would run them as Spark tasks.
-        _step(3, "`binlake snapshot` while the shop keeps writing (chunk groups in parallel)")
+        _step(3, "`binlake snapshot` while the shop keeps writing")
         _check(cli.main(["snapshot", "-c", str(cfg_path)]), "binlake snapshot")
         cfg = load_config(cfg_path)
         console.print("Counts differ where the shop wrote during the snapshot: each chunk is exact as of its own "
