@@ -79,7 +79,11 @@ def test_chunks_are_partitions_and_a_failed_chunk_reruns_alone(dagster_setup, sp
                          tags={ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]})
     assert not result.success
     done = instance.get_materialized_partitions(key)
-    assert done == {chunk_partition_key(i) for i in range(failing)}  # committed before the failure
+    # One task slot: the chunks before the failing one finished before it started, so they are
+    # committed; so may be the next one, if it finished before the failure was seen (groups that
+    # finished are committed before a failure is raised). Never the failed one.
+    assert {chunk_partition_key(i) for i in range(failing)} <= done
+    assert chunk_partition_key(failing) not in done
     mats = result.asset_materializations_for_node("snapshot__" + name + "__a")
     assert all(m.metadata["binlake/delta_version"].value is not None for m in mats)
 
@@ -87,7 +91,7 @@ def test_chunks_are_partitions_and_a_failed_chunk_reruns_alone(dagster_setup, sp
     rerun = materialize([asset_of(defs, key)], instance=instance, resources=defs.resources,
                         partition_key=chunk_partition_key(failing))
     assert rerun.success
-    assert instance.get_materialized_partitions(key) == {chunk_partition_key(i) for i in range(failing + 1)}
+    assert instance.get_materialized_partitions(key) == done | {chunk_partition_key(failing)}
     (m,) = rerun.asset_materializations_for_node("snapshot__" + name + "__a")
     assert m.partition == chunk_partition_key(failing) and m.metadata["dagster/row_count"].value == 100
 
