@@ -350,10 +350,9 @@ class SnapshotJob:
         self.only = only  # restrict to these "db.table" names (Dagster asset subsets)
         self.chunks = chunks  # restrict to these chunk indexes of the planned tables (Dagster partitions)
         self.on_commit = on_commit  # callable(table, chunk records) after each group's Delta commit, or None
-        # Where groups run (source.snapshot.runner): Spark tasks, or threads of this process.
-        self.on_spark = snapshot_on_spark(cfg, spark)
+        # Where groups run (source.snapshot.runner): Spark tasks (sc set), or threads of this process.
         self.sc: SparkContext | None = None
-        if self.on_spark:  # a session's or a bare context (`binlake snapshot` starts no SQL session)
+        if snapshot_on_spark(cfg, spark):  # a session's or a bare context (`binlake snapshot` starts no SQL session)
             self.sc = context_of(spark) if spark is not None else get_spark_context(cfg.spark.master, cfg.spark.conf)
         self.progress = progress  # callable(chunks_done, chunks_total, rows) or None
         self.retry = retry or RetryPolicy()  # transient source faults: backoff, budget, stall timeout
