@@ -190,6 +190,10 @@ class SinkConfig(_Strict):
 class StreamConfig(_Strict):
     max_batch_rows: int = Field(10000, ge=1)
     max_batch_seconds: float = Field(1.0, gt=0)
+    # While reading a backlog (the last event read is over 5 s old by the source's clock): rows
+    # that are late already go in fewer, larger commits (cdc_core/micro_batch.py: BatchPolicy).
+    catchup_batch_rows: int = Field(100_000, ge=1)
+    catchup_batch_seconds: float = Field(10.0, gt=0)
     heartbeat_seconds: float = Field(30, gt=0)
     # inline: the engine applies a column change itself; external: it records the change as
     # pending and holds the table until another process (the Dagster sensor's run) applies it.

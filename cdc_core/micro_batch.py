@@ -4,6 +4,9 @@ Invariants (tests/test_engine_parts.py):
 - A batch is due at ``max_rows`` rows, ``max_bytes`` of events, or ``max_seconds``
   after its first row; the engine also cuts it at every DDL, before a stop and before
   a reconnect. A batch never splits a row event.
+- Which limits apply (``BatchPolicy``): the live ones while the last event read is at
+  most ``CATCHUP_LAG_SECONDS`` old by the source's clock, else the catch-up ones, which
+  are never smaller. Only when a batch closes changes: the byte bound holds in both.
 - One ``TableBatch`` per table and batch, for one set of columns: a table whose rows
   arrive with other columns (its table map changed) needs the batch cut first
   (``accepts`` says so).
@@ -28,6 +31,33 @@ class BatchLimits:
     max_rows: int
     max_seconds: float
     max_bytes: int = 64 << 20
+
+
+# A stream is catching up (reading a backlog) when the last event it read was written more than
+# this long ago by the source's clock. Binlog timestamps are whole seconds of the statement's start,
+# so a live stream reads events up to 1 s "old" plus its own batch time; at 20,000 rows/s it stays
+# within 2 s (bench/stream.py --latency).
+CATCHUP_LAG_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class BatchPolicy:
+    """The limits of a live stream and the (larger) ones of a stream reading a backlog, whose
+    rows are late already: there fewer, larger commits cost less (each commit has a fixed
+    cost, on an object store tens of requests: bench/object_store.py) and make fewer files."""
+
+    live: BatchLimits
+    catchup: BatchLimits
+
+    @classmethod
+    def of(cls, max_rows: int, max_seconds: float, catchup_rows: int, catchup_seconds: float) -> BatchPolicy:
+        """Catch-up limits below the live ones are raised to them."""
+        live = BatchLimits(max_rows, max_seconds)
+        return cls(live, BatchLimits(max(catchup_rows, max_rows), max(catchup_seconds, max_seconds)))
+
+    def limits(self, lag_seconds: float) -> BatchLimits:
+        """The limits for a stream whose last event read is ``lag_seconds`` old."""
+        return self.catchup if lag_seconds > CATCHUP_LAG_SECONDS else self.live
 
 
 @dataclass

@@ -49,6 +49,15 @@ def binlog_files(cur) -> list[tuple[str, int]]:
     return [(r[0], int(r[1])) for r in cur.fetchall()]
 
 
+def clock_offset(cur) -> float:
+    """Seconds this host's clock is ahead of the source's (to age binlog timestamps, which
+    are the source's): measured once, against the middle of the query's round trip."""
+    before = time.time()
+    cur.execute("SELECT UNIX_TIMESTAMP(NOW(6))")
+    server = float(cur.fetchone()[0])
+    return (before + time.time()) / 2 - server
+
+
 # What to do when the stream's position is gone from the server (pipelines/resync.py).
 PURGED_WAY_OUT = ("run `binlake resync -c <config>` to restart at the server's binlog end and backfill every table "
                   "online (or re-snapshot: delete the sink folder, or use a new pipeline.name, and run `binlake run`)")

@@ -259,9 +259,11 @@ class ControlStore:
         if t is None:
             self._append("stream_checkpoint", [row], CHECKPOINT_SCHEMA)
             return
-        t.update_incremental()
         hooks = post_commit_hooks(t)  # a commit per batch: the log cleanup's full listing only at checkpoints
+        # An append needs no current handle (a write leaves it at the version it committed, and delta-rs
+        # commits an append on top of another writer's): no log read per batch.
         if len(t.file_uris()) >= CHECKPOINT_COMPACT_ROWS:
+            t.update_incremental()  # the rewrite keeps other pipelines' rows: as they are now
             others = [r for r in t.to_pyarrow_table().to_pylist() if r["pipeline"] != self.pipeline]
             write_deltalake(t, pa.Table.from_pylist(others + [row], schema=CHECKPOINT_SCHEMA), mode="overwrite",
                             schema_mode="overwrite", post_commithook_properties=hooks)

@@ -13,6 +13,7 @@ import pytest
 from cdc_core.config import BinlakeConfig, parse_config
 from pipelines.local_mariadb import LocalMariaDB
 from tests.fault_proxy import FaultProxy
+from tests.helpers import batches_as_set
 
 _counter = itertools.count()
 
@@ -93,6 +94,8 @@ def make_config(mariadb, tmp_path: Path):
                 raw[section] = values
             else:
                 raw.setdefault(section, {}).update(values)
+        if "stream" in raw:
+            raw["stream"] = batches_as_set(raw["stream"])
         return parse_config(raw)
 
     return build

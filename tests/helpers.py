@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from cdc_core.config import BinlakeConfig
+from cdc_core.config import BinlakeConfig, StreamConfig
 from cdc_core.source import connect, connection_settings
 from cdc_core.table_schema import describe_table
 from pipelines.delta_sink import table_uri
@@ -25,6 +25,18 @@ if TYPE_CHECKING:
 PASSWORD_VAR = "BINLAKE_TEST_PASSWORD"  # conftest's make_config sets it to the test server's password
 # What assert_equal compared in this session (conftest prints it): tables and rows found equal.
 COMPARED: Counter = Counter()
+
+
+def batches_as_set(stream: dict) -> dict:
+    """``stream`` settings whose batch limits also hold while the stream reads a backlog: a
+    test that sets ``max_batch_rows`` or ``max_batch_seconds`` to get several batches gets
+    them however old its changes are when read (cdc_core/micro_batch.py: BatchPolicy). A
+    test of the catch-up limits sets them itself."""
+    if {"max_batch_rows", "max_batch_seconds"} & stream.keys() and not {
+            "catchup_batch_rows", "catchup_batch_seconds"} & stream.keys():
+        live = StreamConfig(**{k: v for k, v in stream.items() if k.startswith("max_batch_")})
+        return {**stream, "catchup_batch_rows": live.max_batch_rows, "catchup_batch_seconds": live.max_batch_seconds}
+    return stream
 
 
 def write_config_file(cfg: BinlakeConfig, path: Path, **extra) -> str:

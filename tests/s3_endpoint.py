@@ -7,18 +7,21 @@ the store, so a server thread in the same process could not answer it.
 A thin WSGI layer in front of moto counts requests by kind (read over HTTP at
 ``/_requests``) and, when asked, acts as a gateway that drops the conditional-write
 headers (``If-None-Match``/``If-Match``), as an S3-compatible store without conditional
-writes does. Credentials are random per server, so tests can search every output for
-them; moto accepts any.
+writes does. With ``BINLAKE_S3_TRACE=<file>`` in its environment it appends every request
+to that file, to read what a run asks of the store, in order. Credentials are random per
+server, so tests can search every output for them; moto accepts any.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
@@ -32,6 +35,7 @@ REGION = "us-east-1"
 REPO = Path(__file__).resolve().parents[1]
 logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one INFO line per request otherwise
 COUNTS_PATH = "/_requests"
+TRACE = os.environ.get("BINLAKE_S3_TRACE")  # a file: each request appended (time, method, path, query)
 
 
 def request_kind(method: str, path: str, query: str) -> str:
@@ -73,6 +77,9 @@ class S3Endpoint:
             return [body]
         with self._lock:
             self.requests[request_kind(method, path, query)] += 1
+            if TRACE:
+                with open(TRACE, "a") as f:
+                    f.write(f"{time.time():.4f} {method} {path} {query}\n")
         if self.drop_conditions:
             environ.pop("HTTP_IF_NONE_MATCH", None)
             environ.pop("HTTP_IF_MATCH", None)

@@ -10,7 +10,7 @@ import pytest
 
 from cdc_core.config import ConfigError
 from cdc_core.errors import EXIT_BAD_INPUT, EXIT_RUNTIME, BadInput, TransientError, is_transient
-from cdc_core.micro_batch import BatchLimits, MicroBatch
+from cdc_core.micro_batch import CATCHUP_LAG_SECONDS, BatchLimits, BatchPolicy, MicroBatch
 from cdc_core.positions import BinlogPosition
 from cdc_core.startup import Mark, PositionPurged, find_start
 from cdc_core.table_batch import TableBatch
@@ -48,6 +48,19 @@ def test_micro_batch_is_due_at_rows_bytes_or_seconds():
     big = MicroBatch()
     big.add("d.t", SCHEMA, lambda: TableBatch(SCHEMA), "c", [(1, 1)], P(10), 100, now=0.0)
     assert big.due(0.0, limits)
+
+
+def test_batch_policy_uses_the_catchup_limits_only_for_a_backlog_and_never_smaller_ones():
+    policy = BatchPolicy.of(max_rows=10, max_seconds=1.0, catchup_rows=1000, catchup_seconds=10.0)
+    assert policy.limits(0.0) == policy.limits(CATCHUP_LAG_SECONDS) == BatchLimits(10, 1.0)  # live
+    assert policy.limits(CATCHUP_LAG_SECONDS + 0.1) == BatchLimits(1000, 10.0)  # a backlog
+    assert policy.limits(-30.0) == BatchLimits(10, 1.0)  # a source clock ahead of ours: live
+    b = MicroBatch()
+    b.add("d.t", SCHEMA, lambda: TableBatch(SCHEMA), "c", [(i, i) for i in range(10)], P(10), 10, now=0.0)
+    assert b.due(0.0, policy.limits(0.0)) and not b.due(9.0, policy.limits(60.0))  # the same rows, read late
+    assert b.due(10.0, policy.limits(60.0))  # the byte and time bounds hold in both
+    small = BatchPolicy.of(max_rows=500, max_seconds=2.0, catchup_rows=100, catchup_seconds=0.5)
+    assert small.limits(60.0) == small.live  # catch-up limits below the live ones are raised to them
 
 
 def test_micro_batch_accepts_one_set_of_columns_per_table_and_absorbs_holds():

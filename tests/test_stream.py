@@ -12,10 +12,11 @@ import time
 import pytest
 from deltalake import DeltaTable
 
+from cdc_core.micro_batch import CATCHUP_LAG_SECONDS
 from cdc_core.offsets import OFFSET_KEY, StreamOffset
 from cdc_core.positions import master_position
 from cdc_core.source import connect, connection_settings
-from cdc_core.startup import StartupError
+from cdc_core.startup import StartupError, clock_offset
 from pipelines.control_store import ControlStore
 from pipelines.delta_sink import table_uri
 from pipelines.snapshot_job import finished_snapshot, plan_snapshot
@@ -95,6 +96,27 @@ def test_random_workload_during_and_after_snapshot(db, spark, make_config):
     assert 0 < again.changes <= 300 * 210 and again.start >= summary.end
     assert_equal(cfg, [f"{name}.a", f"{name}.b"])
     assert stream_until_now(cfg).changes == 0
+
+
+def test_a_backlog_is_read_in_catchup_batches(db, spark, make_config):
+    """Changes older than CATCHUP_LAG_SECONDS by the source's clock go in catch-up batches
+    (here one), not in batches of max_batch_rows; Delta equals MySQL either way."""
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)")
+        cur.execute("INSERT INTO t SELECT seq, 0 FROM seq_1_to_100")
+    cfg = make_config(name, stream={"max_batch_rows": 100, "max_batch_seconds": 60,
+                                    "catchup_batch_rows": 100_000, "catchup_batch_seconds": 60})
+    snapshot(cfg, spark)
+    with conn.cursor() as cur:
+        for i in range(20):  # 2,000 row changes in 20 transactions: 20 live batches
+            cur.execute("INSERT INTO t SELECT 1000 * %s + seq, %s FROM seq_1_to_90", (i + 1, i))
+            cur.execute("UPDATE t SET v = v + 1 WHERE id <= 10")
+        assert abs(clock_offset(cur)) < 2  # the same host's clock
+    time.sleep(CATCHUP_LAG_SECONDS + 1.5)  # binlog timestamps are whole seconds
+    summary = stream_until_now(cfg)
+    assert summary.changes == 2000 and summary.batches == 1
+    assert_equal(cfg, [f"{name}.t"])
 
 
 def test_large_transaction_blob_truncate_rotation_uncaptured(db, spark, make_config):

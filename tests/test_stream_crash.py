@@ -50,7 +50,7 @@ from pipelines.delta_sink import table_uri
 from pipelines.local_mariadb import LocalMariaDB
 from pipelines.stream.backfill import BACKFILL_KEY
 from tests.change_count import assert_changes_counted
-from tests.helpers import PASSWORD_VAR, assert_equal, diff_tables, snapshot, write_config_file
+from tests.helpers import PASSWORD_VAR, assert_equal, batches_as_set, diff_tables, snapshot, write_config_file
 
 SEED = int(os.environ.get("BINLAKE_CRASH_SEED", "20240611"))
 STREAM = {"max_batch_rows": 500, "max_batch_seconds": 0.5}
@@ -570,6 +570,7 @@ def own_config(tmp_path: Path, server: LocalMariaDB, database: str, server_id: i
     }
     for section, values in sections.items():
         raw.setdefault(section, {}).update(values)
+    raw["stream"] = batches_as_set(raw["stream"])
     return parse_config(raw)
 
 

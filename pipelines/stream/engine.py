@@ -19,7 +19,8 @@ Invariants (tests/test_stream*.py; the parts' own docstrings state theirs):
   a change that is not durable; a key's changes keep binlog order.
 - Hand-off: until the stream passes a table's highest chunk high watermark, a change on
   key k is dropped when it is at or before the high watermark of k's chunk.
-- Batches are cut at ``max_batch_rows`` / ``max_batch_seconds`` (and a byte bound), at
+- Batches are cut at ``max_batch_rows`` / ``max_batch_seconds`` (``catchup_batch_rows`` /
+  ``catchup_batch_seconds`` while reading a backlog; and a byte bound), at
   every statement, when a table's columns change, before a stop and before a reconnect.
   Heartbeats advance the checkpoint when only other tables change.
 - Online backfill (cdc_core/backfill.py): a chunk in flight is merged right after the
@@ -61,7 +62,7 @@ from cdc_core.events import (
 from cdc_core.foreign_keys import Cascade, by_parent, cascades
 from cdc_core.key_order import KeyOrders, ServerSql
 from cdc_core.lifecycle import Lifecycle, State
-from cdc_core.micro_batch import BatchLimits, MicroBatch
+from cdc_core.micro_batch import BatchLimits, BatchPolicy, MicroBatch
 from cdc_core.offsets import StreamOffset
 from cdc_core.positions import BinlogPosition
 from cdc_core.routes import RouteError, Router
@@ -73,6 +74,7 @@ from cdc_core.startup import (
     StartupError,
     check_available,
     check_server_id,
+    clock_offset,
 )
 from cdc_core.stream_reader import STOP_SIGNALS, ReaderSpec
 from cdc_core.table_batch import TableBatch, keyless_problem, table_batch
@@ -115,7 +117,10 @@ class StreamEngine:
         self.store = ControlStore.of(cfg)
         self.router = Router(cfg.routes)
         self.life = Lifecycle()
-        self.limits = BatchLimits(cfg.stream.max_batch_rows, cfg.stream.max_batch_seconds)
+        st = cfg.stream
+        self.batching = BatchPolicy.of(st.max_batch_rows, st.max_batch_seconds, st.catchup_batch_rows,
+                                       st.catchup_batch_seconds)
+        self._clock_offset = 0.0  # this host's clock minus the source's (set at start)
         self.sinks = Sinks(cfg, self.router)
         self.committer = Committer(cfg.pipeline.name, self.router, self.sinks)
         self.reader: ReaderProcess | ParallelReader | None = None
@@ -159,6 +164,7 @@ class StreamEngine:
             except RouteError as e:
                 raise StartupError(str(e)) from None
             check_available(cur, plan.start)
+            self._clock_offset = clock_offset(cur)
             check_server_id(cur, self.cfg.source.server_id, own=self._report_as)
         self.until = plan.until
         self._live, self._live_at = plan.live, plan.live_at  # checked once the stream reaches live_at
@@ -291,7 +297,7 @@ class StreamEngine:
                 for rec in records:
                     if self._handle(rec):
                         ended = True
-                    elif s.batch.due(time.monotonic(), self.limits):  # inside a list of records too
+                    elif s.batch.due(time.monotonic(), self._limits()):  # inside a list of records too
                         last_checkpoint = self._commit_due()
             except StopRequested:
                 continue  # the statement is read again after a restart; the loop commits and stops
@@ -301,13 +307,18 @@ class StreamEngine:
                 self._reconnect(f"{type(e).__name__}: {e}")
                 continue
             now = time.monotonic()
-            if s.batch.due(now, self.limits):
+            if s.batch.due(now, self._limits()):
                 last_checkpoint = self._commit_due()
             elif now - last_checkpoint >= self.cfg.stream.heartbeat_seconds and s.position > s.offset.applied:
                 self._commit()  # nothing captured changed: move the restart point anyway
                 last_checkpoint = now
             if s.undecided and s.position >= s.decide_at:
                 self.changes.decide(s.position)
+
+    def _limits(self) -> BatchLimits:
+        """The batch limits for the stream's lag now (cdc_core/micro_batch.py: BatchPolicy)."""
+        t = self.state.event_time
+        return self.batching.limits(time.time() - self._clock_offset - t if t else 0.0)
 
     def _past_until(self) -> bool:
         """``--until now`` with an unbounded reader: past the end, nothing left to finish."""
