@@ -15,6 +15,7 @@ Debian's MariaDB Connector/J on spark.jars), then measures, alternating K times:
          parquet: Spark writes Parquet into the table folder → one delta-rs commit of add actions
        The faster of the two is (b) for the ratios (the stricter baseline for binlake).
   (c)  mariadb --batch --quick -e 'SELECT * ...' > /dev/null
+  (c2) the same with P clients at once, each over an equal range of ids (P > 1)
 
 With --whole-process each round also times whole processes, from start to exit, as users
 run them (each into a fresh Delta table whose row count is then checked):
@@ -308,16 +309,24 @@ def _verify_b(uri: str, method: str, seconds: float, rows: int, extra: dict) -> 
 # --------------------------------------------------------------------------- (c) C client
 
 
-def run_client(server: LocalMariaDB, args) -> dict:
-    cmd = ["mariadb", f"-h{server.host}", "-P", str(server.port), f"-u{server.user}", f"-p{server.password}",
-           "--batch", "--quick", "-e", f"SELECT * FROM {DB}.{TABLE}"]
+def run_client(server: LocalMariaDB, args, connections: int = 1) -> dict:
+    """The C client reading the table into /dev/null: one SELECT, or ``connections`` clients at
+    once, each over an equal range of ids (the read floor with binlake's parallelism)."""
+    base = ["mariadb", f"-h{server.host}", "-P", str(server.port), f"-u{server.user}", f"-p{server.password}",
+            "--batch", "--quick", "-e"]
+    step = -(-args.rows // connections)
+    where = [f" WHERE id BETWEEN {lo} AND {lo + step - 1}" if connections > 1 else ""
+             for lo in range(1, args.rows + 1, step)]
     t0 = time.perf_counter()
     with open(os.devnull, "wb") as devnull:
-        proc = subprocess.run(cmd, stdout=devnull, stderr=subprocess.PIPE, check=False)
+        procs = [subprocess.Popen(base + [f"SELECT * FROM {DB}.{TABLE}{w}"], stdout=devnull, stderr=subprocess.PIPE)
+                 for w in where]
+        errors = [p.communicate()[1] for p in procs]
     seconds = time.perf_counter() - t0
-    if proc.returncode:
-        raise RuntimeError(f"mariadb client failed: {proc.stderr.decode(errors='replace')}")
-    return {"seconds": seconds, "rows": args.rows}
+    for p, err in zip(procs, errors):
+        if p.returncode:
+            raise RuntimeError(f"mariadb client failed: {err.decode(errors='replace')}")
+    return {"seconds": seconds, "rows": args.rows, "connections": len(procs)}
 
 
 # --------------------------------------------------------------------------- whole processes
@@ -638,6 +647,7 @@ def print_report(args, env: dict, stats: dict[str, dict], results: dict, extras:
         "b_arrow": "(b)  Spark JDBC -> toArrow -> write_deltalake",
         "b_parquet": "(b)  Spark JDBC -> Spark Parquet -> delta-rs commit",
         "c": "(c)  mariadb --batch --quick > /dev/null",
+        "c_parallel": "(c2) the same, `parallelism` clients over id ranges",
         "w_binlake": "(A)  `binlake snapshot` process",
         "w_jdbc": "(B)  Spark JDBC job process (start Spark, Parquet)",
         "w_dlt": "(D)  dlt process (connectorx, partitioned, delta)",
@@ -807,7 +817,7 @@ def main(argv: list[str] | None = None) -> int:
         sampler.start()
 
         b_methods = ["arrow", "parquet"] if args.b_method == "both" else [args.b_method]
-        results: dict[str, list[dict]] = {"a": [], "b_arrow": [], "b_parquet": [], "c": [],
+        results: dict[str, list[dict]] = {"a": [], "b_arrow": [], "b_parquet": [], "c": [], "c_parallel": [],
                                           **{k: [] for k in WHOLE_PROCESS}}
         if args.whole_process:
             dlt_python()  # made before any clock starts
@@ -832,6 +842,11 @@ def main(argv: list[str] | None = None) -> int:
             r = run_client(server, args)
             results["c"].append(r)
             print(f"  [{i + 1}/{args.repeat}] (c) mariadb client     {r['seconds']:7.2f} s", flush=True)
+            if args.parallelism > 1:
+                r = run_client(server, args, args.parallelism)
+                results["c_parallel"].append(r)
+                print(f"  [{i + 1}/{args.repeat}] (c2) {args.parallelism} mariadb clients {r['seconds']:7.2f} s",
+                      flush=True)
             if args.whole_process:
                 for key, (label, fn) in WHOLE_PROCESS.items():
                     r = fn(server, work, rid, args)

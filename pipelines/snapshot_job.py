@@ -470,14 +470,7 @@ class SnapshotJob:
                 cause = transient_cause(e)
                 if cause is None:
                     raise
-                delay = retry.next_delay()
-                if delay is None:
-                    raise RetryBudgetExceeded(f"snapshot: no connection to the source for over "
-                                              f"{self.retry.budget_seconds:.0f} s: {cause}") from e
-                log.warning("snapshot: connecting to the source: %s; again in %.1f s", cause, delay)
-                with self._slot_lock:
-                    self._retries += 1
-                time.sleep(delay)
+                self._back_off(retry, "snapshot: connecting to the source", cause)
 
     def _changed_during_snapshot(self, names: list[str], tables: dict) -> set[str]:
         """Tables a statement changed between their baseline and their last chunk's high
@@ -642,14 +635,19 @@ class SnapshotJob:
             cause = result.get("retry")
             if cause is None:
                 return result
-            delay = retry.next_delay()
-            if delay is None:
-                raise RetryBudgetExceeded(f"snapshot of {what}: the source kept failing for over "
-                                          f"{self.retry.budget_seconds:.0f} s ({retry.attempt + 1} attempts): {cause}")
-            log.warning("snapshot of %s: %s; retrying in %.1f s", what, cause, delay)
-            with self._slot_lock:
-                self._retries += 1
-            self._abort.wait(delay)
+            self._back_off(retry, f"snapshot of {what}", cause, wait=self._abort.wait)  # the loop checks _abort
+
+    def _back_off(self, retry: Retry, what: str, cause: str, wait: Callable[[float], object] = time.sleep) -> None:
+        """``wait`` before the next attempt at ``what`` after a transient ``cause`` (counted as a
+        retry); raise :class:`RetryBudgetExceeded` once the fault outlasted the budget."""
+        delay = retry.next_delay()
+        if delay is None:
+            raise RetryBudgetExceeded(f"{what}: the source kept failing for over {self.retry.budget_seconds:.0f} s "
+                                      f"({retry.attempt + 1} attempts): {cause}")
+        log.warning("%s: %s; again in %.1f s", what, cause, delay)
+        with self._slot_lock:
+            self._retries += 1
+        wait(delay)
 
     def _attempt(self, task: GroupTask, what: str) -> dict:
         """One attempt at the group, with a server id of its own (a free slot's)."""
