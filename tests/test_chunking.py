@@ -88,3 +88,33 @@ def test_boundaries_round_trip_through_json():
 
     for v in (None, 5, "ß😀", Decimal("1.50"), dt.date(2024, 2, 29), dt.datetime(2024, 1, 1, 3, 4, 5, 6), b"\x00\xff"):
         assert decode_value(encode_value(v)) == v
+
+
+@pytest.mark.parametrize("parallelism", [1, 3])
+def test_snapshot_row_count_over_plan_spans_equals_count_star(db, mariadb, parallelism):
+    """The snapshot's MySQL row count (COUNT(*) per span of consecutive chunks, at once) is the
+    table's COUNT(*), also for rows written after planning beyond the old MIN/MAX and for
+    string keys in a case-insensitive collation; a table without a plan is counted whole."""
+    from cdc_core.source import ConnectionSettings, connect
+    from pipelines.snapshot_job import _mysql_rows
+
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE `n%t` (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO `n%t` SELECT seq FROM seq_100_to_1099")
+        cur.execute("CREATE TABLE s (k VARCHAR(20) COLLATE utf8mb4_general_ci PRIMARY KEY)")
+        cur.executemany("INSERT INTO s VALUES (%s)", [(f"{c}{i:03d}",) for c in "aBcD" for i in range(60)])
+    _, ints = _plan(conn, name, "n%t", "id", 70)
+    _, strings = _plan(conn, name, "s", "k", 25)
+    with conn.cursor() as cur:  # after planning: below MIN, above MAX, and inside
+        cur.execute("INSERT INTO `n%t` VALUES (-5), (1), (5000000), (1100)")
+        cur.execute("INSERT INTO s VALUES ('0'), ('b999'), ('zz'), ('C500')")
+    settings = ConnectionSettings(mariadb.host, mariadb.port, mariadb.user, mariadb.password)
+
+    def opened():
+        return connect(settings)
+
+    assert len(ints) > 3 and len(strings) > 3
+    assert _mysql_rows(opened, f"{name}.n%t", ints, parallelism) == 1004
+    assert _mysql_rows(opened, f"{name}.s", strings, parallelism) == 244
+    assert _mysql_rows(opened, f"{name}.s", [], parallelism) == 244
