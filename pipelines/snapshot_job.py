@@ -348,8 +348,7 @@ def _mysql_rows(opened: Callable[[], pymysql.connections.Connection], table: str
     db, t = table.split(".", 1)
     sql = f"SELECT COUNT(*) FROM {quote_ident(db)}.{quote_ident(t)} WHERE ".replace("%", "%%")  # pymysql's
     ordered = sorted(chunks, key=lambda c: c.index)
-    n = max(1, min(parallelism, len(ordered)))
-    spans = [Chunk.span(ordered[i * len(ordered) // n:(i + 1) * len(ordered) // n]) for i in range(n)] if ordered \
+    spans = [Chunk.span(g) for g in _groups(ordered, math.ceil(len(ordered) / parallelism))] if ordered \
         else [Chunk(table, 0, "", None, None)]
 
     def count(span: Chunk) -> int:
@@ -358,8 +357,6 @@ def _mysql_rows(opened: Callable[[], pymysql.connections.Connection], table: str
             cur.execute(sql + where, params)
             return cur.fetchone()[0]
 
-    if len(spans) == 1:
-        return count(spans[0])
     with ThreadPoolExecutor(len(spans), thread_name_prefix="count") as pool:
         return sum(pool.map(count, spans))
 
