@@ -71,9 +71,11 @@ from pipelines.writer_lock import FileLock
 FileLock(sys.argv[1], "shop", "holder").acquire()
 child = os.fork()
 if child == 0:  # a forked child (like the stream's binlog reader) that outlives its parent
+    # Printed by the child, so the test kills the parent only once the child's after-fork hooks
+    # have run: killing it sooner would test a child that had not started yet.
+    print(os.getpid(), flush=True)
     time.sleep(120)
     os._exit(0)
-print(child, flush=True)
 time.sleep(120)
 """
 
