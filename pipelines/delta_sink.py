@@ -25,7 +25,7 @@ from cdc_core.chunk_record import ChunkRecord
 from cdc_core.offsets import OFFSET_KEY, StreamOffset, app_id, position_key_of_version
 from cdc_core.routes import CDC_SOURCE
 from cdc_core.table_commit import RowsApplied
-from pipelines.lake_storage import filesystem
+from pipelines.lake_storage import write_file
 from pipelines.schema_applier import delta_schema
 
 SNAPSHOT_CHUNKS_KEY = "binlake.snapshot.chunks"
@@ -102,13 +102,11 @@ def write_parquet(uri: str, table: pa.Table, storage_options: dict[str, str] | N
     object-store URI reached with ``storage_options``); the file is not committed. ``kind``
     names the writer in the file name (snapshot, stream)."""
     name = f"part-{kind}-{uuid.uuid4().hex}.parquet"
-    fs, prefix = filesystem(uri, storage_options)
     # Dictionary encoding only for the op column: on high-cardinality columns it costs
     # about twice the write time for larger files (measured in bench/snapshot.py --profile).
     dictionary = [n for n in table.column_names if n == "_cdc_op"]
-    with fs.open_output_stream(prefix + name) as out:
-        pq.write_table(table, out, compression="snappy", write_statistics=True, use_dictionary=dictionary)
-        size = out.tell()
+    size = write_file(uri, name, storage_options, lambda out: pq.write_table(
+        table, out, compression="snappy", write_statistics=True, use_dictionary=dictionary))
     return WrittenFile(name, size, table.num_rows, file_stats(table))
 
 

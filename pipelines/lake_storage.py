@@ -7,7 +7,10 @@ Invariants (tests/test_object_store.py):
 - Files are written through delta-rs's object store (``DeltaStorageHandler``), built
   from the same options as the Delta tables, so a Spark executor needs no Hadoop jars
   and no second option vocabulary; the file's size comes from the stream it was
-  written to, with no extra request.
+  written to, with no extra request. On S3 a file of up to ``WRITE_BUFFER_BYTES`` is one
+  ``PutObject`` through boto3 instead (:func:`write_file`), when every option is one boto3's
+  client reads the same way; the key is the one delta-rs reads the file from
+  (tests/test_lake_requests.py, odd folder names included).
 - Commit safety. delta-rs 1.x commits version N of a table by creating
   ``_delta_log/N.json`` only if it does not exist (S3: ``PutObject`` with
   ``If-None-Match: *``); it takes no lock (its DynamoDB lock is gone, and
@@ -29,8 +32,10 @@ import logging
 import os
 import re
 import uuid
+from collections.abc import Callable
 from urllib.parse import unquote, urlparse
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 from deltalake.fs import DeltaStorageHandler
 
@@ -91,6 +96,54 @@ def _option(options: dict[str, str], *names: str) -> str | None:
 def _endpoint(options: dict[str, str]) -> str | None:
     return (_option(options, "aws_endpoint_url", "aws_endpoint", "endpoint_url", "endpoint")
             or os.environ.get("AWS_ENDPOINT_URL"))
+
+
+# Option keys (lower-cased) whose meaning the boto3 client below carries over exactly, or that
+# concern only Delta commits. Data files go to S3 through boto3 only when every key is one of these.
+_S3_CLIENT_KEYS = frozenset({
+    "aws_endpoint_url", "aws_endpoint", "endpoint_url", "endpoint", "aws_access_key_id", "access_key_id",
+    "aws_secret_access_key", "secret_access_key", "aws_session_token", "aws_token", "session_token", "token",
+    "aws_region", "region", "aws_default_region", "default_region", "aws_virtual_hosted_style_request",
+    "virtual_hosted_style_request", "aws_allow_http", "allow_http", "aws_s3_allow_unsafe_rename",
+    "aws_conditional_put", "conditional_put", "max_buffer_size",
+})
+
+
+def write_file(root: str, name: str, options: dict[str, str] | None, fill: Callable[[pa.NativeFile], object]) -> int:
+    """Write the file ``name`` into the lake folder ``root``: ``fill`` writes its bytes to the
+    stream it is given. Returns the file's size.
+
+    On S3 a file of up to ``WRITE_BUFFER_BYTES`` goes in one ``PutObject`` (boto3, with the
+    client of the commit check): delta-rs's output stream always makes a multipart upload, three
+    requests per file, and the store then joins the parts (bench/object_store.py: a snapshot
+    group's file is one part). Elsewhere, with options boto3 would not read the same way, or for
+    a larger file, the bytes go through delta-rs's object store."""
+    options = options or {}
+    url = urlparse(root)
+    if url.scheme not in ("s3", "s3a") or not {k.lower() for k in options} <= _S3_CLIENT_KEYS:
+        fs, prefix = filesystem(root, options)
+        with fs.open_output_stream(prefix + name) as out:
+            fill(out)
+            return out.tell()
+    sink = pa.BufferOutputStream()
+    fill(sink)
+    data = sink.getvalue()
+    if data.size > WRITE_BUFFER_BYTES:
+        fs, prefix = filesystem(root, options)
+        with fs.open_output_stream(prefix + name) as out:
+            out.write(data.to_pybytes())  # delta-rs's stream takes bytes, not an Arrow buffer
+        return data.size
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    key = f"{unquote(url.path).strip('/')}/{name}".lstrip("/")  # the key delta-rs's store resolves the path to
+    try:
+        _s3_client(options).put_object(Bucket=url.netloc, Key=key, Body=data.to_pybytes())
+    except ClientError as e:
+        err = e.response.get("Error", {})
+        raise OSError(f"writing {root}/{name}: {err.get('Code')}: {err.get('Message')}") from None
+    except BotoCoreError as e:
+        raise OSError(f"writing {root}/{name}: {e}") from None
+    return data.size
 
 
 def _s3_client(options: dict[str, str]):

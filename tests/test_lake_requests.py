@@ -5,7 +5,9 @@
   log: either way it equals a fresh read of the whole log.
 - A control table this store only appended to is read back from those appends when they are
   all its commits, else from its files: either way it equals a fresh store's read.
-- A data file up to ``WRITE_BUFFER_BYTES`` is uploaded in one part (a create, one part, a completion).
+- On S3 a data file up to ``WRITE_BUFFER_BYTES`` is one ``PutObject``, under the key delta-rs
+  reads it from (odd folder names too); with an option boto3 would not read the same way, it
+  goes through delta-rs's store in one part (a create, one part, a completion).
 """
 
 from __future__ import annotations
@@ -92,12 +94,29 @@ def test_control_table_appended_to_reads_like_its_files(tmp_path, monkeypatch):
     assert sorted(mine.load_plans()) == ["d.a", "d.b", "d.c", "d.d"]
 
 
-def test_data_file_is_one_part(s3_sink, s3_server):
-    uri = f"{s3_sink['path']}/d/t"
-    rows = 1_000_000  # ~8 MB of random integers: two 5 MiB parts with delta-rs's default buffer
+def _random_rows(rows: int) -> pa.Table:
     values = np.random.default_rng(7).integers(0, 2**62, rows)
-    table = pa.table({"id": pa.array(values, pa.int64()), "_cdc_op": pa.array(["r"] * rows)})
+    return pa.table({"id": pa.array(values, pa.int64()), "_cdc_op": pa.array(["r"] * rows)})
+
+
+def test_data_file_is_one_put_and_reads_back_under_odd_names(s3_sink, s3_server):
+    table = _random_rows(1_000_000)  # ~8 MB: two 5 MiB parts with delta-rs's default buffer
+    for folder in ("d/t", "d b/ü t%41#x", "d/a+b=c"):
+        uri = f"{s3_sink['path']}/{folder}"
+        dt_ = ensure_table(uri, SCHEMA, s3_sink["storage_options"])
+        s3_server.requests(reset=True)
+        written = write_parquet(uri, table, s3_sink["storage_options"])
+        assert dict(s3_server.requests()) == {"PUT data": 1}
+        assert written.size > 5 << 20
+        commit_files(dt_, [written], SCHEMA, {})
+        back = DeltaTable(uri, storage_options=s3_sink["storage_options"]).to_pyarrow_table()
+        assert back.sort_by("id").equals(table.sort_by("id")), folder
+
+
+def test_data_file_with_an_option_boto3_does_not_read_is_one_part(s3_sink, s3_server):
+    uri = f"{s3_sink['path']}/d/t"
+    options = {**s3_sink["storage_options"], "AWS_ALLOW_INVALID_CERTIFICATES": "true"}
     s3_server.requests(reset=True)
-    written = write_parquet(uri, table, s3_sink["storage_options"])
+    written = write_parquet(uri, _random_rows(1_000_000), options)
     assert written.size > 5 << 20
     assert dict(s3_server.requests()) == {"POST data": 2, "PUT data": 1}
