@@ -41,6 +41,13 @@ def chunk_fetch(conn: ConnectionSettings, schema: TableSchema) -> Fetch:
     return lambda sql: cx.read_sql(url, sql, return_type="arrow")
 
 
+def refuses_impossible_dates(conn: ConnectionSettings) -> bool:
+    """Whether :func:`chunk_fetch`'s reader fails on an impossible DATE or DATETIME value
+    rather than reading a wrong one (connectorx does; the text reader gets the server's
+    check), so a chunk SELECT may read those columns as stored (cdc_core/chunk_reader.py)."""
+    return conn.tls is None
+
+
 def _raw_type(col: Column) -> pa.DataType:
     """The Arrow type of ``types.select_expr(col)``'s value as the text protocol returns it."""
     t = col.data_type

@@ -21,6 +21,9 @@ Invariants (tested in tests/test_chunk_reader.py):
   are not changes as of HW; a window holding the XA COMMIT of a transaction prepared
   before LW (the SELECT may or may not see its rows) is read again, as is one holding a
   row event whose images leave columns out (a session's binlog_row_image not FULL).
+- With ``raw_dates`` (connectorx), DATE and DATETIME are selected as stored; a chunk holding
+  a value the reader refuses or reads as year 0 is selected again, with the server's check,
+  in the same window: rows equal those of the checked SELECT alone.
 - Result rows carry ``_cdc_op`` = 'r' and ``_cdc_seq`` = HW's sequence number,
   or, for rows the window wrote, the replayed change's own sequence number
   (inside (LW, HW]).
@@ -28,6 +31,7 @@ Invariants (tested in tests/test_chunk_reader.py):
 
 from __future__ import annotations
 
+import datetime
 import logging
 import time
 from collections.abc import Callable
@@ -35,6 +39,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cdc_core.binlog import PartialRowImage, RowChange, read_changes
 from cdc_core.chunking import Chunk
@@ -43,7 +48,7 @@ from cdc_core.key_order import KeyOrders, ServerSql
 from cdc_core.positions import BinlogPosition, master_position, visible_position
 from cdc_core.source import ConnectionSettings
 from cdc_core.table_schema import TableSchema, quote_ident
-from cdc_core.types import arrow_schema, binlog_value, rows_to_arrow, select_expr, snapshot_array
+from cdc_core.types import DATE_TYPES, arrow_schema, binlog_value, rows_to_arrow, select_expr, snapshot_array
 from cdc_core.xa import XaOutsideWindow
 
 log = logging.getLogger(__name__)
@@ -51,6 +56,22 @@ log = logging.getLogger(__name__)
 CDC_OP, CDC_SEQ = "_cdc_op", "_cdc_seq"
 
 Fetch = Callable[[str], pa.Table]
+
+
+# Tables whose chunks held a date the bulk reader refused or read as year 0, in this process.
+_IMPOSSIBLE_DATES: set[str] = set()
+_FIRST_DAY = {"date": datetime.date(1, 1, 1), "datetime": datetime.datetime(1, 1, 1)}
+
+
+def _year_zero(schema: TableSchema, raw: pa.Table) -> bool:
+    """Whether a DATE or DATETIME column of ``raw`` holds a date before 0001-01-01 (year 0,
+    which the server's check makes NULL and the bulk reader passes through)."""
+    for c in schema.columns:
+        if c.data_type in DATE_TYPES:
+            col = raw.column(c.name)
+            if col.null_count < len(col) and pc.less(pc.min(col), pa.scalar(_FIRST_DAY[c.data_type], col.type)).as_py():
+                return True
+    return False
 
 
 class ChunkNotQuiet(TerminalError):
@@ -73,9 +94,11 @@ def output_schema(schema: TableSchema) -> pa.Schema:
     return base.append(pa.field(CDC_OP, pa.string())).append(pa.field(CDC_SEQ, pa.int64()))
 
 
-def chunk_select_sql(schema: TableSchema, chunk: Chunk, literal: Callable[[object], str]) -> str:
-    """The chunk's SELECT with its bounds inlined (the bulk reader takes no parameters)."""
-    cols = ", ".join(select_expr(c) for c in schema.columns)
+def chunk_select_sql(schema: TableSchema, chunk: Chunk, literal: Callable[[object], str],
+                     raw_dates: bool = False) -> str:
+    """The chunk's SELECT with its bounds inlined (the bulk reader takes no parameters);
+    ``raw_dates``: see ``types.select_expr``."""
+    cols = ", ".join(select_expr(c, raw_dates) for c in schema.columns)
     cond, params = chunk.where()
     for p in params:
         cond = cond.replace("%s", literal(p), 1)
@@ -86,8 +109,11 @@ class ChunkReader:
     """Reads chunks of one source; holds a control connection for watermarks."""
 
     def __init__(self, conn: ConnectionSettings, control, fetch: Fetch, server_id: int, max_attempts: int = 20,
-                 base: int = 0):
+                 base: int = 0, raw_dates: bool = False):
         self.conn = conn
+        # ``fetch`` refuses impossible dates itself (bulk_read.refuses_impossible_dates): DATE and
+        # DATETIME columns are selected raw, and checked by the server only where they must be.
+        self.raw_dates = raw_dates
         self.base = base  # of the pipeline's positions on this server (cdc_core/positions.py)
         self.control = control  # a pymysql connection (autocommit)
         self.fetch = fetch
@@ -99,7 +125,7 @@ class ChunkReader:
         folded (the online backfill lets the stream fold it, cdc_core/backfill.py)."""
         with self.control.cursor() as cur:
             lw = visible_position(cur, self.base)
-            raw = self.fetch(chunk_select_sql(schema, chunk, self.control.escape))
+            raw = self._fetch(schema, chunk)
             hw = master_position(cur, self.base)
         return ChunkResult(chunk, self._canonical(schema, raw, output_schema(schema), hw), lw, hw, 0, 1)
 
@@ -132,6 +158,30 @@ class ChunkReader:
             "a table without a row key needs a quiet moment per chunk (add a primary key, a NOT NULL unique key or "
             "source.key_columns for lock-free reads)"
         )
+
+    def _fetch(self, schema: TableSchema, chunk: Chunk) -> pa.Table:
+        """The chunk's rows as the bulk reader returns them. With ``raw_dates``, DATE and DATETIME
+        columns are read as stored; if the reader refuses a value (connectorx panics on a zero
+        month or day and on a day past the month's end) or returns a year-0 date, the chunk is
+        read again with the server's validity check (:func:`types.select_expr`), which gives
+        those values as NULL — inside the same watermark window, and for every later chunk of
+        the table in this process. The check costs the server about a third of a chunk read
+        (bench/snapshot.py's table); few tables hold impossible dates."""
+        if self.raw_dates and schema.qualified_name not in _IMPOSSIBLE_DATES \
+                and any(c.data_type in DATE_TYPES for c in schema.columns):
+            try:
+                raw = self.fetch(chunk_select_sql(schema, chunk, self.control.escape, raw_dates=True))
+                if not _year_zero(schema, raw):
+                    return raw
+                why = "a year-0 date"
+            except BaseException as e:
+                if type(e).__name__ != "PanicException":  # pyo3's, for a panic in the reader
+                    raise
+                why = "a date the bulk reader refused (its panic message above is expected)"
+            log.info("%s holds impossible dates (NULL in Delta), chunk %d %s: its chunks are read again with the "
+                     "server's date check", schema.qualified_name, chunk.index, why)
+            _IMPOSSIBLE_DATES.add(schema.qualified_name)
+        return self.fetch(chunk_select_sql(schema, chunk, self.control.escape))
 
     def _canonical(self, schema: TableSchema, raw: pa.Table, target: pa.Schema, hw: BinlogPosition) -> pa.Table:
         arrays = [snapshot_array(c, raw.column(c.name)) for c in schema.columns]

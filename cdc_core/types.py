@@ -129,11 +129,17 @@ def arrow_schema(schema: TableSchema) -> pa.Schema:
     return pa.schema([pa.field(c.name, arrow_type(c), nullable=True) for c in schema.columns])
 
 
-def select_expr(col: Column) -> str:
+# Column types whose impossible values ('0000-00-00', '2020-02-30', year 0) the snapshot reads as NULL.
+DATE_TYPES = ("date", "datetime")
+
+
+def select_expr(col: Column, raw_dates: bool = False) -> str:
     """SQL expression the snapshot SELECTs for a column; aliased to the column name.
 
     Types the bulk reader gets wrong or cannot read are fetched in a lossless
-    text or integer form and fixed by :func:`snapshot_array`.
+    text or integer form and fixed by :func:`snapshot_array`. ``raw_dates``: DATE and
+    DATETIME as stored, for a reader that refuses impossible dates itself
+    (cdc_core/chunk_reader.py reads the chunk again without it when one is there).
     """
     q = quote_ident(col.name)
     t = col.data_type
@@ -143,7 +149,7 @@ def select_expr(col: Column) -> str:
         expr = f"CAST({q} AS BINARY)"  # the stored SRID and WKB, as the binlog carries them
     elif _is_year2(col):
         expr = f"YEAR({q})"
-    elif t in ("date", "datetime"):
+    elif t in DATE_TYPES and not raw_dates:
         # Zero and other impossible dates ('0000-00-00', '2020-00-15') are NULL, as the binlog
         # decoder gives them (and the bulk reader panics on them).
         valid = f"YEAR({q}) > 0 AND MONTH({q}) > 0 AND DAYOFMONTH({q}) BETWEEN 1 AND DAYOFMONTH(LAST_DAY({q}))"

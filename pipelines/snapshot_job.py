@@ -59,7 +59,7 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from cdc_core.binlog import read_statements
-from cdc_core.bulk_read import chunk_fetch
+from cdc_core.bulk_read import chunk_fetch, refuses_impossible_dates
 from cdc_core.chunk_reader import ChunkReader, output_schema
 from cdc_core.chunk_record import ChunkRecord
 from cdc_core.chunking import INTEGER_TYPES, Chunk, chunk_key, plan_chunks
@@ -174,7 +174,8 @@ def run_group(task: GroupTask) -> dict:
     Failures come back as values (:func:`task_fault`)."""
     c = task.conn
     try:
-        reader = ChunkReader(c, worker_connection(c), chunk_fetch(c, task.schema), task.server_id, base=task.base)
+        reader = ChunkReader(c, worker_connection(c), chunk_fetch(c, task.schema), task.server_id, base=task.base,
+                             raw_dates=refuses_impossible_dates(c))
         result = reader.read(task.schema, Chunk.span(list(task.chunks)))
         table = result.table
         counts = _rows_per_chunk(task.schema, task.chunks, table)

@@ -114,3 +114,54 @@ def test_keyless_chunk_is_reread_until_quiet(db, make_config):
     reader2, _ = _reader(cfg, name, [], ["UPDATE t SET v = v + 1 WHERE k = 9"])
     result = reader2.read(schema, Chunk(f"{name}.t", 0, "k", None, 5))
     assert result.attempts == 1 and result.table.num_rows == 5
+
+
+@pytest.mark.parametrize("bad", [None, "0000-01-15 10:00:00", "2020-02-30 01:02:03", "0000-00-00 00:00:00"])
+def test_dates_are_read_as_stored_and_impossible_ones_with_the_servers_check(db, make_config, bad):
+    """DATE and DATETIME columns are selected as stored; a chunk holding a date the bulk reader
+    refuses (a day past the month's end, a zero date: connectorx panics) or passes through as
+    year 0 is read again with the server's check, which makes it NULL as the binlog decoder
+    does; later chunks of that table use the check from the start. Either way the rows equal
+    those of a read with the check alone."""
+    from cdc_core import chunk_reader
+
+    name, conn = db
+    table = f"d_{abs(hash(bad)) % 10_000}"
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'")
+        cur.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, d DATE, t DATETIME(6))")
+        cur.execute(f"INSERT INTO {table} VALUES (1, '1000-01-01', '9999-12-31 23:59:59.999999'), "
+                    "(2, '2024-02-29', '2024-02-29 13:45:30.123456'), (3, NULL, NULL)")
+        if bad:
+            cur.execute(f"INSERT INTO {table} VALUES (4, %s, %s)", (bad[:10], bad))
+        cur.execute(f"INSERT INTO {table} VALUES (10, '2021-03-04', '2021-03-04 05:06:07')")
+    cfg = make_config(name)
+    settings = connection_settings(cfg)
+    schema = describe_table(conn.cursor(), name, table)
+    url = settings.connectorx_url(name)
+    sqls: list[str] = []
+
+    def fetch(sql: str) -> pa.Table:
+        sqls.append(sql)
+        return cx.read_sql(url, sql, return_type="arrow")
+
+    control = connect(settings)
+    checked = ChunkReader(settings, control, fetch, server_id=cfg.source.server_id + 1)
+    raw = ChunkReader(settings, control, fetch, server_id=cfg.source.server_id + 1, raw_dates=True)
+    first, second = Chunk(schema.qualified_name, 0, "id", None, 10), Chunk(schema.qualified_name, 1, "id", 10, None)
+    for chunk in (first, second):
+        sqls.clear()
+        expected = checked.read(schema, chunk).table
+        assert len(sqls) == 1 and "IF(" in sqls[0]
+        sqls.clear()
+        got = raw.read(schema, chunk).table
+        assert got.equals(expected)
+        if bad is None:
+            assert len(sqls) == 1 and "IF(" not in sqls[0]  # read as stored
+        elif chunk is first:
+            assert ["IF(" in s for s in sqls] == [False, True]  # refused or year 0: read again, checked
+            assert got.column("d")[3].as_py() is None and got.column("t")[3].as_py() is None
+        else:
+            assert len(sqls) == 1 and "IF(" in sqls[0]  # the table is known to hold them
+    assert (schema.qualified_name in chunk_reader._IMPOSSIBLE_DATES) == (bad is not None)
+    control.close()
