@@ -47,7 +47,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from urllib.parse import unquote, urlparse
 
@@ -103,6 +103,11 @@ log = logging.getLogger(__name__)
 TARGET_GROUPS_PER_SLOT = 2
 MAX_PASSES = 5  # a table a DDL changed while it was read is read again, at most this often
 MIRROR_BATCH_RECORDS = 256
+# On an object store a Delta commit is about 9 requests (list, conditional put, reading it back
+# twice): groups finishing within this many seconds of the last commit wait for the next one,
+# which holds them all (a local commit costs little and is made at once). A crash re-reads
+# what was waiting, as it does a group still running.
+OBJECT_STORE_COMMIT_INTERVAL = 1.0
 
 
 @dataclass(frozen=True)
@@ -596,12 +601,20 @@ class SnapshotJob:
         pool = ThreadPoolExecutor(self.slots, thread_name_prefix="snapshot")
         futures = {pool.submit(self._run_group, t): t for t in tasks}
         running = set(futures)
+        interval = 0.0 if is_local(self.sink) else OBJECT_STORE_COMMIT_INTERVAL
+        held: list[Future] = []  # finished groups waiting for the next commit
+        last_commit = -math.inf
         try:
             while running:
-                finished, running = wait(running, return_when=FIRST_COMPLETED)
-                # Groups that finished together go into one commit per sink table (on an object
-                # store a commit is about 8 requests); a failed one is raised after the others
-                # are committed.
+                wait_for = max(0.0, last_commit + interval - time.monotonic()) if held else None
+                finished, running = wait(running, timeout=wait_for, return_when=FIRST_COMPLETED)
+                held.extend(finished)
+                failed = any(f.exception() is not None for f in finished)
+                if not held or (running and not failed and time.monotonic() - last_commit < interval):
+                    continue
+                finished, held, last_commit = held, [], time.monotonic()
+                # Groups that finished together (or within the interval) go into one commit per
+                # sink table; a failed one is raised after the others are committed.
                 ready: dict[str, list[tuple[GroupTask, dict]]] = {}
                 failure = None
                 for fut in finished:

@@ -36,7 +36,7 @@ from pyarrow.fs import FileSelector, FileType
 from cdc_core.config import BinlakeConfig
 from cdc_core.offsets import OFFSET_KEY, StreamOffset, app_id
 from pipelines.control_store import ControlStore
-from pipelines.delta_sink import apply_changes, open_table, post_commit_hooks, table_uri
+from pipelines.delta_sink import apply_changes, open_table, post_commit_hooks, snapshot_commits, table_uri
 from pipelines.lake_storage import PROBE_DIR, filesystem
 from tests.helpers import assert_equal, snapshot, write_config_file
 from tests.s3_endpoint import S3Server
@@ -164,6 +164,36 @@ def test_snapshot_on_a_two_worker_cluster_writes_to_s3(db, make_config, s3_sink,
     files = _lake_objects(cfg)
     assert any(f.endswith(".parquet") and f"/{name}/t/part-snapshot-" in f"/{f}" for f in files), files
     assert not [f for f in files if PROBE_DIR in f], "the commit probe was not removed"
+
+
+def test_snapshot_groups_finishing_within_the_commit_interval_share_a_commit(db, make_config, s3_sink, monkeypatch):
+    """On an object store, groups that finish within OBJECT_STORE_COMMIT_INTERVAL of the last
+    commit wait for the next one (a commit is about 9 requests there): the first group commits
+    at once, the others together once the last is done; every chunk is recorded once, at the
+    version holding its rows, and Delta equals MySQL."""
+    from pipelines import snapshot_job
+
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))")
+        cur.execute("INSERT INTO t SELECT seq, CONCAT('v', seq) FROM seq_1_to_4000")
+    cfg = make_config(name, chunk_size=250, parallelism=2, sink=s3_sink,
+                      source={"snapshot": {"chunk_size": 250, "max_rows_per_task": 500, "runner": "local"}})
+    monkeypatch.setattr(snapshot_job, "OBJECT_STORE_COMMIT_INTERVAL", 600.0)
+    real, files_per_commit = snapshot_job.commit_files, []
+
+    def counted(table, files, schema, metadata):
+        files_per_commit.append(len(files))
+        return real(table, files, schema, metadata)
+
+    monkeypatch.setattr(snapshot_job, "commit_files", counted)
+    summary = snapshot(cfg, None)
+    groups = (summary.tables[0].chunks + 1) // 2
+    assert [n for n in files_per_commit if n] == [1, groups - 1]
+    uri = table_uri(cfg.sink.path, f"{name}.t")
+    records = snapshot_commits(DeltaTable(uri, storage_options=cfg.sink.storage_options)).records
+    assert sorted(r.chunk_index for r in records) == list(range(summary.tables[0].chunks))
+    assert_equal(cfg, [f"{name}.t"])
 
 
 def test_store_ignoring_conditional_writes_is_refused(mariadb, db, spark, make_config, tmp_path):
