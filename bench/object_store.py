@@ -24,7 +24,7 @@ medians; ratio = S3 rows/s ÷ local rows/s (goals: snapshot ≥ 0.7, stream ≥ 
    Requests per micro-batch = (requests of the run − requests of the same engine run over
    an empty range, i.e. start-up and shutdown) ÷ batches, by kind.
 3. Writes: one 250,000-row Arrow table written as Parquet by the snapshot tasks' path
-   (pipelines.delta_sink.write_parquet: delta-rs's object store) and by pyarrow's own
+   (pipelines.delta_sink.write_parquet: one PutObject on S3, pipelines/lake_storage.py) and by pyarrow's own
    S3FileSystem, to the bucket and to a local folder: the measurement behind the choice of
    write path.
 
@@ -234,7 +234,7 @@ def measure_writes(runs: Runs, args) -> dict:
         pq.write_table(table, f"{bucket_path}/part-{uuid.uuid4().hex}.parquet", filesystem=native,
                        compression="snappy")
 
-    ways = {"binlake (delta-rs object store) → S3": lambda: write_parquet(s3.path, table, s3.storage_options),
+    ways = {"binlake (write_parquet: one PutObject) → S3": lambda: write_parquet(s3.path, table, s3.storage_options),
             "pyarrow S3FileSystem → S3": pyarrow_s3,
             "binlake → local folder": lambda: write_parquet(local.path, table)}
     seconds: dict[str, list[float]] = {k: [] for k in ways}
