@@ -117,3 +117,30 @@ def test_chunks_are_partitions_and_a_failed_chunk_reruns_alone(dagster_setup, sp
     assert checksum.passed and checksum.asset_key == key
     assert (md["binlake/chunks_checked"], md["binlake/differing_chunks"]) == (len(keys), 0)
     assert md["binlake/mysql_rows"] == md["binlake/delta_rows"] == 400
+
+
+def test_definitions_take_the_s3_sink_of_the_config(db, make_config, s3_sink, tmp_path):
+    """The Dagster definitions read the lake's settings from the same config: with the lake on
+    S3 (moto), the snapshot asset writes there and the row-count and schema parity checks
+    read it back with the same storage options."""
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE b (id INT PRIMARY KEY, s VARCHAR(20))")
+        cur.execute("INSERT INTO b SELECT seq, CONCAT('x', seq) FROM seq_1_to_250")
+    cfg = make_config(name, parallelism=1, sink=s3_sink, source={"snapshot": {"chunk_size": 100}})
+    path = write_config_file(cfg, tmp_path / "binlake.yaml")
+    discover(cfg).write(tmp_path / "tables.json")
+    defs = build_binlake_definitions(path, tmp_path / "tables.json")
+    key = AssetKey([name, "b"])
+    instance = DagsterInstance.ephemeral()
+    register_partitions(instance, defs)
+    keys = instance.get_dynamic_partitions(chunk_partitions(f"{name}.b").name)
+    result = materialize([asset_of(defs, key)], instance=instance, resources=defs.resources,
+                         tags={ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]})
+    assert result.success and instance.get_materialized_partitions(key) == set(keys)
+    assert cfg.sink.path.startswith("s3://")
+    assert_equal(cfg, [f"{name}.b"])
+    checks = defs.resolve_job_def("binlake_checks").execute_in_process(
+        instance=instance, resources=defs.resources, asset_selection=None)
+    evaluations = {(e.asset_key, e.check_name): e for e in checks.get_asset_check_evaluations()}
+    assert evaluations[key, "row_count_parity"].passed and evaluations[key, "schema_parity"].passed
