@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc_core.binlog import PartialRowImage, RowChange, read_changes
+from cdc_core.bulk_read import Fetch, chunk_fetch, refuses_impossible_dates
 from cdc_core.chunking import Chunk
 from cdc_core.errors import TerminalError
 from cdc_core.key_order import KeyOrders, ServerSql
@@ -54,9 +55,6 @@ from cdc_core.xa import XaOutsideWindow
 log = logging.getLogger(__name__)
 
 CDC_OP, CDC_SEQ = "_cdc_op", "_cdc_seq"
-
-Fetch = Callable[[str], pa.Table]
-
 
 # Tables whose chunks held a date the bulk reader refused or read as year 0, in this process.
 _IMPOSSIBLE_DATES: set[str] = set()
@@ -119,6 +117,14 @@ class ChunkReader:
         self.fetch = fetch
         self.server_id = server_id
         self.max_attempts = max_attempts
+
+    @classmethod
+    def bulk(cls, conn: ConnectionSettings, control, schema: TableSchema, server_id: int, base: int = 0
+             ) -> ChunkReader:
+        """The reader of ``schema``'s chunks through the bulk reader (``bulk_read.chunk_fetch``),
+        DATE and DATETIME selected as stored where that reader refuses impossible ones."""
+        return cls(conn, control, chunk_fetch(conn, schema), server_id, base=base,
+                   raw_dates=refuses_impossible_dates(conn))
 
     def select(self, schema: TableSchema, chunk: Chunk) -> ChunkResult:
         """Steps 1-3 alone: the chunk's SELECT between its two watermarks, the window not

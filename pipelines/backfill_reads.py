@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from cdc_core.bulk_read import chunk_fetch, refuses_impossible_dates
 from cdc_core.chunk_reader import ChunkReader, ChunkResult
 from cdc_core.chunking import Chunk
 from cdc_core.config import BinlakeConfig
@@ -61,8 +60,7 @@ def read_chunk(task: ChunkTask) -> dict:
     and watermarks, or a fault as a value."""
     c = task.conn
     try:
-        reader = ChunkReader(c, worker_connection(c), chunk_fetch(c, task.schema), task.server_id, base=task.base,
-                             raw_dates=refuses_impossible_dates(c))
+        reader = ChunkReader.bulk(c, worker_connection(c), task.schema, task.server_id, base=task.base)
         result = reader.select(task.schema, task.chunk)
     except Exception as e:  # noqa: BLE001 - classified: transient faults are retried, the rest reported
         return task_fault(e, c)

@@ -120,30 +120,36 @@ def write_file(root: str, name: str, options: dict[str, str] | None, fill: Calla
     a larger file, the bytes go through delta-rs's object store."""
     options = options or {}
     url = urlparse(root)
-    if url.scheme not in ("s3", "s3a") or not {k.lower() for k in options} <= _S3_CLIENT_KEYS:
-        fs, prefix = filesystem(root, options)
-        with fs.open_output_stream(prefix + name) as out:
-            fill(out)
-            return out.tell()
-    sink = pa.BufferOutputStream()
-    fill(sink)
-    data = sink.getvalue()
-    if data.size > WRITE_BUFFER_BYTES:
-        fs, prefix = filesystem(root, options)
-        with fs.open_output_stream(prefix + name) as out:
-            out.write(data.to_pybytes())  # delta-rs's stream takes bytes, not an Arrow buffer
-        return data.size
+    if url.scheme in ("s3", "s3a") and {k.lower() for k in options} <= _S3_CLIENT_KEYS:
+        sink = pa.BufferOutputStream()
+        fill(sink)
+        data = sink.getvalue()
+        if data.size <= WRITE_BUFFER_BYTES:
+            _put_object(url.netloc, f"{unquote(url.path).strip('/')}/{name}".lstrip("/"), data, options)
+            return data.size
+        # Larger: through delta-rs's stream, which takes bytes, not an Arrow buffer.
+        fill = lambda out: out.write(data.to_pybytes())  # noqa: E731
+    fs, prefix = filesystem(root, options)
+    with fs.open_output_stream(prefix + name) as out:
+        fill(out)
+        return out.tell()
+
+
+def _put_object(bucket: str, key: str, data: pa.Buffer, options: dict[str, str]) -> None:
+    """One ``PutObject`` (``key``: the one delta-rs's store resolves the file's path to); a
+    refusal is an ``OSError`` naming the object, as delta-rs's store raises."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    key = f"{unquote(url.path).strip('/')}/{name}".lstrip("/")  # the key delta-rs's store resolves the path to
     try:
-        _s3_client(options).put_object(Bucket=url.netloc, Key=key, Body=data.to_pybytes())
-    except ClientError as e:
-        err = e.response.get("Error", {})
-        raise OSError(f"writing {root}/{name}: {err.get('Code')}: {err.get('Message')}") from None
-    except BotoCoreError as e:
-        raise OSError(f"writing {root}/{name}: {e}") from None
-    return data.size
+        _s3_client(options).put_object(Bucket=bucket, Key=key, Body=data.to_pybytes())
+    except (ClientError, BotoCoreError) as e:
+        raise OSError(f"writing s3://{bucket}/{key}: {_boto_error(e)}") from None
+
+
+def _boto_error(e: Exception) -> str:
+    """A boto3 error in one line: the store's code and message, or the client's own text."""
+    err = getattr(e, "response", {}).get("Error", {})
+    return f"{err.get('Code')}: {err.get('Message')}" if err else str(e)
 
 
 def _s3_client(options: dict[str, str]):
@@ -194,11 +200,8 @@ def _conditional_write_problem(path: str, options: dict[str, str]) -> str | None
             raise
         finally:
             client.delete_object(Bucket=url.netloc, Key=key)
-    except ClientError as e:
-        err = e.response.get("Error", {})
-        return f"sink.path {path}: cannot write there ({err.get('Code')}: {err.get('Message')})"
-    except BotoCoreError as e:
-        return f"sink.path {path}: cannot write there ({e})"
+    except (ClientError, BotoCoreError) as e:
+        return f"sink.path {path}: cannot write there ({_boto_error(e)})"
     return (f"sink.path {path}: the object store at {_endpoint(options)} does not honour conditional writes "
             "(a PutObject with If-None-Match: * overwrote an existing object), so two writers' Delta commits could "
             "overwrite each other; use a store that supports them (AWS S3, MinIO, R2, ...)")

@@ -59,7 +59,6 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from cdc_core.binlog import read_statements
-from cdc_core.bulk_read import chunk_fetch, refuses_impossible_dates
 from cdc_core.chunk_reader import ChunkReader, output_schema
 from cdc_core.chunk_record import ChunkRecord
 from cdc_core.chunking import INTEGER_TYPES, Chunk, chunk_key, plan_chunks
@@ -179,8 +178,7 @@ def run_group(task: GroupTask) -> dict:
     Failures come back as values (:func:`task_fault`)."""
     c = task.conn
     try:
-        reader = ChunkReader(c, worker_connection(c), chunk_fetch(c, task.schema), task.server_id, base=task.base,
-                             raw_dates=refuses_impossible_dates(c))
+        reader = ChunkReader.bulk(c, worker_connection(c), task.schema, task.server_id, base=task.base)
         result = reader.read(task.schema, Chunk.span(list(task.chunks)))
         table = result.table
         counts = _rows_per_chunk(task.schema, task.chunks, table)
@@ -612,12 +610,12 @@ class SnapshotJob:
                 failed = any(f.exception() is not None for f in finished)
                 if not held or (running and not failed and time.monotonic() - last_commit < interval):
                     continue
-                finished, held, last_commit = held, [], time.monotonic()
+                batch, held, last_commit = held, [], time.monotonic()
                 # Groups that finished together (or within the interval) go into one commit per
                 # sink table; a failed one is raised after the others are committed.
                 ready: dict[str, list[tuple[GroupTask, dict]]] = {}
                 failure = None
-                for fut in finished:
+                for fut in batch:
                     task = futures[fut]
                     try:
                         result = fut.result()

@@ -43,7 +43,6 @@ from cdc_core.backfill import (
     merge_writes,
     read_group_size,
 )
-from cdc_core.bulk_read import chunk_fetch, refuses_impossible_dates
 from cdc_core.chunk_reader import CDC_OP, CDC_SEQ, ChunkReader, ChunkResult
 from cdc_core.chunking import INTEGER_TYPES, Chunk, ChunkKeyError, chunk_key, plan_chunks
 from cdc_core.config import BinlakeConfig
@@ -371,8 +370,8 @@ class Backfills:
             return
         if self._control is None:
             self._control = connect(self.conn)
-        reader = ChunkReader(self.conn, self._control, chunk_fetch(self.conn, schema), self.cfg.source.server_id + 1,
-                             base=s.position.base, raw_dates=refuses_impossible_dates(self.conn))
+        reader = ChunkReader.bulk(self.conn, self._control, schema, self.cfg.source.server_id + 1,
+                                  base=s.position.base)
         if scan is not None:
             self._candidates.setdefault(req.id, {}).update(scan())
         self._read(f, [reader.select(schema, chunks[0])])
