@@ -23,15 +23,15 @@ $(STAMP): pyproject.toml
 install: system-deps $(STAMP)
 
 demo: install
-	$(BIN)/python -m pipelines.demo
+	$(BIN)/python -m devtools.demo
 
 # A throwaway MariaDB with the demo's shop schema and `dagster dev` on binlake's code location.
 ui: install
-	$(BIN)/python -m orchestration.ui
+	$(BIN)/python -m devtools.ui
 
 # docs/screenshots/*.png: the Dagster UI photographed by headless Chromium (installs chromium and playwright).
 screenshots: install
-	$(BIN)/python docs/screenshots.py
+	$(BIN)/python devtools/screenshots.py
 
 test: install
 	$(BIN)/ruff check .

@@ -8,7 +8,7 @@ the stream's lag for other tables while a backfill runs.
 user gets; ``--spark-min-chunks`` and ``--group-rows`` set
 ``source.snapshot.backfill_spark_min_chunks`` and ``backfill_group_rows`` (default: binlake's).
 
-One run starts a throwaway MariaDB (pipelines.local_mariadb), loads bench/snapshot.py's
+One run starts a throwaway MariaDB (devtools.local_mariadb), loads bench/snapshot.py's
 7-column table (N rows, default 1,000,000) and bench/stream.py's latency table, and:
 
 1. Throughput (whole processes, as a user runs them): ``binlake snapshot`` on a fresh lake
@@ -50,10 +50,10 @@ import yaml  # noqa: E402
 
 from bench.snapshot import DB, TABLE, load_table  # noqa: E402
 from bench.stream import DDL, LAT_DB, LAT_TABLE, DeltaPoller, PacedWriter, percentile  # noqa: E402
-from cdc_core.backfill import BackfillState  # noqa: E402
+from cdc_core.chunks.incremental import BackfillState  # noqa: E402
 from cdc_core.config import SnapshotConfig, load_config  # noqa: E402
-from pipelines.control_store import ControlStore  # noqa: E402
-from pipelines.local_mariadb import LocalMariaDB  # noqa: E402
+from devtools.local_mariadb import LocalMariaDB  # noqa: E402
+from pipelines.lake.control_store import ControlStore  # noqa: E402
 
 OUT = REPO / "bench" / "out" / "backfill.json"
 PASSWORD_VAR = "BINLAKE_BENCH_PASSWORD"

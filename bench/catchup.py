@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/catchup.py [--rows N] [--workers 1,2,3] [--repeat K] [--mix I/U/D] [--chunk-mb MB]
 
-One run starts a throwaway MariaDB (pipelines.local_mariadb) and writes a backlog of N
+One run starts a throwaway MariaDB (devtools.local_mariadb) and writes a backlog of N
 row changes with bench/stream.py's generator (tables ``bench.t1..t3``, 7 columns,
 transactions of 100-1000 rows, inserts as multi-row INSERTs; by default inserts only,
 --mix for updates and deletes) between two SHOW MASTER STATUS positions. Then, K times,
@@ -59,7 +59,7 @@ from bench.stream import (  # noqa: E402
     wait_reaping,
     write_config_file,
 )
-from pipelines.local_mariadb import LocalMariaDB  # noqa: E402
+from devtools.local_mariadb import LocalMariaDB  # noqa: E402
 
 OUT = REPO / "bench" / "out" / "catchup.json"
 GOAL = 1.25

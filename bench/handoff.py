@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/handoff.py [--rows N] [--chunk-size C] [--events M] [--repeat K]
 
-One run starts a throwaway MariaDB (pipelines.local_mariadb), loads N rows into a table
+One run starts a throwaway MariaDB (devtools.local_mariadb), loads N rows into a table
 keyed on VARCHAR(16) COLLATE utf8mb4_unicode_ci (keys of mixed case), plans its chunks
 with the snapshot's planner and gives every chunk its own high watermark. It then times
 ``HandoffFilter.drops`` for M row events inside the hand-off window (so each key must be
@@ -32,12 +32,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cdc_core.chunking import plan_chunks  # noqa: E402
-from cdc_core.handoff import HandoffFilter  # noqa: E402
-from cdc_core.key_order import ComparisonOrder, KeyOrders, PythonOrder, ServerSql, WeightOrder  # noqa: E402
-from cdc_core.positions import BinlogPosition  # noqa: E402
-from cdc_core.table_schema import describe_table  # noqa: E402
-from pipelines.local_mariadb import LocalMariaDB  # noqa: E402
+from cdc_core.chunks.handoff import HandoffFilter  # noqa: E402
+from cdc_core.chunks.planning import plan_chunks  # noqa: E402
+from cdc_core.offset.position import BinlogPosition  # noqa: E402
+from cdc_core.schema.table import describe_table  # noqa: E402
+from cdc_core.types.key_order import ComparisonOrder, KeyOrders, PythonOrder, ServerSql, WeightOrder  # noqa: E402
+from devtools.local_mariadb import LocalMariaDB  # noqa: E402
 
 
 def _key(rng: random.Random) -> str:

@@ -3,7 +3,7 @@ once to do the snapshot and then again with nothing left to do.
 
     .venv/bin/python bench/noop_snapshot.py [--rows N] [--repeat K]
 
-One run starts a throwaway MariaDB (pipelines.local_mariadb), loads bench/snapshot.py's
+One run starts a throwaway MariaDB (devtools.local_mariadb), loads bench/snapshot.py's
 7-column table (N rows), writes a config file and times ``binlake snapshot -c <file>`` as a
 subprocess: the first run (Spark starts, every chunk is read) and ``--repeat`` re-runs
 (nothing to read: no Spark session is started). The baseline of the same script is the first
@@ -25,7 +25,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.snapshot import load_table, timed_cli_snapshot, write_cli_config  # noqa: E402
-from pipelines.local_mariadb import LocalMariaDB  # noqa: E402
+from devtools.local_mariadb import LocalMariaDB  # noqa: E402
 
 OUT = REPO / "bench" / "out" / "noop_snapshot.json"
 TARGET_SECONDS = 3.0

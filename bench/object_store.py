@@ -5,7 +5,7 @@ per stream micro-batch.
     .venv/bin/python bench/object_store.py [--rows N] [--changes N] [--repeat K]
                                            [--only snapshot|stream|writes] [--strict]
 
-One run starts a throwaway MariaDB (pipelines.local_mariadb) and moto's S3 server in a
+One run starts a throwaway MariaDB (devtools.local_mariadb) and moto's S3 server in a
 process of its own (tests/s3_endpoint.py: it counts every request by kind). Each
 measurement alternates a run into a fresh local folder and a run into a fresh bucket
 (``s3://<bucket>/lake``, the same config otherwise) ``--repeat`` times and reports
@@ -19,12 +19,12 @@ medians; ratio = S3 rows/s ÷ local rows/s (goals: snapshot ≥ 0.7, stream ≥ 
    transactions of 100-1000 rows on three tables), ``StreamEngine(cfg, until_now=True)``
    from the backlog's start on a fresh sink; Delta row counts checked against MySQL. The
    runs start once the backlog's last change is over CATCHUP_LAG_SECONDS old, so every run
-   reads it as the backlog it is (catch-up batches, cdc_core/micro_batch.py), not only the
+   reads it as the backlog it is (catch-up batches, cdc_core/batch/micro_batch.py), not only the
    later ones.
    Requests per micro-batch = (requests of the run − requests of the same engine run over
    an empty range, i.e. start-up and shutdown) ÷ batches, by kind.
 3. Writes: one 250,000-row Arrow table written as Parquet by the snapshot tasks' path
-   (pipelines.delta_sink.write_parquet: one PutObject on S3, pipelines/lake_storage.py) and by pyarrow's own
+   (pipelines.lake.delta_sink.write_parquet: one PutObject on S3, pipelines/lake/storage.py) and by pyarrow's own
    S3FileSystem, to the bucket and to a local folder: the measurement behind the choice of
    write path.
 
@@ -63,11 +63,11 @@ from bench.snapshot import DB as SNAP_DB  # noqa: E402
 from bench.snapshot import TABLE as SNAP_TABLE  # noqa: E402
 from bench.snapshot import binlake_config, load_table  # noqa: E402
 from bench.stream import DB, TABLES, Backlog, create_tables, generate_backlog, stream_config  # noqa: E402
+from cdc_core.batch.micro_batch import CATCHUP_LAG_SECONDS  # noqa: E402
 from cdc_core.config import BinlakeConfig, SinkConfig, parse_config  # noqa: E402
-from cdc_core.micro_batch import CATCHUP_LAG_SECONDS  # noqa: E402
-from pipelines.delta_sink import count_rows, open_table, table_uri, write_parquet  # noqa: E402
-from pipelines.local_mariadb import LocalMariaDB  # noqa: E402
-from pipelines.snapshot_job import SnapshotJob  # noqa: E402
+from devtools.local_mariadb import LocalMariaDB  # noqa: E402
+from pipelines.lake.delta_sink import count_rows, open_table, table_uri, write_parquet  # noqa: E402
+from pipelines.snapshot.job import SnapshotJob  # noqa: E402
 from pipelines.stream import StreamEngine  # noqa: E402
 from tests.s3_endpoint import REGION, S3Server  # noqa: E402
 
@@ -125,7 +125,7 @@ def report(name: str, n: int, results: dict[str, list[dict]], goal: float) -> di
 
 
 def measure_snapshot(server: LocalMariaDB, runs: Runs, args) -> dict:
-    from pipelines.spark_session import get_spark
+    from pipelines.spark.session import get_spark
 
     print(f"\n1. snapshot: loading {args.rows:,} rows ...", flush=True)
     load_table(server, args.rows)

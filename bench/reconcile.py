@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/reconcile.py [--rows N] [--chunk-size C] [--repeat K]
 
-One run starts a throwaway MariaDB (pipelines.local_mariadb), loads N rows of the issue-13
+One run starts a throwaway MariaDB (devtools.local_mariadb), loads N rows of the issue-13
 table (BIGINT key, INT, VARCHAR, DECIMAL(12,2), VARCHAR, DATETIME(3)) from the Sequence
 engine, snapshots it with binlake (SnapshotJob on local[*]; the Spark session is stopped
 before anything is timed), then runs ``reconcile_tables`` K times and reports, per run:
@@ -36,10 +36,10 @@ if str(REPO) not in sys.path:
 import psutil  # noqa: E402
 
 from bench.snapshot import binlake_config, load_table  # noqa: E402
-from pipelines.local_mariadb import LocalMariaDB  # noqa: E402
-from pipelines.reconcile_checksum import reconcile_tables  # noqa: E402
-from pipelines.snapshot_job import SnapshotJob  # noqa: E402
-from pipelines.spark_session import get_spark  # noqa: E402
+from devtools.local_mariadb import LocalMariaDB  # noqa: E402
+from pipelines.reconcile.checksums import reconcile_tables  # noqa: E402
+from pipelines.snapshot.job import SnapshotJob  # noqa: E402
+from pipelines.spark.session import get_spark  # noqa: E402
 
 OUT = REPO / "bench" / "out" / "reconcile.json"
 TARGET_S = 10.0

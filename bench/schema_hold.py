@@ -3,7 +3,7 @@ it, when the change is applied inline (stream.schema_changes: inline).
 
     .venv/bin/python bench/schema_hold.py [--rows N] [--behaviors lenient,evolve]
 
-One run starts a throwaway MariaDB (pipelines.local_mariadb). For each behaviour: the
+One run starts a throwaway MariaDB (devtools.local_mariadb). For each behaviour: the
 DDL matrix of tests/test_schema_evolution.py (10 cases, one table each, N rows loaded
 before the stream starts), each case's DDL between writes, then one
 ``StreamEngine(until_now)`` run. The hold of each change is what the engine records in
@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cdc_core.config import parse_config  # noqa: E402
-from pipelines.control_store import ControlStore  # noqa: E402
-from pipelines.local_mariadb import LocalMariaDB  # noqa: E402
+from devtools.local_mariadb import LocalMariaDB  # noqa: E402
+from pipelines.lake.control_store import ControlStore  # noqa: E402
 from pipelines.stream import StreamEngine  # noqa: E402
 from tests.test_schema_evolution import BASE, CASES, write_matrix  # noqa: E402
 

@@ -4,7 +4,7 @@
                                        [--warmup] [--profile] [--b-method both|arrow|parquet]
                                        [--whole-process]
 
-One run starts a throwaway MariaDB (pipelines.local_mariadb), loads N rows of a
+One run starts a throwaway MariaDB (devtools.local_mariadb), loads N rows of a
 7-column table from the Sequence engine, starts one Spark session (local[*] with
 Debian's MariaDB Connector/J on spark.jars), then measures, alternating K times:
 
@@ -68,10 +68,10 @@ import yaml  # noqa: E402
 from deltalake import DeltaTable, write_deltalake  # noqa: E402
 
 from cdc_core.config import parse_config  # noqa: E402
-from pipelines.delta_sink import WrittenFile, commit_files  # noqa: E402
-from pipelines.local_mariadb import LocalMariaDB  # noqa: E402
-from pipelines.snapshot_job import SnapshotJob  # noqa: E402
-from pipelines.spark_session import get_spark  # noqa: E402
+from devtools.local_mariadb import LocalMariaDB  # noqa: E402
+from pipelines.lake.delta_sink import WrittenFile, commit_files  # noqa: E402
+from pipelines.snapshot.job import SnapshotJob  # noqa: E402
+from pipelines.spark.session import get_spark  # noqa: E402
 
 JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"
 DB, TABLE = "bench", "t"
@@ -451,7 +451,7 @@ _PROF = threading.local()  # the running task's timers: one per thread (the loca
 
 
 def timed_run_group(task):
-    """The group reader of the profiled run: pipelines.snapshot_job.run_group with timers
+    """The group reader of the profiled run: pipelines.snapshot.job.run_group with timers
     around its steps (patched once per process; each thread sums into its own task's timers)."""
     import time as _t
 
@@ -460,8 +460,8 @@ def timed_run_group(task):
     import connectorx  # noqa: F401  (first import on a cold worker is part of the cost)
 
     t_import = _t.perf_counter() - t_start
-    import cdc_core.chunk_reader as cr
-    import pipelines.snapshot_job as sj
+    import cdc_core.chunks.reader as cr
+    import pipelines.snapshot.job as sj
 
     with _PATCH_LOCK:
         fresh = not getattr(cr, "_bench_patched", False)  # first task in this Python process

@@ -3,7 +3,7 @@
     .venv/bin/python bench/stream.py [--rows N] [--repeat K] [--latency-seconds S]
                                      [--only throughput|latency|memory] [--mix I/U/D] [--compare] [--strict]
 
-One run starts a throwaway MariaDB (pipelines.local_mariadb, server_id 1). No snapshot
+One run starts a throwaway MariaDB (devtools.local_mariadb, server_id 1). No snapshot
 is taken: every measurement creates its tables empty before it records a start
 position, and the stream starts there with ``source.startup.mode: specific`` (file/pos
 = that position, on a fresh sink and pipeline name, so there is no checkpoint). The
@@ -26,7 +26,7 @@ now semantics, so they run first; the latency load comes last.
        range ends with a COMMIT, after which a blocking reader would wait forever);
    (b) binlake end to end into Delta: StreamEngine(cfg, until_now=True).run() in this
        process (its reader is a forked child), then Delta row counts = MySQL's per table
-       (and with --compare a row-by-row pipelines.reconcile.compare after the first run).
+       (and with --compare a row-by-row pipelines.reconcile.rows.compare after the first run).
    rows/s = changes / wall seconds; reported: medians, and (b)/(a) (target ≥ 0.8), and
    CPU seconds of the reader, the engine process and mariadbd per run (getrusage, psutil).
 2. Latency: table ``lat.events``; ``binlake stream`` runs as a subprocess (startup
@@ -89,11 +89,11 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from bench.snapshot import DDL, VALUES  # noqa: E402  (the same 7-column table as the snapshot benchmark)
 from cdc_core.config import BinlakeConfig, parse_config  # noqa: E402
-from cdc_core.positions import BinlogPosition, master_position  # noqa: E402
-from cdc_core.source import connect, connection_settings  # noqa: E402
-from cdc_core.table_schema import describe_table  # noqa: E402
-from pipelines.local_mariadb import LocalMariaDB  # noqa: E402
-from pipelines.reconcile import compare  # noqa: E402
+from cdc_core.offset.position import BinlogPosition, master_position  # noqa: E402
+from cdc_core.schema.table import describe_table  # noqa: E402
+from cdc_core.source.connection import connect, connection_settings  # noqa: E402
+from devtools.local_mariadb import LocalMariaDB  # noqa: E402
+from pipelines.reconcile.rows import compare  # noqa: E402
 from pipelines.stream import StreamEngine, StreamSummary  # noqa: E402
 
 OUT_DIR = REPO / "bench" / "out"
@@ -409,7 +409,7 @@ def run_engine(server: LocalMariaDB, backlog: Backlog, work: Path, run_id: str, 
 
 
 def compare_tables(cfg: BinlakeConfig, lake: Path, database: str, tables: tuple[str, ...]) -> dict:
-    """Row-by-row comparison (pipelines.reconcile.compare) of each table."""
+    """Row-by-row comparison (pipelines.reconcile.rows.compare) of each table."""
     out = {}
     with connect(connection_settings(cfg)) as conn, conn.cursor() as cur:
         for t in tables:
@@ -481,7 +481,7 @@ def measure_throughput(server: LocalMariaDB, backlog: Backlog, work: Path, env: 
           f"Delta rows {b0['delta_rows']} = MySQL rows {backlog.mysql_rows}; Delta files at the end "
           f"{b0['delta_files']}")
     if "compare" in b0:
-        print("  row-by-row compare (pipelines.reconcile.compare) after (b) run 1: " + "; ".join(
+        print("  row-by-row compare (pipelines.reconcile.rows.compare) after (b) run 1: " + "; ".join(
             f"{d['describe']} ({d['seconds']:.1f} s)" for d in b0["compare"].values()))
     doc = {"backlog": backlog.to_dict(), "results": {k: {**stats[k], "runs": results[k]} for k in results},
            "ratio_b_over_a": {"median": ratio, "best": ratio_best, "target": TARGET_RATIO,
@@ -857,7 +857,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="backlog: percent of transactions that insert/update/delete (default 80/15/5; "
                          "100/0/0 = inserts only, no MERGE)")
     ap.add_argument("--compare", action="store_true",
-                    help="row-by-row Delta/MySQL comparison (pipelines.reconcile) after the first (b) run")
+                    help="row-by-row Delta/MySQL comparison (pipelines.reconcile.rows) after the first (b) run")
     ap.add_argument("--rows-per-tx", type=int, default=20, help="latency writer: rows per transaction")
     ap.add_argument("--tx-per-s", type=float, default=100.0, help="latency writer: transactions per second")
     ap.add_argument("--poll-interval", type=float, default=0.05, help="latency poller interval (s)")

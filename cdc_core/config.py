@@ -133,7 +133,7 @@ class SourceConfig(_Strict):
     tables: list[str]
     exclude_tables: list[str] = []
     # Regexes over "db.table.column" (full match), as Debezium's column.exclude.list: left out of
-    # the snapshot, the stream, Delta and the schema history (cdc_core/column_filter.py).
+    # the snapshot, the stream, Delta and the schema history (cdc_core/source/capture.py).
     exclude_columns: list[str] = []
     # "db.table" -> the columns that identify its rows, for a table without a primary key (as
     # Debezium's message.key.columns): trusted to be unique; NOT NULL is checked. Tables without
@@ -191,7 +191,7 @@ class StreamConfig(_Strict):
     max_batch_rows: int = Field(10000, ge=1)
     max_batch_seconds: float = Field(1.0, gt=0)
     # While reading a backlog (the last event read is over 5 s old by the source's clock): rows
-    # that are late already go in fewer, larger commits (cdc_core/micro_batch.py: BatchPolicy).
+    # that are late already go in fewer, larger commits (cdc_core/batch/micro_batch.py: BatchPolicy).
     catchup_batch_rows: int = Field(100_000, ge=1)
     catchup_batch_seconds: float = Field(10.0, gt=0)
     heartbeat_seconds: float = Field(30, gt=0)

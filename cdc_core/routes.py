@@ -11,7 +11,7 @@ Rules (README "Routes"; tests/test_routes.py):
   reuse ids). Every source of one sink must have the same primary-key column names.
 - Widest schema: the sink's columns are the union of its sources' columns (the first
   source's order, columns new to it appended), each of the narrowest type that holds every
-  source's values (:func:`cdc_core.types.widest_type`); a column a source lacks is NULL in
+  source's values (:func:`cdc_core.types.mapping.widest_type`); a column a source lacks is NULL in
   its rows. Sources without a common type for a column are a configuration error naming
   the column and the tables, as are differing keys and a sink that is also the name of a
   captured table no route sends there.
@@ -24,10 +24,10 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import pyarrow as pa
 
-from cdc_core.chunk_reader import CDC_OP, CDC_SEQ
+from cdc_core.chunks.reader import CDC_OP, CDC_SEQ
 from cdc_core.errors import BadInput
-from cdc_core.table_schema import TableSchema
-from cdc_core.types import UnsupportedType, arrow_schema, widest_type
+from cdc_core.schema.table import TableSchema
+from cdc_core.types.mapping import UnsupportedType, arrow_schema, widest_type
 
 CDC_SOURCE = "_cdc_source"
 SOURCE_FIELD = pa.field(CDC_SOURCE, pa.string(), nullable=False)

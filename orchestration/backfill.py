@@ -1,5 +1,5 @@
 """The online backfill from Dagster. The stream stays the pipeline's only writer
-(cdc_core/backfill.py): these jobs request backfills and wait while the stream job does them.
+(cdc_core/chunks/incremental.py): these jobs request backfills and wait while the stream job does them.
 
 - ``binlake_backfill`` backfills a selection of tables in one launch, each whole or only a
   key range of its chunk key (config ``tables``: a list of ``{table, from_key, to_key}``; the
@@ -43,13 +43,13 @@ from dagster import (
 )
 from pydantic import Field
 
-from cdc_core.backfill import BackfillRequest, BackfillState
+from cdc_core.chunks.incremental import BackfillRequest, BackfillState
 from cdc_core.config import BinlakeConfig
 from cdc_core.errors import BadInput
 from orchestration.checks import REPAIR_JOB, ReconcileConfig, checksum_result
-from orchestration.translator import asset_key
-from pipelines.backfill_requests import request_backfills, request_repairs, wait_for
+from pipelines.backfill.requests import request_backfills, request_repairs, wait_for
 from resources.binlake import BinlakeResource
+from resources.translator import asset_key
 
 BACKFILL_JOB = "binlake_backfill"
 DEFAULT_TIMEOUT = 6 * 3600.0

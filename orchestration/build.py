@@ -28,9 +28,9 @@ from orchestration.checks import all_checks, check_jobs
 from orchestration.schema_changes import apply_schema_changes, schema_change_sensor
 from orchestration.snapshot import snapshot_asset, snapshot_partitions_sensor
 from orchestration.stream import stream_handoff_sensor, stream_job
-from orchestration.translator import BinlakeTranslator
 from pipelines.source_catalog import SourceCatalog, current_tables
 from resources.binlake import BinlakeResource, for_dagster, spark_resource
+from resources.translator import BinlakeTranslator
 
 log = logging.getLogger(__name__)
 

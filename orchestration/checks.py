@@ -1,9 +1,9 @@
 """Asset checks on every table: row-count parity (MySQL vs Delta), schema parity (every
 source column in Delta with the type binlake maps it to), lag under ``dagster.max_lag_seconds``,
 checksum parity (``binlake reconcile``'s per-chunk row counts and checksums, server vs
-Delta, pipelines/reconcile_checksum.py), and Dagster's column-schema change check (latest
+Delta, pipelines/reconcile/checksums.py), and Dagster's column-schema change check (latest
 vs previous materialization). Freshness is each spec's ``FreshnessPolicy`` (see
-orchestration/translator.py).
+resources/translator.py).
 
 The cheap checks run hourly (job ``binlake_checks``, schedule ``binlake_checks_schedule``);
 checksum parity reads every row on both sides, so it is the nightly reconciliation (job
@@ -35,17 +35,17 @@ from dagster import (
     multi_asset_check,
 )
 
-from orchestration.translator import table_of
-from pipelines.reconcile_checksum import DEFAULT_RECHECK_WAIT, DEFAULT_RECHECKS
+from pipelines.reconcile.checksums import DEFAULT_RECHECK_WAIT, DEFAULT_RECHECKS
 from resources.binlake import BinlakeResource
+from resources.translator import table_of
 
 ROW_COUNT, SCHEMA, LAG, CHECKSUM = "row_count_parity", "schema_parity", "lag_under_bound", "checksum_parity"
 CHECKS_JOB, RECONCILE_JOB, REPAIR_JOB = "binlake_checks", "binlake_reconcile", "binlake_repair"
 
 
 def _row_count(cur, cfg, router, table: str) -> AssetCheckResult:
-    from cdc_core.table_schema import quote_ident
-    from pipelines.delta_sink import count_rows, open_table, table_uri
+    from cdc_core.schema.table import quote_ident
+    from pipelines.lake.delta_sink import count_rows, open_table, table_uri
 
     db, name = table.split(".", 1)
     cur.execute(f"SELECT COUNT(*) FROM {quote_ident(db)}.{quote_ident(name)}")
@@ -61,10 +61,10 @@ def _row_count(cur, cfg, router, table: str) -> AssetCheckResult:
 
 
 def _schema(cur, cfg, router, table: str) -> AssetCheckResult:
-    from cdc_core.chunk_reader import output_schema
-    from cdc_core.table_schema import describe_table
-    from pipelines.delta_sink import open_table, table_uri
-    from pipelines.schema_applier import delta_schema
+    from cdc_core.chunks.reader import output_schema
+    from cdc_core.schema.table import describe_table
+    from pipelines.lake.delta_sink import open_table, table_uri
+    from pipelines.schema.applier import delta_schema
 
     expected = output_schema(describe_table(cur, *table.split(".", 1)))
     dt = open_table(table_uri(cfg.sink.path, router.sink(table)), cfg.sink.storage_options)
@@ -102,7 +102,7 @@ def table_checks(keys: list[AssetKey]):
     @multi_asset_check(specs=specs, can_subset=True, name="binlake_table_checks")
     def _checks(context: AssetCheckExecutionContext, binlake: BinlakeResource):
         from cdc_core.routes import Router
-        from cdc_core.source import connect, connection_settings
+        from cdc_core.source.connection import connect, connection_settings
         from pipelines.status import pipeline_status
 
         cfg = binlake.load()
@@ -129,7 +129,7 @@ DIFFERING = TableSchema(columns=[
 
 
 def checksum_result(r) -> AssetCheckResult:
-    """A table's reconcile result (``pipelines.reconcile_checksum.TableReconcile``) as its
+    """A table's reconcile result (``pipelines.reconcile.checksums.TableReconcile``) as its
     ``checksum_parity`` check: fails (ERROR) while chunks differ, listing them."""
     metadata = {
         "binlake/chunks_checked": r.chunks_checked,
@@ -170,7 +170,7 @@ class ReconcileConfig(Config):
     def reconcile(self, cfg, tables: list[str] | None, context=None):
         """``reconcile_tables`` of ``tables`` (None: every captured table), recorded in
         ``_binlake/reconcile_runs``; each table's end is logged to ``context``."""
-        from pipelines.reconcile_checksum import reconcile_tables
+        from pipelines.reconcile.checksums import reconcile_tables
 
         def progress(table: str, done: int, total: int) -> None:
             if context is not None and done == total:

@@ -2,7 +2,7 @@
 pending and holds its table (``stream.schema_changes: external``, the default here);
 ``schema_change_sensor`` sees the pending change in ``_binlake/schema_history`` and
 launches one run of ``apply_schema_changes`` per change (its run key is the change), which
-applies it with the function the engine uses inline (``pipelines.schema_registry.apply_pending``)
+applies it with the function the engine uses inline (``pipelines.schema.registry.apply_pending``)
 and materialises the table's asset with the DDL, the source schema before and after, what
 ``schema_change_behavior`` decided, and the Delta table's new column schema. The stream
 releases the table once the history shows the change resolved.
@@ -32,9 +32,9 @@ from dagster import (
     sensor,
 )
 
-from cdc_core.table_schema import TableSchema as SourceSchema
-from orchestration.translator import asset_key, column_schema
+from cdc_core.schema.table import TableSchema as SourceSchema
 from resources.binlake import BinlakeResource
+from resources.translator import asset_key, column_schema
 
 
 class SchemaChangeConfig(Config):
@@ -47,7 +47,7 @@ class SchemaChangeConfig(Config):
 
 
 def source_columns(s: SourceSchema | None) -> TableSchema | None:
-    """A recorded source schema (``cdc_core.table_schema.TableSchema`` or None) as a Dagster
+    """A recorded source schema (``cdc_core.schema.table.TableSchema`` or None) as a Dagster
     column schema (MySQL column types)."""
     if s is None:
         return None
@@ -57,10 +57,10 @@ def source_columns(s: SourceSchema | None) -> TableSchema | None:
 @op
 def apply_schema_change(context: OpExecutionContext, config: SchemaChangeConfig, binlake: BinlakeResource):
     """Apply one pending schema change to its Delta table under schema_change_behavior."""
-    from cdc_core.schema_history import Status
-    from pipelines.control_store import ControlStore
-    from pipelines.schema_applier import SchemaChangeRejected
-    from pipelines.schema_registry import PendingChange, apply_pending
+    from cdc_core.schema.history import Status
+    from pipelines.lake.control_store import ControlStore
+    from pipelines.schema.applier import SchemaChangeRejected
+    from pipelines.schema.registry import PendingChange, apply_pending
     from pipelines.source_catalog import lake_columns
 
     cfg = binlake.load()
@@ -112,8 +112,8 @@ def apply_schema_changes():
         description="Launches apply_schema_changes for each schema change the stream holds a table for")
 def schema_change_sensor(context: SensorEvaluationContext, binlake: BinlakeResource):
     """One run request per pending change (the run key makes each change launch once)."""
-    from pipelines.control_store import ControlStore
-    from pipelines.schema_registry import pending_changes
+    from pipelines.lake.control_store import ControlStore
+    from pipelines.schema.registry import pending_changes
 
     cfg = binlake.load()
     if cfg.stream.schema_changes != "external":

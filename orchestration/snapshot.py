@@ -24,8 +24,8 @@ from dagster import (
 )
 from dagster_pyspark import LazyPySparkResource
 
-from orchestration.translator import chunk_index, chunk_partition_key, chunk_partitions, table_of
 from resources.binlake import BinlakeResource
+from resources.translator import chunk_index, chunk_partition_key, chunk_partitions, table_of
 
 
 def snapshot_asset(spec: AssetSpec) -> AssetsDefinition:
@@ -48,7 +48,7 @@ def snapshot_asset(spec: AssetSpec) -> AssetsDefinition:
         description="Plans the snapshot chunks of tables without a plan and adds them as the tables' partitions")
 def snapshot_partitions_sensor(context: SensorEvaluationContext, binlake: BinlakeResource):
     """Add each table's planned chunks as its dynamic partitions (planning the unplanned ones)."""
-    from pipelines.snapshot_job import plan_snapshot
+    from pipelines.snapshot.job import plan_snapshot
 
     cfg = binlake.load()
     names = list(binlake.tables(cfg))

@@ -2,7 +2,7 @@
 prerequisites, another process writing the pipeline), 1 runtime failure.
 
 The writing commands (``snapshot``, ``stream``, ``run``) hold the pipeline's writer lock
-(pipelines/writer_lock.py) for their whole life, taken before anything else is done; the
+(pipelines/lake/writer_lock.py) for their whole life, taken before anything else is done; the
 read-only ones (``validate``, ``status``, ``reconcile``) never take it (tests/test_writer_lock.py).
 ``reconcile`` exits 0 when every chunk is equal, 1 when chunks still differ after their
 re-checks, 2 on bad input (an unknown ``--table``); with ``--repair`` it requests a backfill of
@@ -60,8 +60,8 @@ def _load(path: str) -> BinlakeConfig:
 
 def _problems(cfg: BinlakeConfig) -> list[str]:
     """Run the prerequisite checks and print each problem on its own line."""
-    from cdc_core.validate import check
-    from pipelines.lake_storage import commit_problem
+    from cdc_core.source.validate import check
+    from pipelines.lake.storage import commit_problem
 
     problems = check(cfg)
     sink = commit_problem(cfg.sink.path, cfg.sink.storage_options)  # object stores: conditional writes honoured
@@ -75,8 +75,8 @@ def _problems(cfg: BinlakeConfig) -> list[str]:
 def _sole_writer(cfg: BinlakeConfig, args, *, refuse: bool = True):
     """Hold the pipeline's writer lock while the block runs; refuse at once (exit 2, one line naming
     the holder) when another process holds it, or, with ``refuse=False``, yield None then."""
-    from pipelines.lake_storage import require_safe_commits
-    from pipelines.writer_lock import WriterLockError, writer_lock
+    from pipelines.lake.storage import require_safe_commits
+    from pipelines.lake.writer_lock import WriterLockError, writer_lock
 
     require_safe_commits(cfg.sink.path, cfg.sink.storage_options)  # a missing bucket: one line, before the lock
     lock = writer_lock(cfg.sink.path, cfg.pipeline.name, f"binlake {args.command} -c {args.config}",
@@ -104,8 +104,8 @@ def cmd_validate(args) -> int:
 
 
 def _run_snapshot(cfg: BinlakeConfig) -> int:
-    from cdc_core.transient import RetryBudgetExceeded
-    from pipelines.snapshot_job import SnapshotJob, finished_snapshot
+    from cdc_core.retry import RetryBudgetExceeded
+    from pipelines.snapshot.job import SnapshotJob, finished_snapshot
 
     summary = finished_snapshot(cfg)
     if summary is not None:  # nothing to read: no Spark session (its start alone takes seconds)
@@ -194,8 +194,8 @@ def cmd_run(args) -> int:
 
 
 def cmd_backfill(args) -> int:
-    from cdc_core.backfill import BackfillState
-    from pipelines.backfill_requests import change_state, request_backfill
+    from cdc_core.chunks.incremental import BackfillState
+    from pipelines.backfill.requests import change_state, request_backfill
 
     cfg = _load(args.config)
     if args.list:
@@ -222,8 +222,8 @@ def cmd_backfill(args) -> int:
 
 
 def cmd_resync(args) -> int:
-    from cdc_core.backfill import BackfillState
-    from pipelines.backfill_requests import current
+    from cdc_core.chunks.incremental import BackfillState
+    from pipelines.backfill.requests import current
     from pipelines.resync import resync
 
     cfg = _load(args.config)
@@ -247,8 +247,8 @@ def _carry_out(cfg: BinlakeConfig, args, request_ids: list[str]) -> list:
     """Backfill requests done: by this process (it takes the writer lock and streams until they
     and the binlog up to now are done) when no other writes the pipeline, else by the running
     stream, waited for. Their final states (one paused: as it is)."""
-    from cdc_core.backfill import BackfillState
-    from pipelines.backfill_requests import current, wait_for
+    from cdc_core.chunks.incremental import BackfillState
+    from pipelines.backfill.requests import current, wait_for
 
     while True:
         with _sole_writer(cfg, args, refuse=False) as lock:
@@ -267,7 +267,7 @@ def _carry_out(cfg: BinlakeConfig, args, request_ids: list[str]) -> list:
 
 
 def _backfill_list(cfg: BinlakeConfig) -> None:
-    from pipelines.control_store import ControlStore
+    from pipelines.lake.control_store import ControlStore
 
     t = Table(title=f"backfills of {cfg.pipeline.name}")
     for col in ("id", "table", "range", "reason", "state", "updated"):
@@ -281,8 +281,8 @@ def _backfill_list(cfg: BinlakeConfig) -> None:
 def cmd_status(args) -> int:
     import json
 
+    from pipelines.lake.writer_lock import writer_lock
     from pipelines.status import pipeline_status
-    from pipelines.writer_lock import writer_lock
 
     cfg = _load(args.config)
     st = pipeline_status(cfg)
@@ -312,7 +312,7 @@ def cmd_status(args) -> int:
 def cmd_reconcile(args) -> int:
     import json
 
-    from pipelines.reconcile_checksum import reconcile_tables
+    from pipelines.reconcile.checksums import reconcile_tables
 
     cfg = _load(args.config)
     # Read-only: no writer lock (it would stop the stream); the only write is _binlake/reconcile_runs.
@@ -356,8 +356,8 @@ def cmd_reconcile(args) -> int:
 def _repair(cfg: BinlakeConfig, args, report) -> int:
     """``reconcile --repair``: a backfill of each differing chunk, carried out (or handed to the
     running stream) and waited for; exit 0 once every one is done."""
-    from cdc_core.backfill import BackfillState
-    from pipelines.backfill_requests import request_repairs
+    from cdc_core.chunks.incremental import BackfillState
+    from pipelines.backfill.requests import request_repairs
 
     reqs, refused = request_repairs(cfg, report)
     for table, why in refused.items():

@@ -2,7 +2,7 @@
 binlog was purged while the stream was stopped), without dropping the lake.
 
 The stream restarts at the server's binlog end, and every captured table is backfilled
-online (cdc_core/backfill.py): each chunk is read between watermarks and merged at its
+online (cdc_core/chunks/incremental.py): each chunk is read between watermarks and merged at its
 high watermark, so every table ends equal to MySQL while the stream applies the changes
 after the new start. Nothing is deleted: tables keep their Delta history, and a DDL that
 ran in the lost range is found where the live schemas are checked (pipelines/stream/start.py).
@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import logging
 
-from cdc_core.backfill import BackfillRequest
+from cdc_core.chunks.incremental import BackfillRequest
 from cdc_core.config import BinlakeConfig
 from cdc_core.errors import BadInput
-from cdc_core.offsets import StreamOffset
-from cdc_core.positions import master_position
-from cdc_core.source import captured_tables, connect, connection_settings, describe_captured
-from cdc_core.startup import PositionPurged, check_available
-from pipelines.backfill_requests import refusal, request_ranges
-from pipelines.control_store import ControlStore
-from pipelines.stream.failover import source_server_id
+from cdc_core.offset.position import master_position
+from cdc_core.offset.startup import PositionPurged, check_available
+from cdc_core.offset.stream_offset import StreamOffset
+from cdc_core.source.connection import captured_tables, connect, connection_settings, describe_captured
+from pipelines.backfill.requests import refusal, request_ranges
+from pipelines.lake.control_store import ControlStore
+from pipelines.stream.failover_start import source_server_id
 
 log = logging.getLogger(__name__)
 

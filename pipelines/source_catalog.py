@@ -25,15 +25,15 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import Schema
 
-from cdc_core.chunk_reader import output_schema
-from cdc_core.column_filter import without_excluded
+from cdc_core.chunks.reader import output_schema
 from cdc_core.config import BinlakeConfig
 from cdc_core.routes import Router
-from cdc_core.schema_history import Status
-from cdc_core.source import captured_tables, connect, connection_settings
-from cdc_core.table_schema import TableSchema, describe_table
-from pipelines.control_store import ControlStore
-from pipelines.delta_sink import open_table, table_uri
+from cdc_core.schema.history import Status
+from cdc_core.schema.table import TableSchema, describe_table
+from cdc_core.source.capture import without_excluded
+from cdc_core.source.connection import captured_tables, connect, connection_settings
+from pipelines.lake.control_store import ControlStore
+from pipelines.lake.delta_sink import open_table, table_uri
 
 log = logging.getLogger(__name__)
 

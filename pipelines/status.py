@@ -7,14 +7,14 @@ import datetime as dt
 import time
 
 from cdc_core.config import BinlakeConfig
-from cdc_core.positions import BinlogPosition, master_position
+from cdc_core.offset.position import BinlogPosition, master_position
+from cdc_core.offset.startup import binlog_files, lag_bytes
 from cdc_core.routes import Router
-from cdc_core.schema_history import TableState, fold
-from cdc_core.source import captured_tables, connect, connection_settings
-from cdc_core.startup import binlog_files, lag_bytes
-from pipelines.control_store import ControlStore
-from pipelines.delta_sink import applied_position_key, count_rows, open_table, table_uri
-from pipelines.schema_registry import pending_changes
+from cdc_core.schema.history import TableState, fold
+from cdc_core.source.connection import captured_tables, connect, connection_settings
+from pipelines.lake.control_store import ControlStore
+from pipelines.lake.delta_sink import applied_position_key, count_rows, open_table, table_uri
+from pipelines.schema.registry import pending_changes
 
 
 def _file_name(number: int, like: str | None) -> str:

@@ -32,15 +32,15 @@ from dagster import (
 )
 from dagster_pyspark import LazyPySparkResource
 
-from cdc_core.chunk_record import ChunkRecord
+from cdc_core.chunks.record import ChunkRecord
 from cdc_core.config import BinlakeConfig, load_config
 from cdc_core.lifecycle import State
-from cdc_core.offsets import StreamOffset
-from cdc_core.table_schema import TableSchema
-from orchestration.translator import asset_key, chunk_partition_key
-from pipelines.control_store import ControlStore
+from cdc_core.offset.stream_offset import StreamOffset
+from cdc_core.schema.table import TableSchema
+from pipelines.lake.control_store import ControlStore
 from pipelines.source_catalog import SourceCatalog, current_tables, discover, lake_tables
-from pipelines.spark_session import spark_settings
+from pipelines.spark.session import spark_settings
+from resources.translator import asset_key, chunk_partition_key
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +108,9 @@ class BinlakeResource(ConfigurableResource):
         """Snapshot chunks ``chunks`` of ``table`` (on Spark, whose lazy session starts only if
         ``source.snapshot.runner`` puts groups on it), materialising each chunk partition as its
         rows are committed; returns the table's SnapshotSummary."""
-        from pipelines.delta_sink import open_table, table_uri
-        from pipelines.snapshot_job import SnapshotJob
-        from pipelines.spark_session import snapshot_on_spark
+        from pipelines.lake.delta_sink import open_table, table_uri
+        from pipelines.snapshot.job import SnapshotJob
+        from pipelines.spark.session import snapshot_on_spark
 
         cfg = self.load()
         spark = pyspark.spark_session if snapshot_on_spark(cfg) else None
@@ -154,10 +154,10 @@ class BinlakeResource(ConfigurableResource):
     @staticmethod
     @contextlib.contextmanager
     def _sole_writer(context: OpExecutionContext, cfg: BinlakeConfig):
-        """The pipeline's writer lock (pipelines/writer_lock.py), held while the block runs, as the
+        """The pipeline's writer lock (pipelines/lake/writer_lock.py), held while the block runs, as the
         CLI's writing commands hold it: another writer holding it (``binlake stream``, ``run``,
         ``snapshot``…) fails this run at once, named; while this run streams, they refuse."""
-        from pipelines.writer_lock import WriterLockError, writer_lock
+        from pipelines.lake.writer_lock import WriterLockError, writer_lock
 
         lock = writer_lock(cfg.sink.path, cfg.pipeline.name, f"dagster run {context.run_id} ({context.job_name})",
                            cfg.sink.storage_options)
@@ -172,7 +172,7 @@ class BinlakeResource(ConfigurableResource):
 
     def _stream(self, context: OpExecutionContext, cfg: BinlakeConfig, continuous: bool):
         from pipelines.stream import StreamEngine
-        from resources.offsets import OffsetRecorder
+        from resources.materializations import OffsetRecorder
 
         tables = self.tables(cfg)
         recorder = OffsetRecorder(cfg, tables)

@@ -28,12 +28,12 @@ from collections import Counter
 from deltalake import DeltaTable
 
 from cdc_core.config import BinlakeConfig
-from cdc_core.offsets import OFFSET_KEY, StreamOffset
-from cdc_core.positions import BinlogPosition
+from cdc_core.offset.position import BinlogPosition
+from cdc_core.offset.stream_offset import OFFSET_KEY, StreamOffset
 from cdc_core.routes import Router
-from cdc_core.source import ConnectionSettings, connect, connection_settings
-from pipelines.control_store import ControlStore
-from pipelines.delta_sink import CHANGES_KEY, open_table, table_uri
+from cdc_core.source.connection import ConnectionSettings, connect, connection_settings
+from pipelines.lake.control_store import ControlStore
+from pipelines.lake.delta_sink import CHANGES_KEY, open_table, table_uri
 
 OPS = ("c", "u", "d")
 _ROW = re.compile(r"^### (INSERT INTO|UPDATE|DELETE FROM) `((?:[^`]|``)+)`\.`((?:[^`]|``)+)`$")

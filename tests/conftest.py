@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cdc_core.config import BinlakeConfig, parse_config
-from pipelines.local_mariadb import LocalMariaDB
+from devtools.local_mariadb import LocalMariaDB
 from tests.fault_proxy import FaultProxy
 from tests.helpers import batches_as_set
 
@@ -27,7 +27,7 @@ def mariadb():
 
 @pytest.fixture(scope="session")
 def spark():
-    from pipelines.spark_session import get_spark
+    from pipelines.spark.session import get_spark
 
     session = get_spark("local[2]")
     yield session

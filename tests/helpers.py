@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 import yaml
 
 from cdc_core.config import BinlakeConfig, StreamConfig
-from cdc_core.source import connect, connection_settings
-from cdc_core.table_schema import describe_table
-from pipelines.delta_sink import table_uri
-from pipelines.reconcile import TableDiff, compare_table
-from pipelines.snapshot_job import SnapshotJob
+from cdc_core.schema.table import describe_table
+from cdc_core.source.connection import connect, connection_settings
+from pipelines.lake.delta_sink import table_uri
+from pipelines.reconcile.rows import TableDiff, compare_table
+from pipelines.snapshot.job import SnapshotJob
 
 if TYPE_CHECKING:
     from pipelines.stream import StreamEngine
@@ -30,7 +30,7 @@ COMPARED: Counter = Counter()
 def batches_as_set(stream: dict) -> dict:
     """``stream`` settings whose batch limits also hold while the stream reads a backlog: a
     test that sets ``max_batch_rows`` or ``max_batch_seconds`` to get several batches gets
-    them however old its changes are when read (cdc_core/micro_batch.py: BatchPolicy). A
+    them however old its changes are when read (cdc_core/batch/micro_batch.py: BatchPolicy). A
     test of the catch-up limits sets them itself."""
     if {"max_batch_rows", "max_batch_seconds"} & stream.keys() and not {
             "catchup_batch_rows", "catchup_batch_seconds"} & stream.keys():
@@ -122,14 +122,14 @@ def replay_handoff(cfg: BinlakeConfig, names: list[str]) -> dict[str, dict]:
     server's current end through the hand-off filter, its keys in the server's order as the
     stream has them: the table as the stream will see it.
     Returns {table: {primary key: canonical row tuple}}."""
-    from cdc_core.binlog import read_changes
-    from cdc_core.handoff import HandoffFilter
-    from cdc_core.key_order import KeyOrders, ServerSql
-    from cdc_core.positions import master_position
-    from cdc_core.types import binlog_value
-    from pipelines.control_store import ControlStore
-    from pipelines.delta_sink import open_table
-    from pipelines.reconcile import delta_rows
+    from cdc_core.binlog.decoder import read_changes
+    from cdc_core.chunks.handoff import HandoffFilter
+    from cdc_core.offset.position import master_position
+    from cdc_core.types.key_order import KeyOrders, ServerSql
+    from cdc_core.types.mapping import binlog_value
+    from pipelines.lake.control_store import ControlStore
+    from pipelines.lake.delta_sink import open_table
+    from pipelines.reconcile.rows import delta_rows
 
     store = ControlStore.of(cfg)
     plans = store.load_plans()

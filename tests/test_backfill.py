@@ -1,4 +1,4 @@
-"""Online backfill against a real MariaDB (cdc_core/backfill.py states the invariants):
+"""Online backfill against a real MariaDB (cdc_core/chunks/incremental.py states the invariants):
 
 - Delta damaged by hand (rows deleted, values changed, rows added) is restored by a
   backfill the running stream does while a writer updates, deletes and inserts rows in
@@ -31,14 +31,14 @@ import time
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from cdc_core.backfill import BackfillState
-from cdc_core.source import connect, connection_settings
-from pipelines.backfill_requests import change_state, request_backfill
-from pipelines.control_store import ControlStore
-from pipelines.delta_sink import table_uri
+from cdc_core.chunks.incremental import BackfillState
+from cdc_core.source.connection import connect, connection_settings
+from pipelines.backfill.requests import change_state, request_backfill
+from pipelines.lake.control_store import ControlStore
+from pipelines.lake.delta_sink import table_uri
 from pipelines.pause_points import MARKER, PAUSE_ENV
 from pipelines.stream import StreamEngine
-from pipelines.stream.backfill import BACKFILL_KEY
+from pipelines.stream.online_backfill import BACKFILL_KEY
 from tests.change_count import assert_changes_counted
 from tests.helpers import EngineThread, assert_equal, diff_tables, snapshot, write_config_file
 from tests.test_stream_crash import Stream, _env, wait_for
@@ -139,7 +139,7 @@ def test_backfill_without_a_running_stream_repairs_delta(db, spark, make_config)
 
 def test_backfill_of_a_string_key_in_a_case_insensitive_collation(db, spark, make_config):
     """Chunks of a string key are ranges in the column's collation; Delta's keys are placed in
-    them as the server orders them (cdc_core/key_order.py), so a range backfill deletes
+    them as the server orders them (cdc_core/types/key_order.py), so a range backfill deletes
     exactly the rows of its range that MySQL no longer has."""
     name, conn = db
     with conn.cursor() as cur:

@@ -1,4 +1,4 @@
-"""The online backfill's pure parts (cdc_core/backfill.py), no server needed: the merge
+"""The online backfill's pure parts (cdc_core/chunks/incremental.py), no server needed: the merge
 decision and its window (also for a read group merged past its chunks' own high
 watermarks), read-group sizes, splitting Delta's rows per chunk, request states, key
 bounds and range clipping."""
@@ -13,7 +13,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from cdc_core.backfill import (
+from cdc_core.chunks.incremental import (
     BackfillRequest,
     BackfillState,
     ChunkMerge,
@@ -24,10 +24,10 @@ from cdc_core.backfill import (
     merge_writes,
     read_group_size,
 )
-from cdc_core.chunking import Chunk
+from cdc_core.chunks.planning import Chunk
 from cdc_core.errors import BadInput
-from cdc_core.table_schema import Column
-from cdc_core.types import GEOMETRY
+from cdc_core.schema.table import Column
+from cdc_core.types.mapping import GEOMETRY
 
 
 def _decide(touched: set[tuple], chunk: list[tuple], candidates: list[tuple]) -> tuple[list[int], list[tuple]]:
@@ -193,7 +193,7 @@ def _apply(rows: dict, change: tuple) -> None:
 
 
 def test_overlapping_read_groups_merge_exactly_each_with_its_own_start():
-    """The next group is read while the one before waits and merges (cdc_core/backfill.py):
+    """The next group is read while the one before waits and merges (cdc_core/chunks/incremental.py):
     exact when each group's candidates and touched keys start at its own S; B's candidates
     taken at A's start would append a key the stream inserted in between a second time."""
     for seed in range(300):

@@ -1,4 +1,4 @@
-"""Waiting for backfill requests another process works on (pipelines/backfill_requests.py):
+"""Waiting for backfill requests another process works on (pipelines/backfill/requests.py):
 the CLI's ``backfill`` and Dagster's backfill job wait this way. No server needed: the
 requests live in the lake's control tables."""
 
@@ -8,11 +8,11 @@ import shutil
 
 import pytest
 
-from cdc_core.backfill import BackfillRequest, BackfillState
+from cdc_core.chunks.incremental import BackfillRequest, BackfillState
 from cdc_core.config import parse_config
 from cdc_core.errors import TerminalError
-from pipelines.backfill_requests import current, wait_for
-from pipelines.control_store import ControlStore
+from pipelines.backfill.requests import current, wait_for
+from pipelines.lake.control_store import ControlStore
 
 
 def _config(lake):

@@ -1,4 +1,4 @@
-"""The one binlog decoder (cdc_core/binlog.py) against a real MariaDB: a table map
+"""The one binlog decoder (cdc_core/binlog/decoder.py) against a real MariaDB: a table map
 describes its columns as information_schema does; a layout is reported once per
 change; rows are decoded with the columns they were written with, however late."""
 
@@ -9,12 +9,12 @@ import dataclasses
 from pymysqlreplication.event import QueryEvent, XidEvent
 from pymysqlreplication.row_event import WriteRowsEvent
 
-from cdc_core.binlog import ROW_EVENTS, RowDecoder, open_binlog
-from cdc_core.positions import master_position
-from cdc_core.schema_history import storage_class
-from cdc_core.source import connection_settings
-from cdc_core.table_schema import describe_table
-from cdc_core.types import arrow_type
+from cdc_core.binlog.decoder import ROW_EVENTS, RowDecoder, open_binlog
+from cdc_core.offset.position import master_position
+from cdc_core.schema.history import storage_class
+from cdc_core.schema.table import describe_table
+from cdc_core.source.connection import connection_settings
+from cdc_core.types.mapping import arrow_type
 from tests.test_types import COLUMNS, load_type_matrix
 
 
@@ -73,7 +73,7 @@ def test_rows_keep_the_columns_they_were_written_with_and_layouts_change_once(db
     assert [c.name for c in events[2][0].schema.columns] == ["c", "id", "a", "b_long"]
     assert events[2][2] == [(5, 3, 30, "z")] and events[2][0].id != events[0][0].id
 
-# The types cdc_core/row_images.py leaves to the library (with COMPRESSED columns; MariaDB's JSON is
+# The types cdc_core/binlog/row_images.py leaves to the library (with COMPRESSED columns; MariaDB's JSON is
 # LONGTEXT in the binlog, which it decodes).
 LIBRARY_TYPES = {"TIME", "BIT", "SET", "GEOMETRY", "POINT", "LINESTRING", "POLYGON", "MULTIPOINT",
                  "MULTILINESTRING", "MULTIPOLYGON", "GEOMETRYCOLLECTION"}
@@ -81,7 +81,7 @@ LIBRARY_TYPES = {"TIME", "BIT", "SET", "GEOMETRY", "POINT", "LINESTRING", "POLYG
 
 def test_fast_images_equal_the_library(db, mariadb, make_config):
     """Every type of the matrix, alone beside the key, and every type row_images.py decodes together in
-    one wide table (NULLs spread over a many-byte null bitmap): the row images cdc_core/row_images.py
+    one wide table (NULLs spread over a many-byte null bitmap): the row images cdc_core/binlog/row_images.py
     decodes are the library's (with binlog_columns.py's corrections), value for value and type for type,
     for inserts, updates (both images) and deletes; the types it leaves to the library are the ones it names."""
     name, conn = db

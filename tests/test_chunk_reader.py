@@ -8,11 +8,11 @@ import connectorx as cx
 import pyarrow as pa
 import pytest
 
-from cdc_core.chunk_reader import CDC_SEQ, ChunkNotQuiet, ChunkReader
-from cdc_core.chunking import Chunk
-from cdc_core.source import connect, connection_settings
-from cdc_core.table_schema import describe_table
-from pipelines.reconcile import canonical_value
+from cdc_core.chunks.planning import Chunk
+from cdc_core.chunks.reader import CDC_SEQ, ChunkNotQuiet, ChunkReader
+from cdc_core.schema.table import describe_table
+from cdc_core.source.connection import connect, connection_settings
+from pipelines.reconcile.rows import canonical_value
 
 
 def _reader(cfg, db_name, writes_before=(), writes_after=()):
@@ -123,7 +123,7 @@ def test_dates_are_read_as_stored_and_impossible_ones_with_the_servers_check(db,
     year 0 is read again with the server's check, which makes it NULL as the binlog decoder
     does; later chunks of that table use the check from the start. Either way the rows equal
     those of a read with the check alone."""
-    from cdc_core import chunk_reader
+    from cdc_core.chunks import reader as chunk_reader
 
     name, conn = db
     table = f"d_{abs(hash(bad)) % 10_000}"

@@ -1,4 +1,4 @@
-"""A snapshot chunk record and its two stored forms (cdc_core/chunk_record.py): the commit
+"""A snapshot chunk record and its two stored forms (cdc_core/chunks/record.py): the commit
 metadata JSON stays the documented layout, and both forms read back to the same record."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from dataclasses import replace
 
 import pyarrow as pa
 
-from cdc_core.chunk_record import ChunkRecord
-from cdc_core.chunking import Chunk
-from cdc_core.positions import BinlogPosition
-from pipelines.control_store import CHUNKS_SCHEMA
+from cdc_core.chunks.planning import Chunk
+from cdc_core.chunks.record import ChunkRecord
+from cdc_core.offset.position import BinlogPosition
+from pipelines.lake.control_store import CHUNKS_SCHEMA
 
 AT = dt.datetime(2026, 11, 21, 10, 0, 0, 123456, tzinfo=dt.UTC)
 RECORD = ChunkRecord("d.t", 3, 5, BinlogPosition("b.000001", 4), BinlogPosition("b.000002", 9), 1, None, AT, "p")
@@ -54,7 +54,7 @@ def test_record_without_a_pipeline_is_read():
 
 
 def test_importable_without_spark_dagster_or_pipelines():
-    code = ("import sys, cdc_core.chunk_record; "
+    code = ("import sys, cdc_core.chunks.record; "
             "bad = sorted({m.split('.')[0] for m in sys.modules} & {'pyspark', 'dagster', 'pipelines'}); "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)

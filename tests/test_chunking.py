@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_core.chunking import Chunk, ChunkKeyError, chunk_key, decode_value, encode_value, plan_chunks
-from cdc_core.table_schema import describe_table
+from cdc_core.chunks.planning import Chunk, ChunkKeyError, chunk_key, decode_value, encode_value, plan_chunks
+from cdc_core.schema.table import describe_table
 
 
 def _plan(conn, db, table, key, size):
@@ -95,8 +95,8 @@ def test_snapshot_row_count_over_plan_spans_equals_count_star(db, mariadb, paral
     """The snapshot's MySQL row count (COUNT(*) per span of consecutive chunks, at once) is the
     table's COUNT(*), also for rows written after planning beyond the old MIN/MAX and for
     string keys in a case-insensitive collation; a table without a plan is counted whole."""
-    from cdc_core.source import ConnectionSettings, connect
-    from pipelines.snapshot_job import _mysql_rows
+    from cdc_core.source.connection import ConnectionSettings, connect
+    from pipelines.snapshot.job import _mysql_rows
 
     name, conn = db
     with conn.cursor() as cur:

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from cdc_core.config import load_config
-from pipelines.local_mariadb import LocalMariaDB
-from pipelines.snapshot_job import finished_snapshot
+from devtools.local_mariadb import LocalMariaDB
+from pipelines.snapshot.job import finished_snapshot
 from tests.helpers import assert_equal
 
 BINLAKE = str(Path(sys.executable).with_name("binlake")) if Path(sys.executable).with_name("binlake").exists() \
@@ -224,7 +224,7 @@ def test_snapshot_cli(mariadb, items, tmp_path, monkeypatch):
 
 def test_runtime_failure_is_exit_1_one_line_without_secret(mariadb, tmp_path, monkeypatch, capsys):
     """In-process (no subprocess needed): an unexpected error is exit 1, one line, the password masked."""
-    import cdc_core.validate
+    import cdc_core.source.validate
     from pipelines import cli
 
     secret = "Zebra-Secret-90210"
@@ -233,7 +233,7 @@ def test_runtime_failure_is_exit_1_one_line_without_secret(mariadb, tmp_path, mo
     def explode(cfg):
         raise RuntimeError(f"driver said: mysql://root:{cfg.source.password.get_secret_value()}@host failed")
 
-    monkeypatch.setattr(cdc_core.validate, "check", explode)
+    monkeypatch.setattr(cdc_core.source.validate, "check", explode)
     assert cli.main(["validate", "-c", write_config(tmp_path, mariadb, "shop")]) == 1
     captured = capsys.readouterr()
     (line,) = _lines(captured.err)

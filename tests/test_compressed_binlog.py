@@ -2,16 +2,16 @@
 python-mysql-replication does not decode. Before, the reader skipped them as events it did
 not know, and their rows were lost without a word (50 inserts of 1 kB rows: Delta held 0
 of MySQL's 50 rows). Now ``validate`` refuses the setting and a reader that meets such an
-event stops, naming it (cdc_core/binlog.py: COMPRESSED_EVENTS)."""
+event stops, naming it (cdc_core/binlog/decoder.py: COMPRESSED_EVENTS)."""
 
 from __future__ import annotations
 
 import pytest
 
-from cdc_core.binlog import CompressedBinlog, read_changes
-from cdc_core.positions import master_position
-from cdc_core.source import connection_settings
-from cdc_core.validate import check
+from cdc_core.binlog.decoder import CompressedBinlog, read_changes
+from cdc_core.offset.position import master_position
+from cdc_core.source.connection import connection_settings
+from cdc_core.source.validate import check
 from pipelines.stream.engine import StreamFailed
 from tests.test_stream import stream_until_now
 

@@ -13,8 +13,8 @@ import pytest
 from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 from deltalake import DeltaTable
 
-from orchestration.stream import STREAM_JOB
-from orchestration.ui import (
+from devtools.local_mariadb import _free_port
+from devtools.ui import (
     component_state_path,
     dagster_home,
     launch_snapshot,
@@ -23,9 +23,9 @@ from orchestration.ui import (
     terminate_run,
     wait_for_webserver,
 )
-from pipelines.control_store import ControlStore
-from pipelines.delta_sink import table_uri
-from pipelines.local_mariadb import _free_port
+from orchestration.stream import STREAM_JOB
+from pipelines.lake.control_store import ControlStore
+from pipelines.lake.delta_sink import table_uri
 from pipelines.source_catalog import discover
 from resources.binlake import STOPPED_TAG
 from tests.helpers import assert_equal, write_config_file

@@ -16,8 +16,8 @@ from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from orchestration.build import build_binlake_definitions
 from orchestration.schema_changes import schema_change_sensor
 from orchestration.stream import STREAM_JOB, STREAM_TAG, stream_handoff_sensor
-from pipelines.control_store import ControlStore
-from pipelines.schema_registry import pending_changes
+from pipelines.lake.control_store import ControlStore
+from pipelines.schema.registry import pending_changes
 from pipelines.source_catalog import discover
 from pipelines.stream import StreamEngine
 from resources.binlake import STOPPED_TAG, for_dagster

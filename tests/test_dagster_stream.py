@@ -11,11 +11,11 @@ from __future__ import annotations
 from dagster import AssetKey, DagsterInstance
 from deltalake import DeltaTable
 
-from cdc_core.offsets import OFFSET_KEY, StreamOffset, app_id
+from cdc_core.offset.stream_offset import OFFSET_KEY, StreamOffset, app_id
 from orchestration.build import build_binlake_definitions
-from pipelines.delta_sink import table_uri
+from pipelines.lake.delta_sink import table_uri
+from pipelines.lake.writer_lock import writer_lock
 from pipelines.source_catalog import discover
-from pipelines.writer_lock import writer_lock
 from tests.helpers import assert_equal, snapshot, write_config_file
 
 
@@ -86,7 +86,7 @@ def test_backfill_and_repair_jobs_wait_for_the_stream_job_to_do_them(db, make_co
     from deltalake import write_deltalake
 
     from orchestration.checks import CHECKSUM, RECONCILE_JOB
-    from pipelines.control_store import ControlStore
+    from pipelines.lake.control_store import ControlStore
 
     name, conn = db
     with conn.cursor() as cur:
@@ -171,9 +171,9 @@ def test_backfill_of_several_tables_in_one_launch_while_the_stream_runs_under_wr
     change rows of both tables, in and out of the range: one request per table, each done by
     the stream; the run records an observation per table (request id, range, chunks, rows,
     duration) and a summary; Delta equals MySQL for both."""
-    from cdc_core.backfill import BackfillState
-    from cdc_core.source import connection_settings
-    from pipelines.control_store import ControlStore
+    from cdc_core.chunks.incremental import BackfillState
+    from cdc_core.source.connection import connection_settings
+    from pipelines.lake.control_store import ControlStore
     from pipelines.stream import StreamEngine
     from tests.helpers import EngineThread, diff_tables
     from tests.test_backfill import _damage, _merges, _table, _writers
@@ -236,7 +236,7 @@ def test_backfill_naming_a_table_not_captured_requests_nothing(db, make_config, 
     """A launch naming a captured table, a table of another database, a captured name that
     does not exist and a bound that is not a value of the key fails before anything is
     requested, naming each refused entry."""
-    from pipelines.control_store import ControlStore
+    from pipelines.lake.control_store import ControlStore
 
     name, conn = db
     with conn.cursor() as cur:

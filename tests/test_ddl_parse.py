@@ -1,7 +1,7 @@
 """DDL parsing without a server: the lexer's rules, statement kinds and table names, the
 order of one statement's changes, ``evolve_schema``'s name matching and errors, and the
-promise that nothing but ``UnparsedDDL`` ever comes out (cdc_core/sql_lexer.py,
-cdc_core/ddl.py, cdc_core/column_def.py, cdc_core/schema_change.py). The same rules are
+promise that nothing but ``UnparsedDDL`` ever comes out (cdc_core/schema/sql_lexer.py,
+cdc_core/schema/statements.py, cdc_core/schema/column_def.py, cdc_core/schema/change.py). The same rules are
 checked against MariaDB by tests/test_ddl_corpus.py."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from decimal import Decimal
 
 import pytest
 
-from cdc_core.ddl import parse_statement
-from cdc_core.schema_change import UnparsedDDL, column_from_def, evolve_all, evolve_schema, parse_ddl
-from cdc_core.sql_lexer import BIT, HEX, IDENT, NUMBER, STRING, WORD, tokenize
-from cdc_core.table_schema import TableSchema
+from cdc_core.schema.change import UnparsedDDL, column_from_def, evolve_all, evolve_schema, parse_ddl
+from cdc_core.schema.sql_lexer import BIT, HEX, IDENT, NUMBER, STRING, WORD, tokenize
+from cdc_core.schema.statements import parse_statement
+from cdc_core.schema.table import TableSchema
 from tests.ddl_corpus import GROUPS
 
 
@@ -65,7 +65,7 @@ def test_statement_kinds_and_table_names():
 
 def test_row_changes_logged_as_statements_name_the_tables_they_may_write():
     """binlog_format STATEMENT or MIXED in a session: the rows are not in the binlog, so every
-    table the statement may have written is backfilled (pipelines/stream/schema_changes.py)."""
+    table the statement may have written is backfilled (pipelines/stream/schema_operator.py)."""
     def written(sql: str) -> tuple[str, ...]:
         stmt = parse_statement(sql, "db")
         assert stmt.kind == "dml", sql

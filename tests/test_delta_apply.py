@@ -1,5 +1,5 @@
-"""pipelines/delta_sink.py: apply_changes, tested directly against Delta tables: random
-batches folded by cdc_core/table_batch.py and applied one commit each leave Delta equal to
+"""pipelines/lake/delta_sink.py: apply_changes, tested directly against Delta tables: random
+batches folded by cdc_core/batch/table_batch.py and applied one commit each leave Delta equal to
 the rows MySQL would hold, with the batch's offset in the same commit; a copy-on-write
 batch rewrites only the files holding its keys."""
 
@@ -11,11 +11,11 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from cdc_core.offsets import StreamOffset
-from cdc_core.positions import BinlogPosition
-from cdc_core.table_batch import TableBatch
-from cdc_core.table_schema import Column, TableSchema
-from pipelines.delta_sink import applied_position_key, apply_changes, stream_commit_properties
+from cdc_core.batch.table_batch import TableBatch
+from cdc_core.offset.position import BinlogPosition
+from cdc_core.offset.stream_offset import StreamOffset
+from cdc_core.schema.table import Column, TableSchema
+from pipelines.lake.delta_sink import applied_position_key, apply_changes, stream_commit_properties
 
 INT_KEY = TableSchema("d", "t", (Column("id", "int", "int(11)"), Column("v", "int", "int(11)")), ("id",))
 TWO_KEYS = TableSchema("d", "t", (Column("id", "int", "int(11)"), Column("tag", "varchar", "varchar(8)"),

@@ -8,15 +8,15 @@ import errno
 import pymysql
 import pytest
 
+from cdc_core.batch.micro_batch import CATCHUP_LAG_SECONDS, BatchLimits, BatchPolicy, MicroBatch
+from cdc_core.batch.table_batch import TableBatch
 from cdc_core.config import ConfigError
 from cdc_core.errors import EXIT_BAD_INPUT, EXIT_RUNTIME, BadInput, TransientError, is_transient
-from cdc_core.micro_batch import CATCHUP_LAG_SECONDS, BatchLimits, BatchPolicy, MicroBatch
-from cdc_core.positions import BinlogPosition
-from cdc_core.startup import Mark, PositionPurged, find_start
-from cdc_core.table_batch import TableBatch
-from cdc_core.table_schema import Column, TableSchema
-from cdc_core.transient import Retry, RetryPolicy
-from pipelines.schema_applier import SchemaChangeRejected
+from cdc_core.offset.position import BinlogPosition
+from cdc_core.offset.startup import Mark, PositionPurged, find_start
+from cdc_core.retry import Retry, RetryPolicy
+from cdc_core.schema.table import Column, TableSchema
+from pipelines.schema.applier import SchemaChangeRejected
 
 
 def P(pos: int) -> BinlogPosition:

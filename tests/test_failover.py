@@ -1,4 +1,4 @@
-"""Failover to a replica by GTID (cdc_core/failover.py, pipelines/stream/failover.py), on a
+"""Failover to a replica by GTID (cdc_core/offset/failover.py, pipelines/stream/failover_start.py), on a
 real primary and replica MariaDB (GTID replication with ``log_slave_updates``, the replica
 logging under another base name with binlog numbers behind the primary's):
 
@@ -23,10 +23,10 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_core.config import BinlakeConfig
-from pipelines.control_store import ControlStore
-from pipelines.delta_sink import last_stream_offset, table_uri
-from pipelines.local_mariadb import LocalMariaDB
-from pipelines.snapshot_job import SnapshotJob
+from devtools.local_mariadb import LocalMariaDB
+from pipelines.lake.control_store import ControlStore
+from pipelines.lake.delta_sink import last_stream_offset, table_uri
+from pipelines.snapshot.job import SnapshotJob
 from pipelines.stream.engine import StreamEngine
 from tests.helpers import assert_equal, write_config_file
 from tests.test_stream_crash import assert_commits_strictly_increase, own_config, run_stream

@@ -1,13 +1,13 @@
-"""The failover's pure parts (cdc_core/failover.py, cdc_core/positions.py base, offsets)
+"""The failover's pure parts (cdc_core/offset/failover.py, cdc_core/offset/position.py base, offsets)
 checked against their invariants without a server."""
 
 from __future__ import annotations
 
 import pytest
 
-from cdc_core.failover import FailoverError, Gtid, TransactionSpan, choose_base, lag_problem, translate
-from cdc_core.offsets import StreamOffset
-from cdc_core.positions import BinlogPosition
+from cdc_core.offset.failover import FailoverError, Gtid, TransactionSpan, choose_base, lag_problem, translate
+from cdc_core.offset.position import BinlogPosition
+from cdc_core.offset.stream_offset import StreamOffset
 
 OLD = BinlogPosition("binlog.000009", 500)
 

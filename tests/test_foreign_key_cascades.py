@@ -1,4 +1,4 @@
-"""Foreign-key actions MySQL does not write to the binlog (cdc_core/foreign_keys.py): a
+"""Foreign-key actions MySQL does not write to the binlog (cdc_core/source/foreign_keys.py): a
 parent's DELETE or UPDATE cascades to child rows inside InnoDB, and the binlog holds only
 the parent's row change. The stream backfills each touched child (and theirs) online.
 Before, Delta kept the child rows MySQL deleted and the keys MySQL changed."""
@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from deltalake import DeltaTable
 
-from cdc_core.events import Op
-from cdc_core.foreign_keys import Cascade, by_parent, cascades
-from cdc_core.positions import master_position
-from pipelines.control_store import ControlStore
-from pipelines.delta_sink import table_uri
+from cdc_core.binlog.events import Op
+from cdc_core.offset.position import master_position
+from cdc_core.source.foreign_keys import Cascade, by_parent, cascades
+from pipelines.lake.control_store import ControlStore
+from pipelines.lake.delta_sink import table_uri
 from tests.helpers import assert_equal
 from tests.test_stream import stream_until_now
 

@@ -10,10 +10,10 @@ from functools import cmp_to_key
 
 import pytest
 
-from cdc_core.chunking import Chunk
-from cdc_core.handoff import HandoffFilter
-from cdc_core.key_order import Collation, PythonOrder, WeightOrder, compare_weights
-from cdc_core.positions import BinlogPosition as P
+from cdc_core.chunks.handoff import HandoffFilter
+from cdc_core.chunks.planning import Chunk
+from cdc_core.offset.position import BinlogPosition as P
+from cdc_core.types.key_order import Collation, PythonOrder, WeightOrder, compare_weights
 
 
 def _chunks(bounds):

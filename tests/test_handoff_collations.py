@@ -1,6 +1,6 @@
 """The hand-off with chunk keys in the server's order, against a real MariaDB.
 
-- The key order (cdc_core/key_order.py) against the server's own ORDER BY and
+- The key order (cdc_core/types/key_order.py) against the server's own ORDER BY and
   comparisons, for every collation the planner can split on, with adversarial strings
   (case, accents, trailing spaces and tabs, ß/ss, æ/ae, contractions, emoji, '').
 - The planner's chunks of string keys (composite too) and of non-string keys hold
@@ -23,16 +23,16 @@ import connectorx as cx
 import pyarrow as pa
 import pytest
 
-from cdc_core.binlog import read_changes
-from cdc_core.chunk_reader import ChunkReader
-from cdc_core.chunking import Chunk, decode_value, encode_value, plan_chunks
-from cdc_core.handoff import HandoffFilter
-from cdc_core.key_order import ComparisonOrder, KeyOrders, PythonOrder, ServerSql, WeightOrder
-from cdc_core.positions import BinlogPosition as P
-from cdc_core.positions import master_position
-from cdc_core.source import connect, connection_settings
-from cdc_core.table_schema import describe_table
-from cdc_core.types import binlog_value
+from cdc_core.binlog.decoder import read_changes
+from cdc_core.chunks.handoff import HandoffFilter
+from cdc_core.chunks.planning import Chunk, decode_value, encode_value, plan_chunks
+from cdc_core.chunks.reader import ChunkReader
+from cdc_core.offset.position import BinlogPosition as P
+from cdc_core.offset.position import master_position
+from cdc_core.schema.table import describe_table
+from cdc_core.source.connection import connect, connection_settings
+from cdc_core.types.key_order import ComparisonOrder, KeyOrders, PythonOrder, ServerSql, WeightOrder
+from cdc_core.types.mapping import binlog_value
 from pipelines.stream import StreamEngine
 from tests.helpers import assert_equal, replay_handoff, snapshot
 

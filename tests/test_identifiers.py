@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cdc_core.table_schema import quote_ident
+from cdc_core.schema.table import quote_ident
 from tests.helpers import assert_equal, snapshot
 
 INJECTION = "x`; DROP TABLE y; --"

@@ -18,11 +18,11 @@ import numpy as np
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from cdc_core.chunk_record import ChunkRecord
-from cdc_core.chunking import Chunk
-from cdc_core.positions import BinlogPosition
-from pipelines.control_store import ControlStore
-from pipelines.delta_sink import (
+from cdc_core.chunks.planning import Chunk
+from cdc_core.chunks.record import ChunkRecord
+from cdc_core.offset.position import BinlogPosition
+from pipelines.lake.control_store import ControlStore
+from pipelines.lake.delta_sink import (
     SNAPSHOT_CHUNKS_KEY,
     SNAPSHOT_VERIFIED_KEY,
     SnapshotCommits,

@@ -34,10 +34,10 @@ from deltalake import CommitProperties, DeltaTable
 from pyarrow.fs import FileSelector, FileType
 
 from cdc_core.config import BinlakeConfig
-from cdc_core.offsets import OFFSET_KEY, StreamOffset, app_id
-from pipelines.control_store import ControlStore
-from pipelines.delta_sink import apply_changes, open_table, post_commit_hooks, snapshot_commits, table_uri
-from pipelines.lake_storage import PROBE_DIR, filesystem
+from cdc_core.offset.stream_offset import OFFSET_KEY, StreamOffset, app_id
+from pipelines.lake.control_store import ControlStore
+from pipelines.lake.delta_sink import apply_changes, open_table, post_commit_hooks, snapshot_commits, table_uri
+from pipelines.lake.storage import PROBE_DIR, filesystem
 from tests.helpers import assert_equal, snapshot, write_config_file
 from tests.s3_endpoint import S3Server
 from tests.spark_cluster import standalone_cluster
@@ -173,7 +173,7 @@ def test_snapshot_groups_finishing_within_the_commit_interval_share_a_commit(db,
     commit wait for the next one (a commit is about 9 requests there): the first group commits
     at once, the others together once the last is done; every chunk is recorded once, at the
     version holding its rows, and Delta equals MySQL."""
-    from pipelines import snapshot_job
+    from pipelines.snapshot import job as snapshot_job
 
     name, conn = db
     with conn.cursor() as cur:
@@ -214,7 +214,7 @@ def test_store_ignoring_conditional_writes_is_refused(mariadb, db, spark, make_c
         assert r.returncode == 2, r.stdout + r.stderr
         (line,) = [x for x in r.stderr.splitlines() if x.strip()]
         assert "conditional writes" in line and cfg.sink.path in line, line
-        from pipelines.lake_storage import UnsafeSink
+        from pipelines.lake.storage import UnsafeSink
 
         with pytest.raises(UnsafeSink, match="conditional writes"):
             snapshot(cfg, spark)

@@ -1,5 +1,5 @@
 """Parallel decoding of a backlog (``source.parallel_decode``; pipelines/stream/reader.py,
-cdc_core/binlog_ranges.py) against a real MariaDB:
+cdc_core/binlog/ranges.py) against a real MariaDB:
 
 - the backlog's cuts are transaction ends strictly inside the range, increasing;
 - the parallel reader gives exactly the records of one reader over the same range (row
@@ -19,12 +19,12 @@ import logging
 import random
 import re
 
-from cdc_core.binlog_ranges import cuts
+from cdc_core.binlog.events import Heartbeat, ReaderEnd, ReaderError, RowsEvent, TableLayout, TransactionEnd
+from cdc_core.binlog.ranges import cuts
+from cdc_core.binlog.reader import ReaderSpec
 from cdc_core.config import ParallelDecodeConfig
-from cdc_core.events import Heartbeat, ReaderEnd, ReaderError, RowsEvent, TableLayout, TransactionEnd
-from cdc_core.positions import BinlogPosition, master_position
-from cdc_core.source import connection_settings
-from cdc_core.stream_reader import ReaderSpec
+from cdc_core.offset.position import BinlogPosition, master_position
+from cdc_core.source.connection import connection_settings
 from pipelines.stream import StreamEngine
 from pipelines.stream.reader import ParallelReader, ReaderProcess
 from tests.change_count import assert_changes_counted

@@ -2,13 +2,13 @@
 and DROP PARTITION delete a partition's rows, EXCHANGE PARTITION swaps them with another
 table's, CONVERT PARTITION moves them into a new table. Before, the stream recorded these
 ALTERs as "not understood" and streamed on, and Delta kept the rows MySQL dropped; now every
-captured table whose rows they changed is backfilled online (cdc_core/schema_change.py:
+captured table whose rows they changed is backfilled online (cdc_core/schema/change.py:
 ``ROWS_CHANGED_UNSEEN``)."""
 
 from __future__ import annotations
 
-from cdc_core.positions import master_position
-from cdc_core.schema_change import UnparsedDDL, parse_ddl
+from cdc_core.offset.position import master_position
+from cdc_core.schema.change import UnparsedDDL, parse_ddl
 from tests.helpers import assert_equal
 from tests.test_stream import stream_until_now
 

@@ -1,5 +1,5 @@
 """``binlake reconcile``: per-chunk counts and checksums on the server and on Delta
-(pipelines/reconcile_checksum.py, cdc_core/row_checksum.py).
+(pipelines/reconcile/checksums.py, cdc_core/types/checksum.py).
 
 - Every type of the type matrix (tests/test_types.py) and a column in every character set
   of the server render alike on both sides: a fresh snapshot is equal, nothing left out.
@@ -30,10 +30,10 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from cdc_core.routes import CDC_SOURCE
-from pipelines.control_store import ControlStore
-from pipelines.delta_sink import table_uri
-from pipelines.reconcile_checksum import ChunkMismatch, reconcile_tables
-from pipelines.writer_lock import writer_lock
+from pipelines.lake.control_store import ControlStore
+from pipelines.lake.delta_sink import table_uri
+from pipelines.lake.writer_lock import writer_lock
+from pipelines.reconcile.checksums import ChunkMismatch, reconcile_tables
 from tests.helpers import PASSWORD_VAR, snapshot, write_config_file
 from tests.test_types import _insert, load_type_matrix
 

@@ -16,17 +16,17 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_core.config import ConfigError, parse_config
-from cdc_core.offsets import OFFSET_KEY
+from cdc_core.offset.startup import StartupError
+from cdc_core.offset.stream_offset import OFFSET_KEY
 from cdc_core.routes import CDC_SOURCE, RouteError, Router, sink_schema
-from cdc_core.source import connect, connection_settings
-from cdc_core.startup import StartupError
-from cdc_core.table_schema import Column, TableSchema
-from cdc_core.types import widest_type
-from cdc_core.validate import check
-from pipelines.control_store import ControlStore
-from pipelines.delta_sink import table_uri
-from pipelines.schema_applier import SchemaChangeRejected
-from pipelines.snapshot_job import SnapshotJob
+from cdc_core.schema.table import Column, TableSchema
+from cdc_core.source.connection import connect, connection_settings
+from cdc_core.source.validate import check
+from cdc_core.types.mapping import widest_type
+from pipelines.lake.control_store import ControlStore
+from pipelines.lake.delta_sink import table_uri
+from pipelines.schema.applier import SchemaChangeRejected
+from pipelines.snapshot.job import SnapshotJob
 from pipelines.status import pipeline_status
 from pipelines.stream import StreamEngine
 from tests.helpers import EngineThread, assert_equal, snapshot

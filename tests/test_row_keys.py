@@ -14,15 +14,15 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-from cdc_core.column_filter import NotCapturable, captured_schema
+from cdc_core.batch.table_batch import KeylessBatch, table_batch
 from cdc_core.config import ConfigError
-from cdc_core.positions import BinlogPosition
-from cdc_core.schema_change import evolve_schema, parse_ddl
-from cdc_core.schema_history import conversion_schema
-from cdc_core.startup import StartupError
-from cdc_core.table_batch import KeylessBatch, table_batch
-from cdc_core.table_schema import Column, TableSchema, describe_table
-from pipelines.delta_sink import apply_keyless
+from cdc_core.offset.position import BinlogPosition
+from cdc_core.offset.startup import StartupError
+from cdc_core.schema.change import evolve_schema, parse_ddl
+from cdc_core.schema.history import conversion_schema
+from cdc_core.schema.table import Column, TableSchema, describe_table
+from cdc_core.source.capture import NotCapturable, captured_schema
+from pipelines.lake.delta_sink import apply_keyless
 from pipelines.stream import StreamEngine
 from tests.helpers import assert_equal, snapshot
 

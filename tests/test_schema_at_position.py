@@ -1,5 +1,5 @@
 """Rows are decoded and applied with the schema in force at their binlog position, however
-late they are read (cdc_core/schema_history.py, pipelines/stream/schema_changes.py).
+late they are read (cdc_core/schema/history.py, pipelines/stream/schema_operator.py).
 
 The DDL matrix runs in two orders under all five behaviours: *live* (the stream started
 and stopped between every two statements: a restart between any two steps) and
@@ -13,13 +13,13 @@ import time
 import pytest
 from deltalake import DeltaTable
 
-from cdc_core.positions import BinlogPosition
-from cdc_core.schema_history import Status
-from cdc_core.source import connect, connection_settings
-from cdc_core.table_schema import describe_table
-from pipelines.control_store import ControlStore
-from pipelines.delta_sink import table_uri
-from pipelines.schema_applier import SchemaChangeRejected
+from cdc_core.offset.position import BinlogPosition
+from cdc_core.schema.history import Status
+from cdc_core.schema.table import describe_table
+from cdc_core.source.connection import connect, connection_settings
+from pipelines.lake.control_store import ControlStore
+from pipelines.lake.delta_sink import table_uri
+from pipelines.schema.applier import SchemaChangeRejected
 from pipelines.stream import StreamEngine
 from tests.helpers import EngineThread, assert_equal, diff_tables, snapshot
 
@@ -205,8 +205,8 @@ def test_exception_stops_at_the_first_change_naming_table_statement_and_position
 
 def test_ddl_during_the_snapshot_reads_the_table_again(db, spark, make_config):
     """A DDL between two chunk groups: chunks read before it hold other columns than those read
-    after it, so the table's snapshot is taken again (pipelines/snapshot_job.py)."""
-    from pipelines.snapshot_job import SnapshotJob
+    after it, so the table's snapshot is taken again (pipelines/snapshot/job.py)."""
+    from pipelines.snapshot.job import SnapshotJob
 
     name, conn = db
     with conn.cursor() as cur:

@@ -1,6 +1,6 @@
 """The DDL matrix: each schema change interleaved with inserts and updates before and
 after it in one stream, under every schema_change_behavior; Delta's schema and every
-row are what the behaviour promises (pipelines/schema_applier.py)."""
+row are what the behaviour promises (pipelines/schema/applier.py)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from cdc_core.positions import BinlogPosition
-from cdc_core.schema_history import HistoryEntry, Status
-from cdc_core.source import connect, connection_settings
-from cdc_core.table_schema import describe_table
-from cdc_core.types import arrow_type
-from pipelines.control_store import ControlStore
-from pipelines.delta_sink import table_uri
-from pipelines.reconcile import compare
-from pipelines.schema_applier import SchemaChangeRejected
+from cdc_core.offset.position import BinlogPosition
+from cdc_core.schema.history import HistoryEntry, Status
+from cdc_core.schema.table import describe_table
+from cdc_core.source.connection import connect, connection_settings
+from cdc_core.types.mapping import arrow_type
+from pipelines.lake.control_store import ControlStore
+from pipelines.lake.delta_sink import table_uri
+from pipelines.reconcile.rows import compare
+from pipelines.schema.applier import SchemaChangeRejected
 from pipelines.stream import StreamEngine
 from tests.helpers import EngineThread, diff_tables
 
@@ -118,7 +118,7 @@ def test_lenient_keeps_columns_and_holds_mysql_values(db, make_config):
 
 
 # Under ignore, a value Delta's kept, older type cannot hold is written as NULL
-# (pipelines/schema_applier.py: conform): (case, id, column).
+# (pipelines/schema/applier.py: conform): (case, id, column).
 DOES_NOT_FIT = {("widen_int", 10, "a"), ("decimal_up", 10, "d")}
 
 

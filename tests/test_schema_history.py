@@ -1,13 +1,13 @@
-"""The schema at a position (cdc_core/schema_history.py), directly: folding a table's
+"""The schema at a position (cdc_core/schema/history.py), directly: folding a table's
 history, and the columns a row is decoded with given its table map."""
 
 from __future__ import annotations
 
 import datetime as dt
 
-from cdc_core.positions import BinlogPosition
-from cdc_core.schema_history import HistoryEntry, Status, conversion_schema, fold, storage_class
-from cdc_core.table_schema import Column, TableSchema
+from cdc_core.offset.position import BinlogPosition
+from cdc_core.schema.history import HistoryEntry, Status, conversion_schema, fold, storage_class
+from cdc_core.schema.table import Column, TableSchema
 
 P = [BinlogPosition("binlog.000001", p) for p in range(0, 1000, 100)]
 

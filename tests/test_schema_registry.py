@@ -1,7 +1,7 @@
 """External schema changes (stream.schema_changes: external): the engine records a column
 change as pending and holds that table while other tables flow; the Dagster sensor
 launches the run that applies it with the same function the engine uses inline, and
-the engine then releases the table (pipelines/schema_registry.py, pipelines/stream/schema_changes.py)."""
+the engine then releases the table (pipelines/schema/registry.py, pipelines/stream/schema_operator.py)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import pytest
 from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
 from deltalake import DeltaTable
 
-from cdc_core.stream_reader import FLUSH_ROWS
+from cdc_core.binlog.reader import FLUSH_ROWS
 from orchestration.build import build_binlake_definitions
-from pipelines.control_store import ControlStore
-from pipelines.delta_sink import table_uri
-from pipelines.schema_applier import SchemaChangeRejected
-from pipelines.schema_registry import apply_pending, pending_changes
+from pipelines.lake.control_store import ControlStore
+from pipelines.lake.delta_sink import table_uri
+from pipelines.schema.applier import SchemaChangeRejected
+from pipelines.schema.registry import apply_pending, pending_changes
 from pipelines.status import pipeline_status
 from pipelines.stream import StreamEngine
 from resources.binlake import BinlakeResource

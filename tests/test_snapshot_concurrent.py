@@ -7,10 +7,10 @@ from __future__ import annotations
 import random
 import threading
 
-from cdc_core.source import connect, connection_settings
-from cdc_core.table_schema import describe_table
-from pipelines.control_store import ControlStore
-from pipelines.reconcile import mysql_rows
+from cdc_core.schema.table import describe_table
+from cdc_core.source.connection import connect, connection_settings
+from pipelines.lake.control_store import ControlStore
+from pipelines.reconcile.rows import mysql_rows
 from tests.helpers import replay_handoff, snapshot
 
 

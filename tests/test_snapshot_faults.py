@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from cdc_core.source import connect, connection_settings
-from cdc_core.transient import RetryPolicy
-from pipelines.snapshot_job import SnapshotJob
+from cdc_core.retry import RetryPolicy
+from cdc_core.source.connection import connect, connection_settings
+from pipelines.snapshot.job import SnapshotJob
 from tests.fault_proxy import Rule, via
 from tests.helpers import assert_equal, replay_handoff, write_config_file
 
@@ -107,7 +107,8 @@ def test_outage_beyond_the_budget_fails_then_a_rerun_resumes(db, spark, make_con
     """Through the CLI (in-process, sharing the test's Spark session): the outage begins at the
     third group's SELECT and outlasts the budget: exit 1, one line naming the cause. With the
     source back, the same command resumes from the committed groups."""
-    from pipelines import cli, snapshot_job
+    from pipelines import cli
+    from pipelines.snapshot import job as snapshot_job
 
     name, conn = db
     _table(conn)
@@ -137,8 +138,8 @@ def test_outage_beyond_the_budget_fails_then_a_rerun_resumes(db, spark, make_con
 def test_groups_never_bridge_committed_chunks():
     """A failed run leaves holes (groups run in parallel and commit in any order); a resumed run
     groups the chunks still pending, and a group read as one range must not span a hole."""
-    from cdc_core.chunking import Chunk
-    from pipelines.snapshot_job import _groups
+    from cdc_core.chunks.planning import Chunk
+    from pipelines.snapshot.job import _groups
 
     pending = [Chunk("d.t", i, "id", i * 10, i * 10 + 10) for i in (0, 1, 2, 5, 6, 7, 8, 9, 12)]
     groups = _groups(pending, 4)
@@ -150,7 +151,7 @@ def test_source_server_killed_mid_snapshot(spark, tmp_path):
     """MariaDB SIGKILLed after the first chunk group's commit and started again on the same data
     directory a moment later: the groups that failed are retried with backoff, and the snapshot
     ends with Delta equal to MySQL."""
-    from pipelines.local_mariadb import LocalMariaDB
+    from devtools.local_mariadb import LocalMariaDB
     from tests.test_stream_crash import own_config
 
     server = LocalMariaDB(server_id=1, base_dir=tmp_path / "mariadb").start()

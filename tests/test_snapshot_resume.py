@@ -15,11 +15,11 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from cdc_core.chunk_record import ChunkRecord
-from cdc_core.chunking import Chunk
-from cdc_core.positions import BinlogPosition
-from pipelines.control_store import ControlStore
-from pipelines.delta_sink import (
+from cdc_core.chunks.planning import Chunk
+from cdc_core.chunks.record import ChunkRecord
+from cdc_core.offset.position import BinlogPosition
+from pipelines.lake.control_store import ControlStore
+from pipelines.lake.delta_sink import (
     SNAPSHOT_CHUNKS_KEY,
     SNAPSHOT_RESET_KEY,
     SNAPSHOT_VERIFIED_KEY,
@@ -110,7 +110,7 @@ def test_groups_finished_together_share_one_commit(db, make_config, monkeypatch)
     all their chunk records (fewer commits: on an object store each is about 8 requests). The
     first commit is held back, so the other groups are done by then; every chunk is recorded
     once, at the version of the commit that holds its rows, and a re-run reads nothing."""
-    from pipelines import snapshot_job
+    from pipelines.snapshot import job as snapshot_job
 
     name, conn = db
     with conn.cursor() as cur:

@@ -7,7 +7,7 @@ import random
 import pytest
 from deltalake import DeltaTable
 
-from pipelines.delta_sink import table_uri
+from pipelines.lake.delta_sink import table_uri
 from tests.helpers import assert_equal, snapshot
 
 
@@ -102,7 +102,7 @@ def test_rerun_after_success_is_noop(db, spark, make_config):
 
 @pytest.mark.parametrize("ddl", ["CREATE TABLE k (a INT, b INT)"])
 def test_table_without_key_is_refused(db, spark, make_config, ddl):
-    from cdc_core.chunking import ChunkKeyError
+    from cdc_core.chunks.planning import ChunkKeyError
 
     name, conn = db
     with conn.cursor() as cur:

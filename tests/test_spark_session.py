@@ -1,5 +1,5 @@
-"""binlake's Spark settings (pipelines/spark_session.py): executors fork Python workers from
-binlake's preloading daemon (pipelines/spark_daemon.py); where the snapshot's groups run."""
+"""binlake's Spark settings (pipelines/spark/session.py): executors fork Python workers from
+binlake's preloading daemon (pipelines/spark/daemon.py); where the snapshot's groups run."""
 
 from __future__ import annotations
 
@@ -13,16 +13,16 @@ def test_python_workers_fork_from_the_preloading_daemon(spark):
 
         with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
             parent = f.read().replace(b"\0", b" ").decode()
-        return parent, "pipelines.snapshot_job" in sys.modules
+        return parent, "pipelines.snapshot.job" in sys.modules
 
     facts = spark.sparkContext.parallelize([0, 1], 2).map(_worker_facts).collect()
     for parent, preloaded in facts:
-        assert "pipelines.spark_daemon" in parent
+        assert "pipelines.spark.daemon" in parent
         assert preloaded
 
 
 def test_failed_preload_is_skipped(caplog):
-    from pipelines.spark_daemon import preload
+    from pipelines.spark.daemon import preload
 
     preload(("binlake_no_such_module", "json"))
     assert "binlake_no_such_module not preloaded" in caplog.text
@@ -31,7 +31,7 @@ def test_failed_preload_is_skipped(caplog):
 def test_snapshot_runner_follows_the_master(make_config):
     """``source.snapshot.runner``: ``auto`` runs groups on Spark for a cluster master only (on
     ``local[...]`` Spark brings no cores of its own); ``spark`` and ``local`` say it outright."""
-    from pipelines.spark_session import snapshot_on_spark
+    from pipelines.spark.session import snapshot_on_spark
 
     def on_spark(runner: str, master: str) -> bool:
         cfg = make_config("d", source={"snapshot": {"runner": runner}}, spark={"master": master})

@@ -3,8 +3,8 @@ MIXED) although the server's is ROW, and its INSERT, UPDATE or DELETE is then wr
 statement, without its rows. Before, the stream skipped such statements and Delta missed
 their changes; now every streamed table one may have written is backfilled online."""
 
-from cdc_core.positions import master_position
-from pipelines.control_store import ControlStore
+from cdc_core.offset.position import master_position
+from pipelines.lake.control_store import ControlStore
 from tests.helpers import assert_equal
 from tests.test_stream import stream_until_now
 

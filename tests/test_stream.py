@@ -12,14 +12,14 @@ import time
 import pytest
 from deltalake import DeltaTable
 
-from cdc_core.micro_batch import CATCHUP_LAG_SECONDS
-from cdc_core.offsets import OFFSET_KEY, StreamOffset
-from cdc_core.positions import master_position
-from cdc_core.source import connect, connection_settings
-from cdc_core.startup import StartupError, clock_offset
-from pipelines.control_store import ControlStore
-from pipelines.delta_sink import table_uri
-from pipelines.snapshot_job import finished_snapshot, plan_snapshot
+from cdc_core.batch.micro_batch import CATCHUP_LAG_SECONDS
+from cdc_core.offset.position import master_position
+from cdc_core.offset.startup import StartupError, clock_offset
+from cdc_core.offset.stream_offset import OFFSET_KEY, StreamOffset
+from cdc_core.source.connection import connect, connection_settings
+from pipelines.lake.control_store import ControlStore
+from pipelines.lake.delta_sink import table_uri
+from pipelines.snapshot.job import finished_snapshot, plan_snapshot
 from pipelines.stream import StreamEngine
 from tests.helpers import EngineThread, assert_equal, snapshot
 

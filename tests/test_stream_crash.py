@@ -43,12 +43,12 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from cdc_core.config import BinlakeConfig, parse_config
-from cdc_core.offsets import OFFSET_KEY, StreamOffset, app_id
-from cdc_core.positions import BinlogPosition
-from pipelines.control_store import ControlStore
-from pipelines.delta_sink import table_uri
-from pipelines.local_mariadb import LocalMariaDB
-from pipelines.stream.backfill import BACKFILL_KEY
+from cdc_core.offset.position import BinlogPosition
+from cdc_core.offset.stream_offset import OFFSET_KEY, StreamOffset, app_id
+from devtools.local_mariadb import LocalMariaDB
+from pipelines.lake.control_store import ControlStore
+from pipelines.lake.delta_sink import table_uri
+from pipelines.stream.online_backfill import BACKFILL_KEY
 from tests.change_count import assert_changes_counted
 from tests.helpers import PASSWORD_VAR, assert_equal, batches_as_set, diff_tables, snapshot, write_config_file
 
@@ -163,7 +163,7 @@ def assert_commits_strictly_increase(cfg: BinlakeConfig, name: str, since: int =
     """No double apply: each stream commit of the table carries exactly one transaction of
     the pipeline's app id, whose version is its offset's applied position, and both
     strictly increase from commit to commit (a backfill merge carries the offset of the
-    batch committed before it: pipelines/stream/backfill.py; it is never behind it).
+    batch committed before it: pipelines/stream/online_backfill.py; it is never behind it).
     ``since``: only the commits from that version on (tests/test_soak.py checks each restart's).
     Returns the number of stream commits, backfill merges left out."""
     uri, app = table_uri(cfg.sink.path, name), app_id(cfg.pipeline.name)

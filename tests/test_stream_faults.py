@@ -13,8 +13,8 @@ import threading
 import pytest
 
 from cdc_core.errors import TerminalError
-from cdc_core.source import connect, connection_settings
-from cdc_core.transient import RetryPolicy
+from cdc_core.retry import RetryPolicy
+from cdc_core.source.connection import connect, connection_settings
 from pipelines.stream import StreamEngine
 from tests.fault_proxy import Rule, via, wait_until
 from tests.helpers import assert_equal, snapshot

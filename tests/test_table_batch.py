@@ -1,4 +1,4 @@
-"""Invariants of cdc_core/table_batch.py, cdc_core/offsets.py and cdc_core/lifecycle.py,
+"""Invariants of cdc_core/batch/table_batch.py, cdc_core/offset/stream_offset.py and cdc_core/lifecycle.py,
 tested directly: a batch's plan applied to the table before it gives the table after
 it; offsets skip exactly what was applied; only allowed lifecycle transitions."""
 
@@ -8,13 +8,13 @@ import random
 
 import pytest
 
-from cdc_core.chunking import Chunk
-from cdc_core.handoff import HandoffFilter
+from cdc_core.batch.table_batch import TableBatch
+from cdc_core.chunks.handoff import HandoffFilter
+from cdc_core.chunks.planning import Chunk
 from cdc_core.lifecycle import Lifecycle, State
-from cdc_core.offsets import SkipFilter, StreamOffset, position_key_of_version
-from cdc_core.positions import BinlogPosition
-from cdc_core.table_batch import TableBatch
-from cdc_core.table_schema import Column, TableSchema
+from cdc_core.offset.position import BinlogPosition
+from cdc_core.offset.stream_offset import SkipFilter, StreamOffset, position_key_of_version
+from cdc_core.schema.table import Column, TableSchema
 
 SCHEMA = TableSchema("d", "t", (Column("id", "int", "int(11)"), Column("v", "int", "int(11)")), ("id",))
 

@@ -14,14 +14,14 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from cdc_core.bulk_read import chunk_fetch, text_fetch
-from cdc_core.chunk_reader import chunk_select_sql
-from cdc_core.chunking import Chunk
+from cdc_core.chunks.bulk_read import chunk_fetch, text_fetch
+from cdc_core.chunks.planning import Chunk
+from cdc_core.chunks.reader import chunk_select_sql
 from cdc_core.config import parse_config
-from cdc_core.source import connect, connection_settings
-from cdc_core.table_schema import describe_table
-from cdc_core.types import snapshot_array
-from pipelines.local_mariadb import LocalMariaDB
+from cdc_core.schema.table import describe_table
+from cdc_core.source.connection import connect, connection_settings
+from cdc_core.types.mapping import snapshot_array
+from devtools.local_mariadb import LocalMariaDB
 from tests.helpers import assert_equal, snapshot
 from tests.test_cli import run_cli, write_config
 

@@ -1,6 +1,6 @@
 """Type matrix: every supported MySQL type, read through the snapshot path (Spark
 chunk reader → Delta), through the binlog (python-mysql-replication with
-cdc_core/binlog_columns.py → binlog_value → rows_to_arrow) and through the stream into
+cdc_core/binlog/columns.py → binlog_value → rows_to_arrow) and through the stream into
 Delta, gives in every cell the value MATRIX states as a literal, the one
 docs/type-mapping.md documents; Delta also equals MySQL's. Also: character sets, INET6
 text, and source.exclude_columns."""
@@ -19,17 +19,17 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from cdc_core.binlog import read_changes
-from cdc_core.charset_tables import SINGLE_BYTE
-from cdc_core.charsets import _CODECS, decoder
+from cdc_core.binlog.decoder import read_changes
 from cdc_core.config import ConfigError, parse_config
-from cdc_core.positions import master_position
-from cdc_core.source import connect, connection_settings
-from cdc_core.table_schema import Column, TableSchema, describe_table
-from cdc_core.types import binlog_value, rows_to_arrow, unmappable
-from cdc_core.validate import check
-from pipelines.control_store import ControlStore
-from pipelines.delta_sink import table_uri
+from cdc_core.offset.position import master_position
+from cdc_core.schema.table import Column, TableSchema, describe_table
+from cdc_core.source.connection import connect, connection_settings
+from cdc_core.source.validate import check
+from cdc_core.types.charset_tables import SINGLE_BYTE
+from cdc_core.types.charsets import _CODECS, decoder
+from cdc_core.types.mapping import binlog_value, rows_to_arrow, unmappable
+from pipelines.lake.control_store import ControlStore
+from pipelines.lake.delta_sink import table_uri
 from pipelines.stream import StreamEngine
 from tests.helpers import assert_equal, snapshot
 

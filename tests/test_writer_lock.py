@@ -1,4 +1,4 @@
-"""One writer per pipeline (pipelines/writer_lock.py): a second writing process is refused at
+"""One writer per pipeline (pipelines/lake/writer_lock.py): a second writing process is refused at
 once, naming the holder, with exit 2; a SIGKILLed holder's file lock is free at once; a lease
 expires unless renewed, and only one of several racing processes gets it; read-only commands
 (``status``, ``validate``) never take the lock and are never refused."""
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.writer_lock import (
+from pipelines.lake.writer_lock import (
     LOCK_ENV,
     FileLock,
     LeaseLock,
@@ -67,7 +67,7 @@ def test_file_lock_refuses_a_second_holder_and_names_the_first(tmp_path):
 
 _HOLDER_WITH_CHILD = """
 import os, sys, time
-from pipelines.writer_lock import FileLock
+from pipelines.lake.writer_lock import FileLock
 FileLock(sys.argv[1], "shop", "holder").acquire()
 child = os.fork()
 if child == 0:  # a forked child (like the stream's binlog reader) that outlives its parent
@@ -153,7 +153,7 @@ def test_background_renewal_keeps_the_lease_and_detects_a_takeover(tmp_path):
 
 _RACER = """
 import json, os, sys, time
-from pipelines.writer_lock import LeaseLock, WriterLockHeld
+from pipelines.lake.writer_lock import LeaseLock, WriterLockHeld
 sink, go, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 lock = LeaseLock(sink, "shop", f"racer {os.getpid()}", ttl=60, storage_options=options, renew_in_background=False)
 while not os.path.exists(go):  # start together
@@ -200,7 +200,7 @@ def test_a_lease_left_by_a_dead_process_of_this_host_is_free_at_once(tmp_path):
     """A holder killed before it could release (here: exiting without release) leaves a lease that
     has not expired; on the same host its pid is gone, so the next writer need not wait the ttl."""
     sink = str(tmp_path / "lake")
-    taker = ("import os, sys; from pipelines.writer_lock import LeaseLock; "
+    taker = ("import os, sys; from pipelines.lake.writer_lock import LeaseLock; "
              "LeaseLock(sys.argv[1], 'shop', 'killed', ttl=600, renew_in_background=False).acquire(); os._exit(0)")
     subprocess.run([sys.executable, "-c", taker, sink], check=True, cwd=Path(__file__).parent.parent)
     table = LeaseLock(sink, "shop", "look", ttl=600)._table()

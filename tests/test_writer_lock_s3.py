@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.writer_lock import LeaseLock, LeaseLost, WriterLockHeld
+from pipelines.lake.writer_lock import LeaseLock, LeaseLost, WriterLockHeld
 from tests.test_writer_lock import FakeClock, race_for_lease
 
 moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")

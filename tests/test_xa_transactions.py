@@ -1,7 +1,7 @@
-"""XA transactions (two-phase commit, as JTA transaction managers use them; cdc_core/xa.py).
+"""XA transactions (two-phase commit, as JTA transaction managers use them; cdc_core/binlog/xa.py).
 MariaDB writes an XA transaction's rows to the binlog at XA PREPARE and its outcome later,
 as an ``XA COMMIT`` or ``XA ROLLBACK`` of its own: a prepared transaction's rows are not
-MySQL's rows until that outcome says so. Before cdc_core/xa.py the stream applied them at
+MySQL's rows until that outcome says so. Before cdc_core/binlog/xa.py the stream applied them at
 XA PREPARE: a rolled-back insert stayed in Delta and a rolled-back delete removed a row
 MySQL kept."""
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_core.binlog import read_changes
-from cdc_core.positions import master_position
-from cdc_core.source import connection_settings
-from cdc_core.xa import XaHold, XaOutsideWindow, XaStatement, XaVerb, canonical_xid, xa_statement
+from cdc_core.binlog.decoder import read_changes
+from cdc_core.binlog.xa import XaHold, XaOutsideWindow, XaStatement, XaVerb, canonical_xid, xa_statement
+from cdc_core.offset.position import master_position
+from cdc_core.source.connection import connection_settings
 from tests.helpers import assert_equal, snapshot
 from tests.test_stream import stream_until_now
 

@@ -30,15 +30,15 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from cdc_core.batch.micro_batch import MicroBatch
+from cdc_core.batch.table_batch import TablePlan, plan_to_arrow
+from cdc_core.batch.table_commit import RowsApplied, TableCommit
 from cdc_core.errors import TerminalError, is_transient
-from cdc_core.micro_batch import MicroBatch
-from cdc_core.offsets import StreamOffset
+from cdc_core.offset.stream_offset import StreamOffset
+from cdc_core.retry import Retry
 from cdc_core.routes import Router, sink_key
-from cdc_core.table_batch import TablePlan, plan_to_arrow
-from cdc_core.table_commit import RowsApplied, TableCommit
-from cdc_core.table_schema import TableSchema
-from cdc_core.transient import Retry
-from pipelines.delta_sink import (
+from cdc_core.schema.table import TableSchema
+from pipelines.lake.delta_sink import (
     CHANGES_KEY,
     apply_changes,
     apply_keyless,
@@ -46,7 +46,7 @@ from pipelines.delta_sink import (
     stream_commit_properties,
     table_uri,
 )
-from pipelines.schema_applier import conform, conform_routed, delta_name
+from pipelines.schema.applier import conform, conform_routed, delta_name
 from pipelines.stream.sinks import Sinks
 
 log = logging.getLogger(__name__)

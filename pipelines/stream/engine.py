@@ -1,9 +1,9 @@
 """The stream engine: a short loop over the parts of the algorithm —
 
     start.py           where reading starts, what is applied, what each table's schema is
-    reader.py          the binlog reader process (cdc_core/stream_reader.py), or several decoding a
+    reader.py          the binlog reader process (cdc_core/binlog/reader.py), or several decoding a
                        backlog in parallel (source.parallel_decode), and retries
-    cdc_core/micro_batch.py + table_batch.py   row events folded into micro-batches
+    cdc_core/batch/micro_batch.py + table_batch.py   row events folded into micro-batches
     schema_changes.py  DDL, table maps, capture changes, holds
     backfill.py        online backfill: chunks read between watermarks, merged at their high watermark
     commit.py          one Delta commit per table per batch, carrying the offset
@@ -12,7 +12,7 @@
 Invariants (tests/test_stream*.py; the parts' own docstrings state theirs):
 - Exactly once: every table commit carries its offset atomically; a restart skips row
   events at or before the checkpoint and, per table, at or before that table's own
-  committed offset (cdc_core/offsets.py). The start position is checkpointed before
+  committed offset (cdc_core/offset/stream_offset.py). The start position is checkpointed before
   the first table commit. A SIGKILL at any instant loses and repeats nothing.
 - Ordered commit: the checkpoint is written only after every table of the batch is
   committed, and batches are applied one after another, so the checkpoint never passes
@@ -23,7 +23,7 @@ Invariants (tests/test_stream*.py; the parts' own docstrings state theirs):
   ``catchup_batch_seconds`` while reading a backlog; and a byte bound), at
   every statement, when a table's columns change, before a stop and before a reconnect.
   Heartbeats advance the checkpoint when only other tables change.
-- Online backfill (cdc_core/backfill.py): a chunk in flight is merged right after the
+- Online backfill (cdc_core/chunks/incremental.py): a chunk in flight is merged right after the
   batch holding every change up to its high watermark is committed, before any later
   change; ``--until now`` also finishes every waiting backfill (and decides every table
   entering the capture) before it stops. A table's row changes at or before its
@@ -45,9 +45,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from cdc_core.config import BinlakeConfig
-from cdc_core.errors import TerminalError, is_transient
-from cdc_core.events import (
+from cdc_core.batch.micro_batch import BatchLimits, BatchPolicy, MicroBatch
+from cdc_core.batch.table_batch import TableBatch, keyless_problem, table_batch
+from cdc_core.batch.table_commit import TableCommit
+from cdc_core.binlog.events import (
     Heartbeat,
     Op,
     PreparedCommit,
@@ -59,15 +60,12 @@ from cdc_core.events import (
     TableLayout,
     TransactionEnd,
 )
-from cdc_core.foreign_keys import Cascade, by_parent, cascades
-from cdc_core.key_order import KeyOrders, ServerSql
+from cdc_core.binlog.reader import STOP_SIGNALS, ReaderSpec
+from cdc_core.config import BinlakeConfig
+from cdc_core.errors import TerminalError, is_transient
 from cdc_core.lifecycle import Lifecycle, State
-from cdc_core.micro_batch import BatchLimits, BatchPolicy, MicroBatch
-from cdc_core.offsets import StreamOffset
-from cdc_core.positions import BinlogPosition
-from cdc_core.routes import RouteError, Router
-from cdc_core.source import captured_tables, connect, connection_settings
-from cdc_core.startup import (
+from cdc_core.offset.position import BinlogPosition
+from cdc_core.offset.startup import (
     PURGED_WAY_OUT,
     PositionPurged,
     ServerIdInUse,
@@ -76,17 +74,19 @@ from cdc_core.startup import (
     check_server_id,
     clock_offset,
 )
-from cdc_core.stream_reader import STOP_SIGNALS, ReaderSpec
-from cdc_core.table_batch import TableBatch, keyless_problem, table_batch
-from cdc_core.table_commit import TableCommit
-from cdc_core.table_schema import TableSchema, describe_table
-from cdc_core.transient import Retry, RetryPolicy
-from pipelines.control_store import ControlStore
+from cdc_core.offset.stream_offset import StreamOffset
+from cdc_core.retry import Retry, RetryPolicy
+from cdc_core.routes import RouteError, Router
+from cdc_core.schema.table import TableSchema, describe_table
+from cdc_core.source.connection import captured_tables, connect, connection_settings
+from cdc_core.source.foreign_keys import Cascade, by_parent, cascades
+from cdc_core.types.key_order import KeyOrders, ServerSql
+from pipelines.lake.control_store import ControlStore
 from pipelines.pause_points import pause_at
-from pipelines.stream.backfill import Backfills
 from pipelines.stream.commit import Committer
+from pipelines.stream.online_backfill import Backfills
 from pipelines.stream.reader import ParallelReader, ReaderProcess
-from pipelines.stream.schema_changes import APPEARED, SchemaChanges, StopRequested
+from pipelines.stream.schema_operator import APPEARED, SchemaChanges, StopRequested
 from pipelines.stream.sinks import Sinks
 from pipelines.stream.start import resolve_start
 from pipelines.stream.state import EngineState, HistoryRecorder, StreamSummary
@@ -125,7 +125,7 @@ class StreamEngine:
         self.committer = Committer(cfg.pipeline.name, self.router, self.sinks)
         self.reader: ReaderProcess | ParallelReader | None = None
         self.backfills: Backfills | None = None
-        self._cascades: dict[str, tuple[Cascade, ...]] = {}  # by parent table (cdc_core/foreign_keys.py)
+        self._cascades: dict[str, tuple[Cascade, ...]] = {}  # by parent table (cdc_core/source/foreign_keys.py)
         self.retry = Retry(retry or RetryPolicy())
         # Chunk keys in the server's order (the hand-off), on one connection made on first use.
         self.key_orders = KeyOrders(ServerSql(lambda: connect(self.conn)))
@@ -200,7 +200,7 @@ class StreamEngine:
             self.store.save_checkpoint(s.offset, self.life.state, 0)
 
     def _foreign_keys(self) -> dict[str, tuple[Cascade, ...]]:
-        """The captured tables' cascading foreign keys by parent (cdc_core/foreign_keys.py); a
+        """The captured tables' cascading foreign keys by parent (cdc_core/source/foreign_keys.py); a
         child whose parent is not captured is named: the stream cannot repair it."""
         with connect(self.conn) as c, c.cursor() as cur:
             found = cascades(cur, captured_tables(self.cfg, cur))
@@ -316,7 +316,7 @@ class StreamEngine:
                 self.changes.decide(s.position)
 
     def _limits(self) -> BatchLimits:
-        """The batch limits for the stream's lag now (cdc_core/micro_batch.py: BatchPolicy)."""
+        """The batch limits for the stream's lag now (cdc_core/batch/micro_batch.py: BatchPolicy)."""
         t = self.state.event_time
         return self.batching.limits(time.time() - self._clock_offset - t if t else 0.0)
 

@@ -11,7 +11,7 @@ Invariants (tests/test_stream_crash.py, tests/test_stream_signals.py):
   as a transient ``ReaderError``.
 
 Parallel decoding (``ParallelReader``, ``source.parallel_decode``; tests/test_parallel_decode.py):
-a backlog at a (re)start is cut at transaction ends (cdc_core/binlog_ranges.py) into chunks,
+a backlog at a (re)start is cut at transaction ends (cdc_core/binlog/ranges.py) into chunks,
 each decoded by a reader process of its own into a spool file, at most ``workers`` chunks
 at once, while the engine takes the chunks' records in binlog order; after the last chunk
 one reader goes on from its end, as without parallel decoding.
@@ -50,12 +50,12 @@ from collections import deque
 
 import pymysql
 
-from cdc_core.binlog_ranges import backlog_bytes, cuts
+from cdc_core.binlog.events import ReaderEnd, ReaderError, ReaderRecord, ReadFailure
+from cdc_core.binlog.ranges import backlog_bytes, cuts
+from cdc_core.binlog.reader import QUEUE_ITEMS, STOP_SIGNALS, ReaderSpec, run_reader
 from cdc_core.config import ParallelDecodeConfig
-from cdc_core.events import ReaderEnd, ReaderError, ReaderRecord, ReadFailure
-from cdc_core.positions import BinlogPosition, master_position
-from cdc_core.source import connect
-from cdc_core.stream_reader import QUEUE_ITEMS, STOP_SIGNALS, ReaderSpec, run_reader
+from cdc_core.offset.position import BinlogPosition, master_position
+from cdc_core.source.connection import connect
 
 log = logging.getLogger(__name__)
 

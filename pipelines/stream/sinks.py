@@ -8,7 +8,7 @@ Invariants (tests/test_routes.py, tests/test_stream_crash.py):
   sink with the widest schema of its known sources (cdc_core/routes.py).
 - ``skip_filter`` reads each table's own offset (its Delta transaction version), so a
   change a table committed before a crash is not applied again even when the pipeline
-  checkpoint is older (cdc_core/offsets.py).
+  checkpoint is older (cdc_core/offset/stream_offset.py).
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from __future__ import annotations
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from cdc_core.chunk_reader import output_schema
+from cdc_core.chunks.reader import output_schema
 from cdc_core.config import BinlakeConfig
-from cdc_core.offsets import SkipFilter
-from cdc_core.positions import BinlogPosition
+from cdc_core.offset.position import BinlogPosition
+from cdc_core.offset.stream_offset import SkipFilter
 from cdc_core.routes import Router, sink_schema
-from cdc_core.table_schema import TableSchema
-from pipelines.delta_sink import applied_position_key, ensure_table, open_table, table_uri
-from pipelines.schema_applier import delta_schema
+from cdc_core.schema.table import TableSchema
+from pipelines.lake.delta_sink import applied_position_key, ensure_table, open_table, table_uri
+from pipelines.schema.applier import delta_schema
 
 
 class Sinks:
@@ -75,7 +75,7 @@ class Sinks:
         return applied_position_key(self.tables[sink], self.cfg.pipeline.name)
 
     def skip_filter(self, checkpoint: BinlogPosition | None) -> SkipFilter:
-        """What a (re)started reading must not apply again (cdc_core/offsets.py)."""
+        """What a (re)started reading must not apply again (cdc_core/offset/stream_offset.py)."""
         per_table = {}
         for sink, dt in self.tables.items():
             dt.update_incremental()

@@ -3,11 +3,11 @@ stops, and what it knows of every captured table before the first event.
 
 Invariants (tests/test_stream.py, tests/test_schema_at_position.py):
 - With a checkpoint, reading resumes at its ``resume`` position and nothing at or
-  before its ``applied`` position is applied again (cdc_core/offsets.py). Without one,
-  the startup mode decides (cdc_core/startup.py); ``initial``/``snapshot`` start at the
+  before its ``applied`` position is applied again (cdc_core/offset/stream_offset.py). Without one,
+  the startup mode decides (cdc_core/offset/startup.py); ``initial``/``snapshot`` start at the
   lowest chunk low watermark with the hand-off filters of every snapshotted table.
 - A table's schema at the start is the schema history's at that position
-  (cdc_core/schema_history.py: fold), never the live table's: a DDL that ran after the
+  (cdc_core/schema/history.py: fold), never the live table's: a DDL that ran after the
   start position is read from the binlog like any other event. The live schema is a
   baseline only where it is the schema at the start: on the first start in mode
   ``latest`` (described with the binlog end unchanged around it), or for a table
@@ -19,13 +19,13 @@ Invariants (tests/test_stream.py, tests/test_schema_at_position.py):
   On a first start from a past position (``earliest``, ``specific``, ``timestamp``) a
   table's schema is taken from its first table map instead (Delta starts empty there).
 - A checkpoint written on another server (its ``server_id`` is not the source's) is
-  found on the source by GTID before anything else (pipelines/stream/failover.py); every
-  position of the plan then carries the checkpoint's base (cdc_core/positions.py).
+  found on the source by GTID before anything else (pipelines/stream/failover_start.py); every
+  position of the plan then carries the checkpoint's base (cdc_core/offset/position.py).
 - The live schemas are described at ``live_at``, a binlog position with no DDL on the
   captured tables around the description. When the stream reaches it, each streamed
   table's schema there (the history plus every DDL read since) must be the live one; a
   difference is a change binlake never read (a DDL run with ``sql_log_bin=0`` while it
-  was stopped): the table diverged, and it is backfilled (pipelines/stream/schema_changes.py).
+  was stopped): the table diverged, and it is backfilled (pipelines/stream/schema_operator.py).
 """
 
 from __future__ import annotations
@@ -34,21 +34,21 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 
-from cdc_core.binlog import read_statements
-from cdc_core.column_filter import without_excluded
+from cdc_core.binlog.decoder import read_statements
+from cdc_core.chunks.handoff import HandoffFilter
 from cdc_core.config import BinlakeConfig, SourceConfig
-from cdc_core.ddl import parse_statement
-from cdc_core.handoff import HandoffFilter
-from cdc_core.key_order import KeyOrders
-from cdc_core.offsets import StreamOffset
-from cdc_core.positions import BinlogPosition, master_position
-from cdc_core.schema_history import HistoryEntry, Status, TableState, fold
-from cdc_core.source import ConnectionSettings, captured_tables, describe_captured
-from cdc_core.startup import StartupError, earliest_position, scan_for_start
-from cdc_core.table_schema import TableSchema
-from pipelines.control_store import ControlStore
-from pipelines.delta_sink import open_table, table_uri
-from pipelines.stream.failover import fail_over, source_server_id
+from cdc_core.offset.position import BinlogPosition, master_position
+from cdc_core.offset.startup import StartupError, earliest_position, scan_for_start
+from cdc_core.offset.stream_offset import StreamOffset
+from cdc_core.schema.history import HistoryEntry, Status, TableState, fold
+from cdc_core.schema.statements import parse_statement
+from cdc_core.schema.table import TableSchema
+from cdc_core.source.capture import without_excluded
+from cdc_core.source.connection import ConnectionSettings, captured_tables, describe_captured
+from cdc_core.types.key_order import KeyOrders
+from pipelines.lake.control_store import ControlStore
+from pipelines.lake.delta_sink import open_table, table_uri
+from pipelines.stream.failover_start import fail_over, source_server_id
 
 log = logging.getLogger(__name__)
 

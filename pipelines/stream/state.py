@@ -6,8 +6,8 @@ Invariants:
   boundary read (``resume <= position``); ``offset`` the last checkpoint written.
 - ``txn_rows`` counts the captured rows of the transaction being read up to
   ``position`` (also those a restart skipped: it starts from the checkpoint's count), so
-  an offset inside a transaction can be found on another server (cdc_core/failover.py).
-- ``tables`` holds every source table the stream knows (cdc_core/schema_history.py:
+  an offset inside a transaction can be found on another server (cdc_core/offset/failover.py).
+- ``tables`` holds every source table the stream knows (cdc_core/schema/history.py:
   TableState); a table is applied to Delta only while ``streamed``.
 - The recorder writes each (table, position, change, status) once, also across
   restarts (a change read again after a crash is not recorded twice).
@@ -18,15 +18,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from cdc_core.events import Heartbeat, RowsEvent, TableLayout
-from cdc_core.handoff import HandoffFilter
-from cdc_core.micro_batch import MicroBatch
-from cdc_core.offsets import SkipFilter, StreamOffset
-from cdc_core.positions import BinlogPosition
-from cdc_core.schema_history import HistoryEntry, TableState
-from cdc_core.table_schema import TableSchema
-from pipelines.control_store import ControlStore
-from pipelines.schema_registry import PendingChange
+from cdc_core.batch.micro_batch import MicroBatch
+from cdc_core.binlog.events import Heartbeat, RowsEvent, TableLayout
+from cdc_core.chunks.handoff import HandoffFilter
+from cdc_core.offset.position import BinlogPosition
+from cdc_core.offset.stream_offset import SkipFilter, StreamOffset
+from cdc_core.schema.history import HistoryEntry, TableState
+from cdc_core.schema.table import TableSchema
+from pipelines.lake.control_store import ControlStore
+from pipelines.schema.registry import PendingChange
 
 
 @dataclass

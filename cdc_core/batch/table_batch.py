@@ -1,0 +1,227 @@
+"""One table's share of a micro-batch: row events folded to the last change per key.
+
+Invariants (tested in tests/test_table_batch.py):
+- Applying ``plan()`` to the table as it was before the batch gives the table as it
+  is after the batch's last event: for every key touched, the last image wins (an
+  insert or update writes the row, a delete removes it), whatever happened before
+  it in the batch; a key's changes are never reordered.
+- A primary-key update is a delete of the old key and a write of the new one.
+- A key whose first change in the batch is an insert is absent from Delta before
+  the batch (Delta mirrors MySQL up to the batch's start, and MySQL just inserted
+  it), so its final row is appended without a lookup; every other written key is
+  upserted and every deleted key that may exist is deleted.
+- ``drop(key_value, position)`` (the snapshot hand-off) is asked per image: a
+  change already in the snapshot's chunk is skipped, the before and after images
+  of a key move being judged by their own chunks.
+- A table without a row key (KeylessBatch): equal rows are interchangeable, so the batch
+  is a multiset difference. Per distinct row value, copies added minus copies removed
+  (an update removes its before image and adds its after image, also when both are
+  equal); a positive difference appends that many copies, a negative one removes that
+  many of the copies Delta holds (pipelines/lake/delta_sink.py: apply_keyless). The order of
+  changes within the batch cannot matter: only the count per value is left.
+- Every event of one TableBatch was written with the same columns (``schema``, the
+  event's table map as cdc_core/schema/history.py: conversion_schema gives it): values
+  arrive in schema order, so no column is ever matched by a name or position taken
+  from elsewhere.
+- ``changes`` counts the binlog row changes folded in, per op (an update is one change,
+  whatever its images became): the changes the batch's commit covers, also those the
+  hand-off dropped and those that fold to nothing (docs/contracts.md: binlake.stream.changes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from operator import itemgetter
+
+import pyarrow as pa
+
+from cdc_core.chunks.reader import output_schema
+from cdc_core.offset.position import BinlogPosition
+from cdc_core.schema.table import TableSchema
+from cdc_core.types.mapping import binlog_value, binlog_value_unchanged
+
+Drop = Callable[[object, BinlogPosition], bool]
+
+
+def _identity(v):
+    return v
+
+
+@dataclass
+class TablePlan:
+    """What to write: rows to append (keys new to Delta), rows to upsert, rows to delete.
+    Each row is a tuple of canonical values in schema order, then _cdc_op and _cdc_seq."""
+
+    append: list[tuple] = field(default_factory=list)
+    upsert: list[tuple] = field(default_factory=list)
+    delete: list[tuple] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.append or self.upsert or self.delete)
+
+
+class TableBatch:
+    """Accumulates one table's row events of a batch, deduplicated per row key
+    (TableSchema.row_key)."""
+
+    def __init__(self, schema: TableSchema, drop: Drop | None = None, drop_column: str | None = None):
+        if not schema.row_key:
+            raise ValueError(f"{schema.qualified_name} has no row key: its changes are folded by KeylessBatch")
+        self._setup(schema, drop, drop_column)
+        # A row's key: its value (one key column) or a tuple of them, picked in C (every image passes here).
+        self._key: Callable[[tuple], object] = itemgetter(*(self.names.index(k) for k in schema.row_key))
+        self.final: dict[object, tuple] = {}  # key -> row + (op, seq)
+        self.may_exist: dict[object, bool] = {}
+
+    def _setup(self, schema: TableSchema, drop: Drop | None, drop_column: str | None) -> None:
+        self.schema = schema
+        self.names = tuple(c.name for c in schema.columns)
+        # binlog_value's chain of checks runs only on the columns it changes (every row passes here,
+        # an update's two images too): for most tables none.
+        todo = tuple((i, partial(binlog_value, c)) for i, c in enumerate(schema.columns)
+                     if not binlog_value_unchanged(c))
+        if not todo:
+            self._convert: Callable[[tuple], tuple] = _identity  # values are already tuples
+        else:
+            def convert(values: tuple) -> tuple:
+                out = list(values)
+                for i, f in todo:
+                    out[i] = f(out[i])
+                return tuple(out)
+
+            self._convert = convert
+        self.drop = drop
+        self.drop_idx = self.names.index(drop_column) if drop_column else None
+        self.events = 0
+        self.rows_in = 0
+        self.changes = {"c": 0, "u": 0, "d": 0}  # binlog row changes by op (see the module invariants)
+        self.dropped = 0
+
+    def _dropped(self, row: tuple, pos: BinlogPosition) -> bool:
+        if self.drop is not None and self.drop(row[self.drop_idx], pos):
+            self.dropped += 1
+            return True
+        return False
+
+    def _write(self, row: tuple, op: str, seq: int, may_exist: bool) -> None:
+        k = self._key(row)
+        self.may_exist.setdefault(k, may_exist)
+        self.final[k] = (*row, op, seq)
+
+    def _delete(self, row: tuple, seq: int) -> None:
+        k = self._key(row)
+        self.may_exist.setdefault(k, True)
+        self.final[k] = (*row, "d", seq)
+
+    def add_event(self, op: str, rows: list, pos: BinlogPosition) -> None:
+        """Fold one row event (op c/u/d; value tuples in schema order, updates as (before,
+        after) pairs) into the batch."""
+        conv = self._convert
+        self.events += 1
+        self.rows_in += len(rows)
+        self.changes[op] += len(rows)
+        base = pos.seq(0)
+        for i, r in enumerate(rows):
+            seq = base | min(i, 4095)
+            if op == "c":
+                after = conv(r)
+                if not self._dropped(after, pos):
+                    self._write(after, "c", seq, False)
+            elif op == "d":
+                before = conv(r)
+                if not self._dropped(before, pos):
+                    self._delete(before, seq)
+            else:
+                self._update(r[0], r[1], seq, pos)
+
+    def _update(self, before: tuple, after: tuple, seq: int, pos: BinlogPosition) -> None:
+        """An update's images as decoded: the before image is converted only when the update
+        removes it (an update of a keyed table that keeps its key needs nothing of it)."""
+        if self._removes(before, after):
+            before = self._convert(before)
+            if not self._dropped(before, pos):
+                self._delete(before, seq)
+        after = self._convert(after)
+        if not self._dropped(after, pos):
+            self._write(after, "u", seq, True)
+
+    def _removes(self, before: tuple, after: tuple) -> bool:
+        """Whether an update removes its before image (a key update: the row moves), from the
+        decoded values: a conversion gives equal values equal results, and a key it would make
+        equal is removed and then written again, which leaves the same plan."""
+        return self._key(before) != self._key(after)
+
+    def plan(self) -> TablePlan:
+        """The batch's net effect (see the module invariants)."""
+        out = TablePlan()
+        for k, row in self.final.items():
+            if row[-2] == "d":
+                if self.may_exist[k]:
+                    out.delete.append(row)
+            elif self.may_exist[k]:
+                out.upsert.append(row)
+            else:
+                out.append.append(row)
+        return out
+
+
+class KeylessBatch(TableBatch):
+    """A table's row events when it has no row key: counted per distinct row value (see the
+    module invariants)."""
+
+    def __init__(self, schema: TableSchema, drop: Drop | None = None, drop_column: str | None = None):
+        self._setup(schema, drop, drop_column)
+        self.counts: dict[tuple, int] = {}  # row value -> copies added minus copies removed
+        self.written: dict[tuple, tuple[str, int]] = {}  # row value -> (op, seq) of its last write
+        self.removed: dict[tuple, int] = {}  # row value -> seq of its last removal
+
+    def _write(self, row: tuple, op: str, seq: int, may_exist: bool) -> None:
+        self.counts[row] = self.counts.get(row, 0) + 1
+        self.written[row] = (op, seq)
+
+    def _delete(self, row: tuple, seq: int) -> None:
+        self.counts[row] = self.counts.get(row, 0) - 1
+        self.removed[row] = seq
+
+    def _removes(self, before: tuple, after: tuple) -> bool:
+        return True  # the before image is one copy less, also when the after image is equal
+
+    def plan(self) -> TablePlan:
+        """Copies to append and copies to remove, one plan row per copy (see the module invariants)."""
+        out = TablePlan()
+        for row, n in self.counts.items():
+            if n > 0:  # copies written (a later removal of another copy does not make them deletes)
+                out.append += [(*row, *self.written[row])] * n
+            elif n < 0:
+                out.delete += [(*row, "d", self.removed[row])] * -n
+        return out
+
+
+def table_batch(schema: TableSchema, drop: Drop | None = None, drop_column: str | None = None) -> TableBatch:
+    """The batch that folds ``schema``'s row events: by row key, or by whole rows without one."""
+    return (TableBatch if schema.row_key else KeylessBatch)(schema, drop, drop_column)
+
+
+def keyless_problem(schema: TableSchema) -> str | None:
+    """Why a table without a row key cannot be streamed by its whole rows, or None (it can,
+    or it has a row key)."""
+    if schema.row_key:
+        return None
+    nested = [f.name for f in output_schema(schema) if pa.types.is_nested(f.type)]
+    if nested:
+        return (f"{schema.qualified_name} has no primary key or NOT NULL unique key and its rows cannot be "
+                f"compared whole ({', '.join(nested)}: spatial values); name its identifying columns in "
+                "source.key_columns or exclude it")
+    return None
+
+
+def plan_to_arrow(schema: TableSchema, rows: list[tuple], target: pa.Schema | None = None) -> pa.Table:
+    """Arrow table (source columns + _cdc_op + _cdc_seq) of plan rows."""
+    target = target or output_schema(schema)
+    if not rows:
+        return target.empty_table()
+    cols = list(zip(*rows))
+    return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, target)], schema=target)

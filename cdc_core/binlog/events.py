@@ -1,0 +1,132 @@
+"""The records the binlog reader process sends the stream engine, in binlog order.
+
+Every record is a small frozen dataclass; positions are binlog end positions of the
+event (``BinlogPosition``). A ``TableLayout`` is sent before the first ``RowsEvent``
+that refers to it, and again whenever the table's table map changes (a DDL, or a
+change binlake did not see), so the engine always knows the exact columns a row
+event was written with: names, storage types, signedness, charset, ENUM/SET members
+and primary key, from the binlog itself (``binlog_row_metadata=FULL``), never from
+the live ``information_schema``.
+
+Invariants (tests/test_binlog_decoder.py):
+- Layout ids are unique within one reader: one process, or the processes that decode
+  one stream's binlog ranges in parallel (each numbers from its own ``first_layout_id``);
+  a ``RowsEvent`` names the layout its values are in, column by column.
+- Nothing follows a ``ReaderEnd`` or a ``ReaderError``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from cdc_core.offset.position import BinlogPosition
+from cdc_core.schema.table import TableSchema
+
+
+class Op(enum.StrEnum):
+    """A row change: also the ``_cdc_op`` value written to Delta."""
+
+    INSERT = "c"
+    UPDATE = "u"
+    DELETE = "d"
+
+
+@dataclass(frozen=True, slots=True)
+class TableLayout:
+    """A table's columns as its binlog table map gives them."""
+
+    id: int
+    schema: TableSchema
+
+    @property
+    def table(self) -> str:
+        return self.schema.qualified_name
+
+
+@dataclass(frozen=True, slots=True)
+class RowsEvent:
+    """One row event of a captured table. ``rows`` are value tuples in the layout's column
+    order; for updates, ``(before, after)`` pairs. ``size`` is the event's size in bytes;
+    ``gtid`` its transaction's GTID (None on a server without GTIDs). A ``partial`` event's
+    images leave columns out: its rows are not decoded, and its table needs a backfill."""
+
+    table: str
+    op: Op
+    position: BinlogPosition
+    layout: int
+    rows: list
+    timestamp: int
+    size: int
+    gtid: str | None = None
+    partial: bool = False  # its images leave columns out (binlog_row_image not FULL): ``rows`` is empty
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionEnd:
+    """A transaction committed (XID or COMMIT) at ``position``: a place to resume from."""
+
+    position: BinlogPosition
+    gtid: str | None
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedCommit:
+    """An XA transaction committed by its ``XA COMMIT`` (``end``): its row events, read at its
+    XA PREPARE and held until now (cdc_core/binlog/xa.py), all stamped at ``end.position``: applied
+    as one unit, so no batch ends among them."""
+
+    events: tuple[RowsEvent, ...]
+    end: TransactionEnd
+
+    @property
+    def position(self) -> BinlogPosition:
+        return self.end.position
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """A statement other than BEGIN/COMMIT (DDL, TRUNCATE): a transaction of its own.
+    ``database`` is the session's default database when it ran."""
+
+    database: str
+    sql: str
+    position: BinlogPosition
+    gtid: str | None
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """The reader is idle at ``position`` (the server's heartbeat)."""
+
+    position: BinlogPosition
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderEnd:
+    """The requested end position was reached; nothing follows."""
+
+    position: BinlogPosition
+
+
+class ReadFailure(enum.StrEnum):
+    """Why reading stopped: decides what the engine does next."""
+
+    TRANSIENT = "transient"  # reconnect with backoff
+    PURGED = "purged"  # the position is gone from the server: re-snapshot or backfill
+    SERVER_ID = "server_id"  # another replica took over the server_id
+    FATAL = "fatal"
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderError:
+    """Reading stopped on an error; nothing follows."""
+
+    kind: ReadFailure
+    message: str
+
+
+ReaderRecord = (TableLayout | RowsEvent | TransactionEnd | PreparedCommit | Statement | Heartbeat | ReaderEnd
+                | ReaderError)

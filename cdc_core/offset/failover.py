@@ -1,0 +1,166 @@
+"""Failover: resuming a pipeline on another server (a promoted replica) by GTID.
+
+A checkpoint's file and position mean nothing on another server, which names and
+numbers its binlogs on its own. Every offset also names its place by GTID
+(cdc_core/offset/stream_offset.py): ``gtid``, the transaction that ends at ``resume``, and inside a
+transaction ``txn_gtid``, the transaction holding ``applied``, with ``txn_rows``, how
+many of its captured rows are at or before ``applied``.
+
+Invariants (tests/test_failover_parts.py, tests/test_failover.py):
+- Translation is exact or refused. An offset between transactions maps to the end of
+  its ``gtid`` transaction on the new server; one inside a transaction to the end of
+  the row event through which exactly ``txn_rows`` captured rows of ``txn_gtid`` are
+  read, resuming at the boundary before that transaction. Rows are counted as the
+  engine counts them (captured tables only). A count that falls inside a row event, or
+  a transaction the new server's binlogs do not hold, is refused.
+- A server that lacks a transaction an offset has (it lagged: its binlog GTID position
+  in that domain is below the transaction's sequence number) is refused with a message
+  saying so: binlake never streams past the gap.
+- The new server's positions carry a base (cdc_core/offset/position.py) that puts every one
+  of them after every position recorded before (``choose_base``): ``_cdc_seq`` and the
+  Delta transaction versions keep increasing, and no skip decision compares positions
+  of two servers.
+- Relied on: each replication domain's transactions are in the same order on both
+  servers (MariaDB replicates a domain in order), and what a failover skips is decided
+  by the position of one transaction, so the captured tables' changes are expected in
+  one domain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+
+from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
+
+from cdc_core.binlog.decoder import ROW_EVENTS, RowDecoder, is_transaction_statement, open_binlog, statement_text
+from cdc_core.offset.position import BinlogPosition
+from cdc_core.offset.startup import PURGED_WAY_OUT, StartupError
+from cdc_core.offset.stream_offset import StreamOffset
+from cdc_core.source.connection import ConnectionSettings
+
+
+class FailoverError(StartupError):
+    """The checkpoint cannot be found on the server binlake now reads (bad input: exit 2)."""
+
+
+@dataclass(frozen=True)
+class Gtid:
+    """A MariaDB GTID: domain, server and sequence number."""
+
+    domain: int
+    server: int
+    seq: int
+
+    @classmethod
+    def parse(cls, text: str) -> Gtid | None:
+        """The GTID ``d-s-n``, or None for another form (a MySQL ``uuid:n``)."""
+        parts = text.strip().split("-")
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            return None
+        return cls(*map(int, parts))
+
+    def __str__(self) -> str:
+        return f"{self.domain}-{self.server}-{self.seq}"
+
+
+def lag_problem(needed: str, binlog_pos: str) -> str | None:
+    """Why a server whose ``@@gtid_binlog_pos`` is ``binlog_pos`` lacks transaction
+    ``needed`` (it lagged), or None when it has it (or the GTIDs are not MariaDB's)."""
+    want = Gtid.parse(needed)
+    if want is None:
+        return None
+    have = {g.domain: g for g in map(Gtid.parse, binlog_pos.split(",")) if g is not None}
+    last = have.get(want.domain)
+    if last is not None and last.seq >= want.seq:
+        return None
+    ends = f"ends at {last}" if last else "has nothing"
+    return (f"the server lacks transaction {needed}, which binlake already applied to Delta (its binlog {ends} in "
+            f"domain {want.domain}): it lagged behind the server binlake read before. Nothing was streamed past "
+            "the gap; run again once it has caught up, or point binlake at a server that has the transaction")
+
+
+@dataclass(frozen=True)
+class TransactionSpan:
+    """One transaction in a server's binlog, as a failover needs it."""
+
+    gtid: str
+    begin: BinlogPosition  # the boundary before it (the end of the transaction before)
+    before: str | None  # the GTID of the transaction ending at ``begin``
+    end: BinlogPosition
+    rows: tuple[tuple[BinlogPosition, int], ...]  # captured row events: (end, captured rows read through it)
+
+
+def needed_gtid(offset: StreamOffset) -> str:
+    """The GTID that locates ``offset`` on another server (see the module invariants)."""
+    gtid = offset.txn_gtid if offset.inside_transaction else offset.gtid
+    if not gtid:
+        raise FailoverError(
+            f"the checkpoint {offset.applied} has no GTID (the server had none, or the stream had read no "
+            f"transaction yet), so it cannot be found on another server: {PURGED_WAY_OUT}")
+    return gtid
+
+
+def translate(offset: StreamOffset, spans: dict[str, TransactionSpan], server_id: int) -> StreamOffset:
+    """``offset`` on the new server (see the module invariants)."""
+    gtid = needed_gtid(offset)
+    span = spans.get(gtid)
+    if span is None:
+        raise FailoverError(f"transaction {gtid} of the checkpoint is not in the new server's binlogs (purged?): "
+                            f"{PURGED_WAY_OUT}")
+    if not offset.inside_transaction:
+        return replace(offset, resume=span.end, applied=span.end, server_id=server_id)
+    for end, through in span.rows:
+        if through == offset.txn_rows:
+            return replace(offset, resume=span.begin, applied=end, gtid=span.before, server_id=server_id)
+        if through > offset.txn_rows:
+            break
+    raise FailoverError(f"the checkpoint is after row {offset.txn_rows} of transaction {gtid}, which the new server "
+                        f"logged in other row events ({[n for _, n in span.rows]} rows through each): it cannot "
+                        "resume there exactly")
+
+
+def choose_base(recorded: Iterable[BinlogPosition], first_file_number: int) -> int:
+    """The base for a new server whose oldest binlog has ``first_file_number``: every
+    position on it then comes after every position in ``recorded``."""
+    newest = max(p.key[0] for p in recorded)
+    return max(0, newest + 1 - first_file_number)
+
+
+def transaction_spans(conn: ConnectionSettings, server_id: int, start: BinlogPosition, end: BinlogPosition,
+                      wanted: set[str], captured: Callable[[str, str], bool]) -> dict[str, TransactionSpan]:
+    """The spans of the ``wanted`` transactions in (``start``, ``end``]; positions carry ``end``'s base."""
+    found: dict[str, TransactionSpan] = {}
+    if end <= start or not wanted:
+        return found
+    reader = open_binlog(conn, server_id, start,
+                         only_events=[MariadbGtidEvent, GtidEvent, XidEvent, QueryEvent, *ROW_EVENTS])
+    decoder = RowDecoder()
+    boundary, before, gtid, rows, n = start, None, None, [], 0
+    try:
+        for event in reader:
+            pos = end.at(reader.log_file, reader.log_pos)
+            if isinstance(event, (MariadbGtidEvent, GtidEvent)):
+                gtid, rows, n = event.gtid, [], 0
+            elif isinstance(event, ROW_EVENTS):
+                if gtid in wanted and captured(event.schema, event.table):
+                    d, _ = decoder.decoding(event)
+                    n += len(decoder.rows(event, d))
+                    rows.append((pos, n))
+            elif isinstance(event, XidEvent) or (isinstance(event, QueryEvent) and not _begins(event)):
+                # XID or COMMIT ends a transaction; any other statement (DDL) is one of its own.
+                if gtid in wanted:
+                    found[gtid] = TransactionSpan(gtid, boundary, before, pos, tuple(rows))
+                boundary, before, gtid = pos, gtid, None
+                if len(found) == len(wanted):
+                    break
+            if pos >= end:
+                break
+    finally:
+        reader.close()
+    return found
+
+
+def _begins(event: QueryEvent) -> bool:
+    sql = statement_text(event)[1]
+    return is_transaction_statement(sql) and sql.lstrip()[:5].upper() == "BEGIN"

@@ -1,0 +1,118 @@
+"""How binlake reaches the source server: connection settings (TLS included), control-plane
+connections and the list of captured tables.
+
+Every connection binlake opens takes its settings from :class:`ConnectionSettings`: the
+control connections (pymysql), the binlog connection (python-mysql-replication passes the
+same keyword arguments to pymysql) and the chunk reads (cdc_core/chunks/bulk_read.py), so
+``source.ssl`` covers all of them (tests/test_tls.py).
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import pymysql
+
+from cdc_core.config import BinlakeConfig, SourceConfig
+from cdc_core.schema.table import TableSchema, describe_table, list_tables
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    """``source.ssl`` as plain, picklable values (they travel to Spark executors: the files
+    must exist at the same paths there)."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    verify: bool = True
+    check_hostname: bool = True
+
+    def context(self) -> ssl.SSLContext:
+        """A client TLS context: the server certificate verified against ``ca`` (or the system's
+        CAs) and the host name, unless ``verify`` / ``check_hostname`` turn that off."""
+        ctx = ssl.create_default_context(cafile=self.ca)
+        if not self.verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        elif not self.check_hostname:
+            ctx.check_hostname = False
+        if self.cert:
+            ctx.load_cert_chain(self.cert, keyfile=self.key)
+        return ctx
+
+
+@dataclass(frozen=True)
+class ConnectionSettings:
+    """How to reach the source; the password is kept out of ``repr``."""
+
+    host: str
+    port: int
+    user: str
+    password: str
+    tls: TlsSettings | None = None  # None: no TLS required (pymysql still prefers it when offered)
+    read_timeout: float | None = None  # seconds a socket read (or write) may block; None: no limit
+
+    def __repr__(self) -> str:
+        return (f"ConnectionSettings(host={self.host!r}, port={self.port}, user={self.user!r}, password='***', "
+                f"tls={self.tls!r}, read_timeout={self.read_timeout!r})")
+
+    def pymysql_kwargs(self) -> dict:
+        """Keyword arguments of ``pymysql.connect`` (also the binlog reader's ``connection_settings``)."""
+        kwargs = {"host": self.host, "port": self.port, "user": self.user, "password": self.password}
+        if self.tls is not None:
+            kwargs["ssl"] = self.tls.context()  # required: pymysql refuses a server without TLS
+        if self.read_timeout is not None:
+            kwargs["read_timeout"] = kwargs["write_timeout"] = self.read_timeout
+        return kwargs
+
+    def connectorx_url(self, database: str) -> str:
+        """The bulk reader's URL (user and password URL-encoded). connectorx 0.4 has no TLS for
+        MySQL, so cdc_core/chunks/bulk_read.py never uses it when ``tls`` is set.
+
+        ``prefer_socket=false``: by default the rust client, given a loopback host, asks the server
+        for ``@@socket`` and reconnects through that Unix socket path on the local machine, which
+        may be another server's (a source reached through an SSH tunnel or a port mapping on
+        127.0.0.1, with a local MySQL listening at the usual socket path)."""
+        return (f"mysql://{quote(self.user, safe='')}:{quote(self.password, safe='')}@{self.host}:{self.port}/"
+                f"{quote(database, safe='')}?prefer_socket=false")
+
+
+def connection_settings(cfg: BinlakeConfig) -> ConnectionSettings:
+    """The source connection settings of a config."""
+    s = cfg.source
+    tls = None if s.ssl is None else TlsSettings(s.ssl.ca, s.ssl.cert, s.ssl.key, s.ssl.verify, s.ssl.check_hostname)
+    return ConnectionSettings(s.host, s.port, s.user, s.password.get_secret_value(), tls)
+
+
+def connect(conn: ConnectionSettings, **kwargs) -> pymysql.connections.Connection:
+    """A control-plane connection: utf8mb4, autocommit, UTC session time zone."""
+    return pymysql.connect(**conn.pymysql_kwargs(), charset="utf8mb4", autocommit=True,
+                           init_command="SET time_zone = '+00:00'", **kwargs)
+
+
+def captured_tables(cfg: BinlakeConfig, cursor) -> list[str]:
+    """Captured "db.table" names on the server, in name order."""
+    return [t for t in list_tables(cursor) if cfg.source.captures(t)]
+
+
+def describe_captured(cursor, names: list[str], source: SourceConfig) -> dict[str, TableSchema]:
+    """:func:`describe_tables`, each schema as captured (``source.exclude_columns`` left out;
+    ``NotCapturable`` when a table cannot be captured as configured)."""
+    from cdc_core.source.capture import captured_schema  # column_filter needs the type mapping, loaded late
+
+    return {n: captured_schema(schema, source) for n, schema in describe_tables(cursor, names).items()}
+
+
+def describe_tables(cursor, names: list[str]) -> dict[str, TableSchema]:
+    """Schemas of the tables ``names``; a table dropped since it was listed is left out (the
+    binlog's DROP TABLE says what became of it)."""
+    schemas = {}
+    for n in names:
+        try:
+            schemas[n] = describe_table(cursor, *n.split(".", 1))
+        except LookupError:
+            continue
+    return schemas

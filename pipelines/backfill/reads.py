@@ -1,0 +1,163 @@
+"""An online backfill's read groups (cdc_core/chunks/incremental.py), read while the stream goes on:
+on Spark, one task per chunk doing the chunk's SELECT between its own watermarks
+(``ChunkReader.select``), once the stream process's session is up, and until then one
+chunk after another in a thread of the stream process.
+
+Invariants (tests/test_backfill.py):
+- The stream never waits for Spark or for a group's SELECTs: the session starts in a
+  background thread the first time a large request asks for it, and groups are read in
+  another; a session already in the process (a test's, a Dagster run's) is used as it is
+  and never stopped here.
+- A task never fails: transient source faults and errors come back as values
+  (pipelines/snapshot/job.py's ``task_fault``); the driver raises them as the group's
+  read failure, and the backfill reads the group again (pipelines/stream/online_backfill.py).
+- Tasks only read the source (watermarks and one SELECT); rows come back to the driver as
+  Arrow IPC bytes, and only the stream process writes Delta.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from cdc_core.chunks.planning import Chunk
+from cdc_core.chunks.reader import ChunkReader, ChunkResult
+from cdc_core.config import BinlakeConfig
+from cdc_core.errors import TransientError
+from cdc_core.schema.table import TableSchema
+from cdc_core.source.connection import ConnectionSettings
+from pipelines.snapshot.job import task_fault, worker_connection
+
+log = logging.getLogger(__name__)
+
+
+class ReadFailed(RuntimeError):
+    """A chunk's read failed (on an executor, or in the reader thread) for a reason retrying may not
+    fix (the message says which)."""
+
+
+class ReadInterrupted(TransientError):
+    """A chunk's read hit a transient source fault (on an executor, or in the reader thread)."""
+
+
+@dataclass(frozen=True)
+class ChunkTask:
+    """Work for one Spark task: one chunk's SELECT between its watermarks."""
+
+    conn: ConnectionSettings
+    server_id: int
+    schema: TableSchema
+    chunk: Chunk
+    base: int = 0  # of the pipeline's positions on the source (cdc_core/offset/position.py)
+
+
+def read_chunk(task: ChunkTask) -> dict:
+    """A Spark task (or the stream process's reader thread): the chunk's rows (Arrow IPC bytes)
+    and watermarks, or a fault as a value."""
+    c = task.conn
+    try:
+        reader = ChunkReader.bulk(c, worker_connection(c), task.schema, task.server_id, base=task.base)
+        result = reader.select(task.schema, task.chunk)
+    except Exception as e:  # noqa: BLE001 - classified: transient faults are retried, the rest reported
+        return task_fault(e, c)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, result.table.schema) as w:
+        w.write_table(result.table)
+    return {"rows": sink.getvalue().to_pybytes(), "low": result.low_watermark, "high": result.high_watermark}
+
+
+class GroupReads:
+    """A large request's read groups, read while the stream goes on: on Spark once the stream
+    process's session is up, in a thread of this process until then (see the module invariants)."""
+
+    def __init__(self, cfg: BinlakeConfig):
+        self.cfg = cfg
+        self._starter = ThreadPoolExecutor(1, thread_name_prefix="backfill-spark-start")
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="backfill-read")  # one group read at a time
+        self._session: Future | None = None
+        self._owned = False  # started here (stopped at close), not found in the process
+        self._broken = False
+        self._group: str | None = None  # the running Spark job's group (cancelled when dropped)
+
+    def slots(self) -> int | None:
+        """Spark's task slots for backfill reads once the session is up; None until then (the
+        first call starts it in the background) or when it cannot start."""
+        if self._session is None:
+            log.info("backfill: starting Spark for parallel chunk reads (in the background)")
+            self._session = self._starter.submit(self._start)
+        if self._broken or not self._session.done():
+            return None
+        try:
+            sc = self._session.result().sparkContext
+        except Exception as e:  # noqa: BLE001 - no Spark (no Java, a bad master): read in this process
+            log.warning("backfill: Spark did not start (%s: %s); reading in the stream process", type(e).__name__, e)
+            self._broken = True
+            return None
+        return max(1, min(self.cfg.pipeline.parallelism, sc.defaultParallelism))
+
+    def _start(self):
+        from pyspark import SparkContext
+
+        from pipelines.spark.session import get_spark
+
+        self._owned = SparkContext._active_spark_context is None
+        return get_spark(self.cfg.spark.master, self.cfg.spark.conf)
+
+    def submit(self, tasks: list[ChunkTask], on_spark: bool) -> Future:
+        """Read ``tasks``: in parallel in one Spark job (``on_spark``: once :meth:`slots` is not
+        None), else one after another in a thread here; a future of their ``ChunkResult`` in
+        the tasks' order, or of the first fault."""
+        return self._reader.submit(self._on_spark if on_spark else self._here, tasks)
+
+    def _on_spark(self, tasks: list[ChunkTask]) -> list[ChunkResult]:
+        sc = self._session.result().sparkContext
+        first, last = tasks[0].chunk, tasks[-1].chunk
+        self._group = f"binlake-backfill-{uuid.uuid4().hex}"
+        sc.setJobGroup(self._group, f"binlake backfill {first.table} chunks {first.index}-{last.index}",
+                       interruptOnCancel=True)
+        try:
+            return _results(tasks, sc.parallelize(tasks, len(tasks)).map(read_chunk).collect())
+        finally:
+            self._group = None
+
+    def _here(self, tasks: list[ChunkTask]) -> list[ChunkResult]:
+        answers = []
+        for t in tasks:  # a fault ends the group: it is read again whole
+            answers.append(read_chunk(t))
+            if "rows" not in answers[-1]:
+                break
+        return _results(tasks[:len(answers)], answers)
+
+    def cancel(self) -> None:
+        """Cancel the running Spark job, if any (its group was dropped: its rows would go unused)."""
+        session, group = self._session, self._group
+        if session is not None and session.done() and session.exception() is None and group is not None:
+            session.result().sparkContext.cancelJobGroup(group)
+
+    def close(self) -> None:
+        """Cancel a running job, let the threads end, and stop a session started here."""
+        self.cancel()
+        self._reader.shutdown(wait=True, cancel_futures=True)
+        self._starter.shutdown(wait=True)
+        session = self._session
+        if session is not None and self._owned and session.exception() is None:
+            session.result().stop()
+
+
+def _results(tasks: list[ChunkTask], answers: list[dict]) -> list[ChunkResult]:
+    """The tasks' answers as chunk results; the first fault raised."""
+    results = []
+    for task, a in zip(tasks, answers, strict=True):
+        what = f"{task.chunk.table} chunk {task.chunk.index}"
+        if "retry" in a:
+            raise ReadInterrupted(f"reading {what}: {a['retry']}")
+        if "failed" in a:
+            log.debug("reading %s failed:\n%s", what, a["traceback"])
+            raise ReadFailed(f"reading {what}: {a['failed']}")
+        rows = pa.ipc.open_stream(a["rows"]).read_all()
+        results.append(ChunkResult(task.chunk, rows, a["low"], a["high"], 0, 1))
+    return results

@@ -1,0 +1,300 @@
+"""Control state under ``<sink>/_binlake/`` in Delta tables: snapshot chunk plans and
+completed chunks with their watermarks, the schema history, the stream checkpoint,
+backfill requests and reconcile results (``reconcile_runs``, written only by ``binlake reconcile``).
+
+Invariants (tests/test_snapshot_resume.py, tests/test_table_batch.py):
+- A chunk is complete iff its rows are committed in its data table; the data commit
+  itself carries the chunk record (commit metadata), and the ``snapshot_chunks`` table
+  mirrors it for readers. Recovery unions both, so a crash between the data commit and
+  the mirror loses nothing.
+- The latest checkpoint is the one written last (its ``seq``, one more than the
+  previous one's), never chosen by wall-clock time: a clock step cannot make a restart
+  resume from an older checkpoint. Positions cannot choose either: while a table is held
+  for a schema change the checkpoint deliberately stays behind.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+from cdc_core.chunks.incremental import BackfillRequest, latest_requests
+from cdc_core.chunks.planning import Chunk, decode_value
+from cdc_core.chunks.record import ChunkRecord
+from cdc_core.offset.position import BinlogPosition
+from cdc_core.offset.stream_offset import StreamOffset
+from cdc_core.schema.history import HistoryEntry, Status
+from cdc_core.schema.table import TableSchema
+from pipelines.lake.delta_sink import SnapshotCommits, open_table, post_commit_hooks, snapshot_commits
+
+PLAN_SCHEMA = pa.schema([
+    ("pipeline", pa.string()), ("table", pa.string()), ("chunk_index", pa.int32()), ("chunk_key", pa.string()),
+    ("bounds", pa.string()), ("planned_at", pa.timestamp("us", tz="UTC")),
+])
+CHECKPOINT_SCHEMA = pa.schema([
+    ("pipeline", pa.string()), ("state", pa.string()), ("resume_file", pa.string()), ("resume_pos", pa.int64()),
+    ("applied_file", pa.string()), ("applied_pos", pa.int64()), ("gtid", pa.string()), ("event_time", pa.int64()),
+    ("rows_applied", pa.int64()), ("committed_at", pa.timestamp("us", tz="UTC")), ("seq", pa.int64()),
+    ("offset", pa.string()),  # the whole offset as JSON (cdc_core/offset/stream_offset.py), from failover on
+])
+# The checkpoint table gains one small file per batch; past this many live rows it is
+# rewritten as its latest row (one atomic overwrite), so reading it stays cheap.
+CHECKPOINT_COMPACT_ROWS = 500
+HISTORY_SCHEMA = pa.schema([
+    ("pipeline", pa.string()), ("table", pa.string()), ("file", pa.string()), ("pos", pa.int64()),
+    ("change_index", pa.int32()), ("kind", pa.string()), ("description", pa.string()), ("ddl", pa.string()),
+    ("schema_json", pa.string()), ("status", pa.string()), ("detail", pa.string()), ("held_ms", pa.float64()),
+    ("recorded_at", pa.timestamp("us", tz="UTC")), ("needs_backfill", pa.bool_()),
+    ("base", pa.int32()),  # the position's base (after a failover; cdc_core/offset/position.py)
+])
+RECONCILE_SCHEMA = pa.schema([
+    ("pipeline", pa.string()), ("table", pa.string()), ("sink", pa.string()),
+    ("started_at", pa.timestamp("us", tz="UTC")), ("seconds", pa.float64()), ("equal", pa.bool_()),
+    ("chunks_checked", pa.int64()), ("mismatched_chunks", pa.int64()), ("mismatches", pa.string()),
+    ("excluded_columns", pa.string()), ("mysql_rows", pa.int64()), ("delta_rows", pa.int64()),
+    ("server_file", pa.string()), ("server_pos", pa.int64()), ("stream_file", pa.string()), ("stream_pos", pa.int64()),
+    ("rechecks", pa.int32()), ("delta_version", pa.int64()),
+])
+CHUNKS_SCHEMA = pa.schema([
+    ("pipeline", pa.string()), ("table", pa.string()), ("chunk_index", pa.int32()), ("rows", pa.int64()),
+    ("lw_file", pa.string()), ("lw_pos", pa.int64()), ("hw_file", pa.string()), ("hw_pos", pa.int64()),
+    ("window_changes", pa.int64()), ("delta_version", pa.int64()), ("completed_at", pa.timestamp("us", tz="UTC")),
+    ("base", pa.int32()),  # the watermarks' position base (after a failover; cdc_core/offset/position.py)
+])
+
+BACKFILL_SCHEMA = pa.schema([
+    ("pipeline", pa.string()), ("id", pa.string()), ("table", pa.string()), ("lo", pa.string()), ("hi", pa.string()),
+    ("reason", pa.string()), ("state", pa.string()), ("plan", pa.string()), ("chunks_done", pa.int32()),
+    ("rows", pa.int64()), ("detail", pa.string()), ("seq", pa.int64()), ("updated_at", pa.timestamp("us", tz="UTC")),
+])
+
+
+class ControlStore:
+    """Snapshot plans and progress of one pipeline."""
+
+    def __init__(self, sink_path: str, pipeline: str, storage_options: dict | None = None):
+        self.root = f"{sink_path.rstrip('/')}/_binlake"
+        self.pipeline = pipeline
+        self.storage_options = storage_options or None
+        self._checkpoints = None  # the stream_checkpoint table, once it exists
+        self._checkpoint_seq: int | None = None  # seq of the last checkpoint written (read once)
+        # Control tables as last read (or appended to) by this store: read again only when
+        # another writer changed them (on an object store a fresh open costs several requests,
+        # a check one LIST).
+        self._cache: dict[str, _Read] = {}
+        # Control tables this store appended to without a handle (not read yet): this pipeline's
+        # rows of those appends and how many commits they made (see _read).
+        self._appended: dict[str, tuple[list[dict], int]] = {}
+        # snapshot_chunks rows as records, parsed once per read of the table (see chunk_records).
+        self._chunk_records: tuple[_Read | None, list[ChunkRecord]] = (None, [])
+
+    @classmethod
+    def of(cls, cfg) -> ControlStore:
+        """The control store of a pipeline config (``cdc_core.config.BinlakeConfig``)."""
+        return cls(cfg.sink.path, cfg.pipeline.name, cfg.sink.storage_options)
+
+    def _read(self, name: str) -> list[dict]:
+        cached = self._cache.get(name)
+        if cached is not None:
+            t = cached.table
+            t.update_incremental()
+            if t.version() == cached.version:
+                return list(cached.rows)
+        else:
+            t = open_table(f"{self.root}/{name}", self.storage_options)
+            if t is None:
+                return []
+            appended, commits = self._appended.pop(name, ([], 0))
+            if commits and t.version() == commits - 1:
+                # As many commits as this store's appends made, and all of those are there: the
+                # table holds only their rows, known without reading its files back.
+                self._cache[name] = _Read(t, t.version(), appended)
+                return list(appended)
+        rows = [r for r in t.to_pyarrow_table().to_pylist() if r["pipeline"] == self.pipeline]
+        self._cache[name] = _Read(t, t.version(), rows)
+        return list(rows)
+
+    def _append(self, name: str, rows: list[dict], schema: pa.Schema) -> None:
+        data = pa.Table.from_pylist(rows, schema=schema)
+        cached = self._cache.get(name)
+        # merge: control tables written by an earlier binlake gain the columns added since.
+        write_deltalake(cached.table if cached else f"{self.root}/{name}", data, mode="append",
+                        schema_mode="merge", storage_options=None if cached else self.storage_options)
+        ours = [r for r in data.to_pylist() if r["pipeline"] == self.pipeline]
+        if cached is None:
+            before, commits = self._appended.get(name, ([], 0))
+            self._appended[name] = (before + ours, commits + 1)
+        elif cached.table.version() == cached.version + 1:
+            # No other commit came between the last read and this append: the table is what was
+            # read plus these rows.
+            cached.rows.extend(ours)
+            cached.version += 1
+
+    def load_plans(self) -> dict[str, list[Chunk]]:
+        """Stored chunk plans by table (a table planned again after a reset: its latest plan)."""
+        rows = self._read("snapshot_plan")
+        latest: dict[str, object] = {}
+        for r in rows:
+            latest[r["table"]] = max(latest.get(r["table"], r["planned_at"]), r["planned_at"])
+        plans: dict[str, list[Chunk]] = {}
+        for r in sorted((r for r in rows if r["planned_at"] == latest[r["table"]]),
+                        key=lambda r: (r["table"], r["chunk_index"])):
+            b = json.loads(r["bounds"])
+            plans.setdefault(r["table"], []).append(
+                Chunk(r["table"], r["chunk_index"], r["chunk_key"], decode_value(b["lo"]), decode_value(b["hi"])))
+        return plans
+
+    def save_plan(self, chunks: list[Chunk]) -> None:
+        """Record a table's chunk plan before any chunk of it is read."""
+        now = dt.datetime.now(dt.UTC)
+        self._append("snapshot_plan", [
+            {"pipeline": self.pipeline, "table": c.table, "chunk_index": c.index, "chunk_key": c.key,
+             "bounds": c.to_json(), "planned_at": now} for c in chunks], PLAN_SCHEMA)
+
+    def completed_chunks(self, table: str, data_table) -> dict[int, ChunkRecord]:
+        """Completed chunks of ``table`` by index: the mirror table united with the commits of
+        its data table (None when it has none yet), both since the table's last snapshot reset."""
+        return self.completed_in(table, snapshot_commits(data_table) if data_table is not None else None)
+
+    def completed_in(self, table: str, commits: SnapshotCommits | None) -> dict[int, ChunkRecord]:
+        """:meth:`completed_chunks` with the data table's commits already read."""
+        reset = commits.resets.get(table, -1) if commits else -1
+        done = {r.chunk_index: r for r in self.chunk_records()
+                if r.table == table and (r.delta_version if r.delta_version is not None else -1) > reset}
+        for r in commits.records if commits else ():
+            if r.pipeline == self.pipeline and r.table == table and r.delta_version > reset:
+                done.setdefault(r.chunk_index, r)
+        return done
+
+    def chunk_records(self) -> list[ChunkRecord]:
+        """Records in the ``snapshot_chunks`` mirror for this pipeline."""
+        rows = self._read("snapshot_chunks")
+        read = self._cache.get("snapshot_chunks")
+        if self._chunk_records[0] is not read:  # read anew: parse every row again
+            self._chunk_records = (read, [])
+        parsed = self._chunk_records[1]
+        # The same read only grows (rows this store appended): parse just the rows new to it.
+        parsed.extend(ChunkRecord.from_row(r) for r in rows[len(parsed):])
+        return list(parsed)
+
+    def record_chunks(self, records: list[ChunkRecord]) -> None:
+        """Mirror chunk records (already committed with their data) into ``snapshot_chunks``."""
+        self._append("snapshot_chunks", [r.to_row() for r in records], CHUNKS_SCHEMA)
+
+    def schema_history(self) -> list[HistoryEntry]:
+        """Every recorded schema change of this pipeline, in binlog order."""
+        entries = [_entry(r) for r in self._read("schema_history")]
+        return sorted(entries, key=lambda e: e.order)
+
+    def record_schema(self, entry: HistoryEntry) -> None:
+        """Append a schema-history entry (cdc_core/schema/history.py says what each status means)."""
+        self._append("schema_history", [{
+            "pipeline": self.pipeline, "table": entry.table, "file": entry.position.file, "pos": entry.position.pos,
+            "change_index": entry.index, "kind": entry.kind, "description": entry.description, "ddl": entry.ddl,
+            "schema_json": entry.schema.to_json() if entry.schema else None, "status": str(entry.status),
+            "detail": entry.detail, "held_ms": entry.held_ms, "needs_backfill": entry.needs_backfill,
+            "recorded_at": entry.recorded_at or dt.datetime.now(dt.UTC), "base": entry.position.base}], HISTORY_SCHEMA)
+
+    def backfills(self) -> list[BackfillRequest]:
+        """Every backfill request of this pipeline in its current state, oldest first
+        (cdc_core/chunks/incremental.py: ``latest_requests``)."""
+        return latest_requests(BackfillRequest.from_row(r) for r in self._read("backfill_requests"))
+
+    def save_backfill(self, *requests: BackfillRequest) -> None:
+        """Append backfill requests' new states, in one commit (the stream and the CLI both write here)."""
+        self._append("backfill_requests", [r.to_row(self.pipeline) for r in requests], BACKFILL_SCHEMA)
+
+    def record_reconcile(self, rows: list[dict]) -> None:
+        """Append reconcile results, one row per table (pipelines/reconcile/checksums.py:
+        ``reconcile_record``), in one commit."""
+        self._append("reconcile_runs", rows, RECONCILE_SCHEMA)
+
+    def latest_reconcile(self) -> dict[str, dict]:
+        """The latest reconcile result of each table (by ``started_at``), ``mismatches`` and
+        ``excluded_columns`` decoded from their JSON."""
+        latest: dict[str, dict] = {}
+        for r in self._read("reconcile_runs"):
+            if r["table"] not in latest or r["started_at"] >= latest[r["table"]]["started_at"]:
+                latest[r["table"]] = r
+        return {t: {**r, "mismatches": json.loads(r["mismatches"] or "[]"),
+                    "excluded_columns": json.loads(r["excluded_columns"] or "{}")} for t, r in latest.items()}
+
+    def checkpoint(self) -> Checkpoint | None:
+        """The latest stream checkpoint, or None before the stream first committed."""
+        rows = self._read("stream_checkpoint")
+        if not rows:
+            return None
+        # The last written (see the module invariants); rows of an older binlake have no seq.
+        r = max(rows, key=lambda r: (r.get("seq") or -1, r["committed_at"]))
+        if r.get("offset"):
+            offset = StreamOffset.from_json(r["offset"])
+        else:  # written by a binlake without failover
+            offset = StreamOffset(BinlogPosition(r["resume_file"], r["resume_pos"]),
+                                  BinlogPosition(r["applied_file"], r["applied_pos"]), r["gtid"], r["event_time"] or 0)
+        return Checkpoint(offset, r["state"], r["rows_applied"] or 0, r["committed_at"], r.get("seq") or 0)
+
+    def position_base(self) -> int:
+        """The base of the pipeline's positions on the source now: the checkpoint's (0 before
+        the stream first committed, or before any failover)."""
+        cp = self.checkpoint()
+        return cp.offset.applied.base if cp else 0
+
+    def save_checkpoint(self, offset: StreamOffset, state: str, rows_applied: int) -> None:
+        """Append a checkpoint (after every table of a batch is committed)."""
+        if self._checkpoint_seq is None:
+            last = self.checkpoint()
+            self._checkpoint_seq = last.seq if last else 0
+        self._checkpoint_seq += 1
+        row = {"pipeline": self.pipeline, "state": state, "resume_file": offset.resume.file,
+               "resume_pos": offset.resume.pos, "applied_file": offset.applied.file,
+               "applied_pos": offset.applied.pos, "gtid": offset.gtid, "event_time": offset.event_time,
+               "rows_applied": rows_applied, "committed_at": dt.datetime.now(dt.UTC), "seq": self._checkpoint_seq,
+               "offset": offset.to_json()}
+        # One handle for the stream's life: a checkpoint per batch must not replay the table's log each time.
+        t = self._checkpoints = self._checkpoints or open_table(f"{self.root}/stream_checkpoint", self.storage_options)
+        if t is None:
+            self._append("stream_checkpoint", [row], CHECKPOINT_SCHEMA)
+            return
+        hooks = post_commit_hooks(t)  # a commit per batch: the log cleanup's full listing only at checkpoints
+        # An append needs no current handle (a write leaves it at the version it committed, and delta-rs
+        # commits an append on top of another writer's): no log read per batch.
+        if len(t.file_uris()) >= CHECKPOINT_COMPACT_ROWS:
+            t.update_incremental()  # the rewrite keeps other pipelines' rows: as they are now
+            others = [r for r in t.to_pyarrow_table().to_pylist() if r["pipeline"] != self.pipeline]
+            write_deltalake(t, pa.Table.from_pylist(others + [row], schema=CHECKPOINT_SCHEMA), mode="overwrite",
+                            schema_mode="overwrite", post_commithook_properties=hooks)
+        else:
+            write_deltalake(t, pa.Table.from_pylist([row], schema=CHECKPOINT_SCHEMA), mode="append",
+                            schema_mode="merge", post_commithook_properties=hooks)
+
+
+@dataclass
+class _Read:
+    """A control table's rows of this pipeline as of ``version`` of the open ``table``."""
+
+    table: DeltaTable
+    version: int
+    rows: list[dict]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The pipeline's stream checkpoint: every change through ``offset.applied`` is in Delta."""
+
+    offset: StreamOffset
+    state: str
+    rows_applied: int
+    committed_at: dt.datetime
+    seq: int = 0
+
+
+def _entry(r: dict) -> HistoryEntry:
+    at = BinlogPosition(r["file"], r["pos"], r.get("base") or 0)
+    return HistoryEntry(r["table"], at, r["change_index"], r["kind"],
+                        Status(r["status"]), r["description"] or "", r["ddl"] or "",
+                        TableSchema.from_json(r["schema_json"]) if r["schema_json"] else None, r["detail"] or "",
+                        r["held_ms"], bool(r.get("needs_backfill")), r["recorded_at"])
