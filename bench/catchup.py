@@ -1,4 +1,4 @@
-"""Catch-up benchmark (issue 13, goal 3): a backlog decoded by several reader processes
+"""Catch-up benchmark: a backlog decoded by several reader processes
 (``source.parallel_decode``) against the raw single-reader decode loop.
 
     .venv/bin/python bench/catchup.py [--rows N] [--workers 1,2,3] [--repeat K] [--mix I/U/D] [--chunk-mb MB]

@@ -8,8 +8,8 @@ with dlt, set up as dlt's docs recommend for a large table. Runs in its own venv
 The settings (dlt 1.x, docs "sql_database: configuration", "performance"):
 - ``sql_database(backend="connectorx")``: Arrow tables straight from connectorx, the fastest
   backend; ``backend_kwargs`` ``partition_on`` the integer key with ``partition_num`` ranges
-  read concurrently by connectorx (dlt passes them to ``connectorx.read_sql``), as the
-  issue's "connectorx backend, partitioned" asks; ``reflection_level="full_with_precision"``
+  read concurrently by connectorx (dlt passes them to ``connectorx.read_sql``): the
+  "connectorx backend, partitioned" baseline; ``reflection_level="full_with_precision"``
   keeps DECIMAL precision and VARCHAR lengths;
 - ``.parallelize()`` on the source and ``EXTRACT__WORKERS`` / ``NORMALIZE__WORKERS`` /
   ``LOAD__WORKERS`` set to the partition count (several workers in each stage);

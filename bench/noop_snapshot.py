@@ -7,7 +7,7 @@ One run starts a throwaway MariaDB (devtools.local_mariadb), loads bench/snapsho
 7-column table (N rows), writes a config file and times ``binlake snapshot -c <file>`` as a
 subprocess: the first run (Spark starts, every chunk is read) and ``--repeat`` re-runs
 (nothing to read: no Spark session is started). The baseline of the same script is the first
-run; the issue's target for the re-run is under 3 s. Figures go to bench/out/noop_snapshot.json.
+run; the target for the re-run is under 3 s. Figures go to bench/out/noop_snapshot.json.
 """
 
 from __future__ import annotations

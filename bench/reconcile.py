@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/reconcile.py [--rows N] [--chunk-size C] [--repeat K]
 
-One run starts a throwaway MariaDB (devtools.local_mariadb), loads N rows of the issue-13
+One run starts a throwaway MariaDB (devtools.local_mariadb), loads N rows of a 6-column
 table (BIGINT key, INT, VARCHAR, DECIMAL(12,2), VARCHAR, DATETIME(3)) from the Sequence
 engine, snapshots it with binlake (SnapshotJob on local[*]; the Spark session is stopped
 before anything is timed), then runs ``reconcile_tables`` K times and reports, per run:

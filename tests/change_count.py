@@ -1,4 +1,4 @@
-"""Test oracle: no binlog change applied twice, none lost, proved by counting (issue 11).
+"""Test oracle: no binlog change applied twice, none lost, proved by counting.
 
 A final Delta = MySQL comparison cannot see a replayed batch (re-applying full after-images
 is idempotent). This oracle counts instead, per captured table and op:

@@ -29,7 +29,7 @@ def _stream(cfg):
 
 
 def test_rename_read_after_it_ran_keeps_the_values(db, spark, make_config):
-    """The issue's reproduction: snapshot, then UPDATE, CHANGE COLUMN, INSERT, then stream."""
+    """A rename read after it ran: snapshot, then UPDATE, CHANGE COLUMN, INSERT, then stream."""
     name, conn = db
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE t (id INT PRIMARY KEY, a INT, b VARCHAR(10))")

@@ -1,4 +1,4 @@
-"""Soak (issue 11): SIGKILL at KILLS (50+) points under a random writer — inserts, counter-bumping
+"""Soak: SIGKILL at KILLS (50+) points under a random writer — inserts, counter-bumping
 updates, deletes, key updates, multi-table and rolled-back transactions, transactions of
 thousands of rows and DDL (columns added to and dropped from ``tags`` while it is written,
 ``acct.name`` widened) — each kill followed by a restart that must leave Delta equal to MySQL.

@@ -1,13 +1,13 @@
-"""Issue 13's figures in one table (``make bench``): every figure a benchmark in bench/
-measures, its baseline, the ratio, the goal and PASS/MISS; the figures no benchmark
-measures yet are listed as such.
+"""The benchmarks' figures in one table (``make bench``): every figure a benchmark in bench/
+measures against its baseline, the ratio, the goal and PASS/MISS (bench/README.md describes
+each benchmark and keeps the latest figures).
 
-    .venv/bin/python bench/issue13.py                 # run every benchmark, then the table
-    .venv/bin/python bench/issue13.py --only stream_updates --only latency
-    .venv/bin/python bench/issue13.py --report        # the table from the last runs' JSON only
+    .venv/bin/python bench/report.py                 # run every benchmark, then the table
+    .venv/bin/python bench/report.py --only stream_updates --only latency
+    .venv/bin/python bench/report.py --report        # the table from the last runs' JSON only
 
-Each benchmark runs as its own process with the issue's sizes and writes its JSON under
-bench/out/issue13/; the table is read back from those files, so ``--report`` prints the
+Each benchmark runs as its own process with the sizes below and writes its JSON under
+bench/out/report/; the table is read back from those files, so ``--report`` prints the
 last figures without running anything (a figure never run shows as "not run"). Each row
 carries the load average at the end of its run: on 2 shared cores the ratios move with it.
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-OUT = REPO / "bench" / "out" / "issue13"
+OUT = REPO / "bench" / "out" / "report"
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             if subprocess.run(command, cwd=REPO, env={**os.environ, "PYTHONPATH": path}).returncode:
                 failed.append(name)
     print()
-    print("Issue 13: figures, baselines, goals (ratios are medians of one run's alternating repeats)")
+    print("binlake's benchmark figures, baselines, goals (ratios are medians of one run's alternating repeats)")
     print_table(table())
     if failed:
         print(f"\nbenchmarks that failed (their rows show an older run or none): {', '.join(failed)}")
