@@ -1,11 +1,11 @@
-# The commands of the README: `make demo`, `make ui` and `make test`. Each installs what is missing.
+# The commands of the README: `make demo`, `make ui`, `make test` and `make docs`. Each installs what is missing.
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install system-deps demo ui screenshots test lint bench clean
+.PHONY: install system-deps demo ui screenshots test lint docs bench clean
 
 system-deps:
 	@if ! command -v mariadbd >/dev/null && [ ! -x /usr/sbin/mariadbd ] || [ ! -f /usr/share/java/mariadb-java-client.jar ]; then \
@@ -40,9 +40,15 @@ test: install
 lint: install
 	$(BIN)/ruff check .
 
-# Issue 13's benchmarks, then one table of its figures (bench/issue13.py; --report prints the last).
+# The documentation site (mkdocs.yml) into site/; --strict: a broken link, anchor or path, or a page
+# missing from the navigation, fails the build.
+docs: install
+	$(BIN)/python -m mkdocs build --strict
+
+# Every benchmark, then one table of their figures against baselines and goals (bench/report.py;
+# `--report` prints the table of the last runs).
 bench: install
-	$(BIN)/python bench/issue13.py
+	$(BIN)/python bench/report.py
 
 clean:
-	rm -rf $(VENV) demo-lake .demo .ui bench/out
+	rm -rf $(VENV) demo-lake .demo .ui bench/out site

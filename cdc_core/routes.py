@@ -1,7 +1,7 @@
 """Routes: several captured source tables written into one Delta table, the sink (sharded
 ``shop.user_1``, ``shop.user_2``… → ``shop.user``), as Debezium's ByLogicalTableRouter does.
 
-Rules (README "Routes"; tests/test_routes.py):
+Rules (docs/routes.md; tests/test_routes.py):
 - A captured table whose "db.table" fully matches a route's ``source`` regex is written to
   the Delta table of that route's ``sink``; the first matching route wins. Every other
   table goes to its own Delta table, exactly as without routes.

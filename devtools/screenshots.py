@@ -1,4 +1,4 @@
-"""Screenshots of binlake in the Dagster UI for the README, taken with headless Chromium.
+"""Screenshots of binlake in the Dagster UI for docs/dagster.md, taken with headless Chromium.
 
 Starts what ``make ui`` starts (MariaDB with the shop schema and live traffic, ``dagster dev``),
 launches the snapshot through GraphQL, lets the hand-off sensor start the (continuous) stream,

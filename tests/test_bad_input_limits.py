@@ -1,5 +1,5 @@
-"""Bad input at the edges of what MySQL holds, through ``binlake`` as a user runs it (README,
-Bad input): text at its limits (bytes that are not UTF-8 in a latin1 column, 4-byte
+"""Bad input at the edges of what MySQL holds, through ``binlake`` as a user runs it (docs/bad-input.md):
+text at its limits (bytes that are not UTF-8 in a latin1 column, 4-byte
 characters, the longest VARCHAR and BLOB), a type binlake does not map, DDL it cannot parse,
 and a captured table dropped while the stream was stopped. Each gives correct data or one
 line and its exit code, never a traceback.

@@ -113,7 +113,7 @@ def test_defaults_match_design():
 
 
 def test_design_example_parses(tmp_path, monkeypatch):
-    """The YAML example of docs/contracts.md, verbatim apart from the route list."""
+    """A compact config in the format of docs/contracts.md (tests/test_docs.py loads the reference itself)."""
     monkeypatch.setenv("MYSQL_PASSWORD", PASSWORD)
     path = _write(tmp_path, r"""
         pipeline:

@@ -20,7 +20,7 @@ from cdc_core.source.capture import NotCapturable, captured_schema
 from cdc_core.source.connection import captured_tables, connect, connection_settings
 
 REQUIRED_SETTINGS = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL", "binlog_row_metadata": "FULL"}
-# What the source user needs (README "Least privilege"): SELECT on the captured tables (chunk
+# What the source user needs (docs/security.md, "Least privilege"): SELECT on the captured tables (chunk
 # reads, information_schema), REPLICATION SLAVE (the binlog stream) and REPLICATION CLIENT,
 # named BINLOG MONITOR since MariaDB 10.5 (SHOW MASTER STATUS for watermarks, SHOW BINARY LOGS).
 _GLOBAL_PRIVILEGES = ("REPLICATION SLAVE", "REPLICATION CLIENT")

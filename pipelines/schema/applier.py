@@ -13,7 +13,7 @@ Behaviours (Flink CDC's semantics; ``lenient`` is the default):
   keeps Delta's wider one; a cast that fails is recorded and skipped, as in try_evolve);
 - ignore: only create_table; rows are written with the columns Delta has.
 
-Routed tables (``source=``, README "Routes"): the shared sink only grows, since other
+Routed tables (``source=``, docs/routes.md): the shared sink only grows, since other
 sources may still have a column: never dropped, renamed away or narrowed; a change
 fills only the changed source's rows, and a type no column can share with the other
 sources is treated as a change Delta cannot take.
