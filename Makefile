@@ -43,7 +43,7 @@ lint: install
 # The documentation site (mkdocs.yml) into site/; --strict: a broken link, anchor or path, or a page
 # missing from the navigation, fails the build.
 docs: install
-	$(BIN)/python -m mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
 
 # Every benchmark, then one table of their figures against baselines and goals (bench/report.py;
 # `--report` prints the table of the last runs).

@@ -4,12 +4,14 @@ Markdown as one checked site.
 - Pages: the site is docs/ plus two pages made from files outside it, README.md as the home page
   (``index.md``) and bench/README.md as ``benchmarks.md``, so the front door and the benchmark
   reference are checked with the rest (``PAGES``).
-- Links: a relative link in a page is resolved against the page's own place in the repository
-  (``docs/contracts.md`` from README.md, ``../bench/README.md`` from docs/); one that lands on
+- Links: a relative link in a page (inline, or a reference definition) is resolved against the
+  page's own place in the repository (``docs/contracts.md`` from README.md, ``../bench/README.md``
+  from docs/); one that lands on
   README.md, bench/README.md or a file under docs/ is rewritten to that page, anchor kept, and
   MkDocs validates it (``validation`` in mkdocs.yml: a missing page or anchor fails ``mkdocs build
   --strict``). Any other relative link (a source file, a file that does not exist) is left as it
   is, and MkDocs fails it as not found: pages name source files as text, which the next rule checks.
+  A link in raw HTML (``<a href>``, ``<img src>``), which MkDocs does not validate, is a warning.
 - Names: every repository path (``cdc_core/…/x.py``, ``tests/test_x.py``, ``bench/x.py``, a folder
   ``pipelines/stream/``) and every dotted module name (``pipelines.reconcile.rows``) a page mentions,
   in prose, code spans or code blocks, must exist; a missing one is a warning, an error under
@@ -38,6 +40,8 @@ PACKAGES = ("cdc_core", "pipelines", "resources", "orchestration", "devtools")
 IGNORED = ("bench/out/", "bench/.dlt-venv", "orchestration/defs/.local_defs_state")
 
 _LINK = re.compile(r"(!?\[[^\]]*\]\()([^)\s]+)(\))")
+_REFERENCE = re.compile(r"^( {0,3}\[[^\]]+\]:\s*)(\S+)", re.M)  # [id]: target
+_RAW_HTML_LINK = re.compile(r"<(?:a|img)\b[^>]*\b(?:href|src)=", re.I)
 _PATH = re.compile(rf"(?<![\w./<$~-])((?:{'|'.join(TOP)})/[\w./-]*)")
 _MODULE = re.compile(rf"(?<![\w./])((?:{'|'.join(PACKAGES)})(?:\.[A-Za-z_]\w*)+)")
 _CHECKED_SUFFIXES = (".py", ".md", ".yaml", ".yml", ".toml", ".png", "/")
@@ -116,5 +120,8 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
     source = _source(page, repo)
     for name in missing_names(markdown, repo):
         log.warning(f"Doc file '{source}' names '{name}', which is not in the repository.")
-    return _LINK.sub(lambda m: m.group(1) + _rewrite_link(m.group(2), source, page.file.src_uri) + m.group(3),
-                     markdown)
+    if _RAW_HTML_LINK.search(markdown):  # MkDocs validates Markdown links only
+        log.warning(f"Doc file '{source}' links with raw HTML, which is not checked: use a Markdown link.")
+    markdown = _LINK.sub(lambda m: m.group(1) + _rewrite_link(m.group(2), source, page.file.src_uri) + m.group(3),
+                         markdown)
+    return _REFERENCE.sub(lambda m: m.group(1) + _rewrite_link(m.group(2), source, page.file.src_uri), markdown)
