@@ -45,4 +45,4 @@ bench: install
 	$(BIN)/python bench/issue13.py
 
 clean:
-	rm -rf $(VENV) .install-venvs demo-lake .demo .ui bench/out
+	rm -rf $(VENV) demo-lake .demo .ui bench/out

@@ -8,11 +8,12 @@ does not declare fails here, as does a file the product reads that the wheel doe
 binlake is known here only by its console script and its distribution files: no module of the
 product is imported, so module paths can change without this test noticing.
 
-The virtualenvs are kept in ``.install-venvs/py<X.Y>-<wheel sha256>`` (ignored by git): the same
-sources make the same wheel (SOURCE_DATE_EPOCH fixes its timestamps), so a rerun without changes
-reuses them, a changed wheel replaces them, and a fresh checkout (CI) makes them anew. pip's
-download cache serves the dependencies. A supported Python missing on the machine skips its
-test, and fails it under CI (``CI`` set).
+The virtualenvs lie outside the checkout (inside it, product code that looks for files upward
+from its own would find the repository's): under CI (``CI`` set) in the session's temporary
+folder, made anew; elsewhere in ``~/.cache/binlake-install-test/<checkout>/py<X.Y>-<wheel sha256>``,
+kept. The same sources make the same wheel (SOURCE_DATE_EPOCH fixes its timestamps), so a rerun
+without changes reuses them and a changed wheel replaces them. pip's download cache serves the
+dependencies. A supported Python missing on the machine skips its test, and fails it under CI.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ import yaml
 from deltalake import DeltaTable
 
 ROOT = Path(__file__).resolve().parent.parent
-VENVS = ROOT / ".install-venvs"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "binlake-install-test" / (
+    f"{ROOT.name}-{hashlib.sha256(str(ROOT).encode()).hexdigest()[:8]}")  # one per checkout: none removes another's
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 PACKAGES = ("cdc_core", "pipelines", "resources", "orchestration")  # the product, as the wheel holds it
 SUPPORTED = [c.rsplit(" :: ", 1)[1] for c in PROJECT["classifiers"]
@@ -98,21 +100,29 @@ def dists(tmp_path_factory) -> Dists:
     return Dists(wheel, sdist)
 
 
+@pytest.fixture(scope="session")
+def venvs(tmp_path_factory) -> Path:
+    """Where the virtualenvs are made: anew under CI, else the checkout's cache."""
+    return tmp_path_factory.mktemp("venvs") if os.environ.get("CI") else CACHE
+
+
 @pytest.fixture(scope="module", params=SUPPORTED)
-def plain_install(request, dists) -> PlainInstall:
+def plain_install(request, dists, venvs) -> PlainInstall:
     """A virtualenv of one supported Python with the wheel alone installed (no extras)."""
     version = request.param
     python = find_python(version)
     if python is None:
         missing = f"Python {version} (a classifier) is not on this machine"
         (pytest.fail if os.environ.get("CI") else pytest.skip)(missing)
-    venv = VENVS / f"py{version}-{hashlib.sha256(dists.wheel.read_bytes()).hexdigest()[:16]}"
+    venv = venvs / f"py{version}-{hashlib.sha256(dists.wheel.read_bytes()).hexdigest()[:16]}"
     if not (venv / ".installed").exists():
-        for old in VENVS.glob(f"py{version}-*"):  # an older wheel's, or one cut short
+        for old in venvs.glob(f"py{version}-*"):  # an older wheel's, or one cut short
             shutil.rmtree(old)
         _run([python, "-m", "venv", venv], env=user_env(), timeout=300)
-        _run([venv / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", dists.wheel],
-             env=user_env(), timeout=1800)
+        # --no-compile: byte-compiling every installed module was 40% of the install's time; the
+        # commands compile what they import
+        _run([venv / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile",
+              dists.wheel], env=user_env(), timeout=1800)
         (venv / ".installed").touch()
     return PlainInstall(version, venv / "bin")
 
@@ -139,7 +149,7 @@ def test_wheel_and_sdist(dists):
 def test_plain_install_snapshot_and_stream(plain_install, dists, mariadb, db, tmp_path):
     """The console script of a plain install: --version, validate, snapshot, changes, stream
     --until now; Delta equals MySQL (values and _cdc_op) by deltalake and by the log read here."""
-    assert not tmp_path.is_relative_to(ROOT)
+    assert not tmp_path.is_relative_to(ROOT) and not plain_install.bin.is_relative_to(ROOT)
     name, conn = db
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE items (id INT PRIMARY KEY, label VARCHAR(40), price DECIMAL(10,2), seen DATETIME(3))")
