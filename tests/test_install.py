@@ -136,8 +136,8 @@ def test_wheel_and_sdist(dists):
     dist_info = f"binlake-{PROJECT['version']}.dist-info"
     assert {n.split("/")[0] for n in names} == {*PACKAGES, dist_info}
     product = {p.relative_to(ROOT).as_posix() for pkg in PACKAGES for p in (ROOT / pkg).rglob("*")
-               if p.suffix in (".py", ".yaml") and not any(part.startswith((".", "__")) and part != "__init__.py"
-                                                           for part in p.relative_to(ROOT).parts)}
+               if p.suffix in (".py", ".yaml")  # not caches, nor Dagster's .local_defs_state
+               and not any(part == "__pycache__" or part.startswith(".") for part in p.relative_to(ROOT).parts)}
     assert "orchestration/defs/binlake/defs.yaml" in product
     assert product <= names, f"files the wheel lacks: {sorted(product - names)}"
     with tarfile.open(dists.sdist) as sdist:
