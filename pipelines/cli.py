@@ -21,6 +21,7 @@ import logging
 import os
 import sys
 import time
+from importlib import metadata
 
 from rich.console import Console
 from rich.markup import escape
@@ -373,6 +374,14 @@ def _repair(cfg: BinlakeConfig, args, report) -> int:
     return EXIT_OK if not refused and all(q.state == BackfillState.DONE for q in done) else EXIT_RUNTIME
 
 
+def _version() -> str:
+    """The installed distribution's version (a source tree run without installing has none)."""
+    try:
+        return metadata.version("binlake")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
 def _lag(r: dict) -> str:
     if r.get("lag_bytes") is None:
         return "unknown"
@@ -383,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``binlake`` console script."""
     parser = argparse.ArgumentParser(prog="binlake", description="MySQL → Delta Lake change data capture")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, fn, help_ in (
         ("validate", cmd_validate, "check config, connectivity, privileges and server settings"),
