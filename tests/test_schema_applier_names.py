@@ -8,11 +8,12 @@ from __future__ import annotations
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from cdc_core.chunks.reader import output_schema
 from cdc_core.schema.change import SchemaChange, column_from_def, parse_ddl
+from cdc_core.schema.output import delta_name, output_schema
 from cdc_core.schema.table import TableSchema
-from pipelines.lake.delta_sink import ensure_table
-from pipelines.schema.applier import apply_schema_change, conform, delta_name, delta_schema
+from pipelines.lake.conform import conform
+from pipelines.lake.tables import delta_schema, ensure_table
+from pipelines.schema.applier import apply_schema_change
 
 
 def _table(tmp_path) -> DeltaTable:

@@ -19,7 +19,7 @@ from cdc_core.schema.table import describe_table
 from cdc_core.source.connection import connect, connection_settings
 from cdc_core.types.mapping import arrow_type
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import table_uri
+from pipelines.lake.tables import table_uri
 from pipelines.reconcile.rows import compare
 from pipelines.schema.applier import SchemaChangeRejected
 from pipelines.stream import StreamEngine
