@@ -1,7 +1,8 @@
 """Column names are case-insensitive in MySQL, so a schema change or a row may spell a
 column differently from its Delta table (``MODIFY DESC3`` on Delta's ``desc3``): every
-lookup in pipelines/schema/applier.py resolves the name to Delta's spelling, which a
-column keeps (real Delta tables)."""
+lookup in pipelines/schema/applier.py and pipelines/lake/conform.py resolves the name to
+Delta's spelling (cdc_core/schema/output.py: delta_name), which a column keeps (real Delta
+tables)."""
 
 from __future__ import annotations
 

@@ -118,7 +118,7 @@ def test_lenient_keeps_columns_and_holds_mysql_values(db, make_config):
 
 
 # Under ignore, a value Delta's kept, older type cannot hold is written as NULL
-# (pipelines/schema/applier.py: conform): (case, id, column).
+# (pipelines/lake/conform.py: conform): (case, id, column).
 DOES_NOT_FIT = {("widen_int", 10, "a"), ("decimal_up", 10, "d")}
 
 
