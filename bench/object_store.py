@@ -24,7 +24,7 @@ medians; ratio = S3 rows/s ÷ local rows/s (goals: snapshot ≥ 0.7, stream ≥ 
    Requests per micro-batch = (requests of the run − requests of the same engine run over
    an empty range, i.e. start-up and shutdown) ÷ batches, by kind.
 3. Writes: one 250,000-row Arrow table written as Parquet by the snapshot tasks' path
-   (pipelines.lake.delta_sink.write_parquet: one PutObject on S3, pipelines/lake/storage.py) and by pyarrow's own
+   (pipelines.lake.files.write_parquet: one PutObject on S3, pipelines/lake/storage.py) and by pyarrow's own
    S3FileSystem, to the bucket and to a local folder: the measurement behind the choice of
    write path.
 
@@ -66,7 +66,9 @@ from bench.stream import DB, TABLES, Backlog, create_tables, generate_backlog, s
 from cdc_core.batch.micro_batch import CATCHUP_LAG_SECONDS  # noqa: E402
 from cdc_core.config import BinlakeConfig, SinkConfig, parse_config  # noqa: E402
 from devtools.local_mariadb import LocalMariaDB  # noqa: E402
-from pipelines.lake.delta_sink import count_rows, open_table, table_uri, write_parquet  # noqa: E402
+from pipelines.lake.files import write_parquet  # noqa: E402
+from pipelines.lake.reads import count_rows  # noqa: E402
+from pipelines.lake.tables import open_table, table_uri  # noqa: E402
 from pipelines.snapshot.job import SnapshotJob  # noqa: E402
 from pipelines.stream import StreamEngine  # noqa: E402
 from tests.s3_endpoint import REGION, S3Server  # noqa: E402

@@ -69,7 +69,7 @@ from deltalake import DeltaTable, write_deltalake  # noqa: E402
 
 from cdc_core.config import parse_config  # noqa: E402
 from devtools.local_mariadb import LocalMariaDB  # noqa: E402
-from pipelines.lake.delta_sink import WrittenFile, commit_files  # noqa: E402
+from pipelines.lake.files import WrittenFile, commit_files  # noqa: E402
 from pipelines.snapshot.job import SnapshotJob  # noqa: E402
 from pipelines.spark.session import get_spark  # noqa: E402
 

@@ -24,14 +24,10 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import pyarrow as pa
 
-from cdc_core.chunks.reader import CDC_OP, CDC_SEQ
 from cdc_core.errors import BadInput
+from cdc_core.schema.output import CDC_SOURCE, ROUTED_RESERVED_FIELDS
 from cdc_core.schema.table import TableSchema
 from cdc_core.types.mapping import UnsupportedType, arrow_schema, widest_type
-
-CDC_SOURCE = "_cdc_source"
-SOURCE_FIELD = pa.field(CDC_SOURCE, pa.string(), nullable=False)
-_RESERVED = (SOURCE_FIELD, pa.field(CDC_OP, pa.string()), pa.field(CDC_SEQ, pa.int64()))
 
 
 class RouteError(BadInput, ValueError):
@@ -139,6 +135,6 @@ def sink_schema(sources: Sequence[TableSchema], base: pa.Schema | None = None, s
                 fields[f.name] = have.with_type(wide)
             origin[f.name].append(where)
     if base is None:
-        for f in _RESERVED:
+        for f in ROUTED_RESERVED_FIELDS:
             fields[f.name] = f
     return pa.schema(list(fields.values()))

@@ -219,11 +219,9 @@ def _step(n: int, title: str) -> None:
 
 
 def _delta_versions(cfg) -> dict[str, int]:
-    from deltalake import DeltaTable
+    from pipelines.lake.tables import require_table, table_uri
 
-    from pipelines.lake.delta_sink import table_uri
-
-    return {t: DeltaTable(table_uri(cfg.sink.path, t)).version() for t in TABLES}
+    return {t: require_table(table_uri(cfg.sink.path, t)).version() for t in TABLES}
 
 
 def _compare_all(cfg) -> bool:
@@ -246,18 +244,17 @@ def _compare_all(cfg) -> bool:
 
 
 def _sample(cfg) -> None:
-    from deltalake import DeltaTable
+    from pipelines.lake.reads import dataset
+    from pipelines.lake.tables import delta_columns, delta_schema, require_table, table_uri
 
-    from pipelines.lake.delta_sink import table_uri
-
-    table = DeltaTable(table_uri(cfg.sink.path, "shop.orders"))
-    row = table.to_pyarrow_table().sort_by("id").slice(0, 1).to_pylist()[0]
+    table = require_table(table_uri(cfg.sink.path, "shop.orders"))
+    row = dataset(table).to_table().sort_by("id").slice(0, 1).to_pylist()[0]
     t = Table(title="order 1 as stored in demo-lake/shop/orders (read with deltalake)")
     t.add_column("column", no_wrap=True)
     t.add_column("Delta type", no_wrap=True)
     t.add_column("value", overflow="fold")
-    for f in table.schema().fields:
-        t.add_row(f.name, str(getattr(f.type, "type", f.type)), str(row[f.name]))
+    for c in delta_columns(delta_schema(table)):
+        t.add_row(c.name, c.delta_type, str(row[c.name]))
     console.print(t)
 
 

@@ -209,7 +209,7 @@ def checksum_parity(env, instance, cam: Camera) -> None:
 
     from cdc_core.config import load_config
     from devtools.ui import launch_job
-    from pipelines.lake.delta_sink import table_uri
+    from pipelines.lake.tables import table_uri
 
     env.traffic.stop()  # no writes: the damage is the only difference, and no commit races the DELETE
     env.traffic = None

@@ -45,7 +45,8 @@ CHECKS_JOB, RECONCILE_JOB, REPAIR_JOB = "binlake_checks", "binlake_reconcile", "
 
 def _row_count(cur, cfg, router, table: str) -> AssetCheckResult:
     from cdc_core.schema.table import quote_ident
-    from pipelines.lake.delta_sink import count_rows, open_table, table_uri
+    from pipelines.lake.reads import count_rows
+    from pipelines.lake.tables import open_table, table_uri
 
     db, name = table.split(".", 1)
     cur.execute(f"SELECT COUNT(*) FROM {quote_ident(db)}.{quote_ident(name)}")
@@ -61,10 +62,9 @@ def _row_count(cur, cfg, router, table: str) -> AssetCheckResult:
 
 
 def _schema(cur, cfg, router, table: str) -> AssetCheckResult:
-    from cdc_core.chunks.reader import output_schema
+    from cdc_core.schema.output import output_schema
     from cdc_core.schema.table import describe_table
-    from pipelines.lake.delta_sink import open_table, table_uri
-    from pipelines.schema.applier import delta_schema
+    from pipelines.lake.tables import delta_schema, open_table, table_uri
 
     expected = output_schema(describe_table(cur, *table.split(".", 1)))
     dt = open_table(table_uri(cfg.sink.path, router.sink(table)), cfg.sink.storage_options)

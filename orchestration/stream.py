@@ -72,7 +72,7 @@ def snapshot_progress(binlake: BinlakeResource) -> list[str]:
     """Tables whose snapshot is not complete, each as 'db.table (done/total chunks)'."""
     from cdc_core.routes import Router
     from pipelines.lake.control_store import ControlStore
-    from pipelines.lake.delta_sink import open_table, table_uri
+    from pipelines.lake.tables import open_table, table_uri
 
     cfg = binlake.load()
     store = ControlStore.of(cfg)

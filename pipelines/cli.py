@@ -473,7 +473,7 @@ def _explain(e: BaseException) -> str:
 def run() -> None:
     """Console-script entry: run ``main`` and leave the process without interpreter teardown.
 
-    Arrow's C++ scanner threads (behind deltalake's ``to_pyarrow_table``) can still be joinable
+    Arrow's C++ scanner threads (behind delta-rs's ``to_pyarrow_table``) can still be joinable
     when the interpreter tears down, and then the process aborts with SIGABRT ("terminate called
     without an active exception", apache/arrow#34314) after all work is done, turning exit 0 or 2
     into -6. Every output is flushed first; nothing else is pending once ``main`` has returned.

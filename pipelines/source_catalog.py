@@ -22,18 +22,15 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
-from deltalake import Schema
-
-from cdc_core.chunks.reader import output_schema
 from cdc_core.config import BinlakeConfig
 from cdc_core.routes import Router
 from cdc_core.schema.history import Status
+from cdc_core.schema.output import output_schema
 from cdc_core.schema.table import TableSchema, describe_table
 from cdc_core.source.capture import without_excluded
 from cdc_core.source.connection import captured_tables, connect, connection_settings
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import open_table, table_uri
+from pipelines.lake.tables import delta_columns, delta_schema, open_table, table_uri
 
 log = logging.getLogger(__name__)
 
@@ -128,10 +125,9 @@ def lake_columns(cfg: BinlakeConfig, schema: TableSchema) -> list[LakeColumn]:
         t = open_table(table_uri(cfg.sink.path, Router(cfg.routes).sink(schema.qualified_name)),
                        cfg.sink.storage_options)
         if t is not None:
-            arrow = pa.schema(t.schema().to_arrow())
+            arrow = delta_schema(t)
     except Exception as e:  # noqa: BLE001 - see current_tables
         log.warning("binlake: Delta table of %s not readable (%s)", schema.qualified_name, e)
     source = {c.name: c for c in schema.columns}
-    return [LakeColumn(f.name, str(f.type.type) if hasattr(f.type, "type") else str(f.type), f.nullable,
-                       source[f.name].column_type if f.name in source else None, f.name in schema.primary_key)
-            for f in Schema.from_arrow(arrow).fields]
+    return [LakeColumn(c.name, c.delta_type, c.nullable, source[c.name].column_type if c.name in source else None,
+                       c.name in schema.primary_key) for c in delta_columns(arrow)]

@@ -13,7 +13,9 @@ from cdc_core.routes import Router
 from cdc_core.schema.history import TableState, fold
 from cdc_core.source.connection import captured_tables, connect, connection_settings
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import applied_position_key, count_rows, open_table, table_uri
+from pipelines.lake.offsets import applied_position_key
+from pipelines.lake.reads import count_rows
+from pipelines.lake.tables import open_table, table_uri
 from pipelines.schema.registry import pending_changes
 
 

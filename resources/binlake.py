@@ -108,7 +108,7 @@ class BinlakeResource(ConfigurableResource):
         """Snapshot chunks ``chunks`` of ``table`` (on Spark, whose lazy session starts only if
         ``source.snapshot.runner`` puts groups on it), materialising each chunk partition as its
         rows are committed; returns the table's SnapshotSummary."""
-        from pipelines.lake.delta_sink import open_table, table_uri
+        from pipelines.lake.tables import open_table, table_uri
         from pipelines.snapshot.job import SnapshotJob
         from pipelines.spark.session import snapshot_on_spark
 

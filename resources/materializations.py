@@ -28,7 +28,8 @@ from cdc_core.offset.stream_offset import StreamOffset
 from cdc_core.routes import Router
 from cdc_core.schema.table import TableSchema
 from cdc_core.source.connection import connect, connection_settings
-from pipelines.lake.delta_sink import count_rows, open_table, table_uri
+from pipelines.lake.reads import count_rows
+from pipelines.lake.tables import open_table, table_uri
 from pipelines.source_catalog import lake_columns, lake_tables
 from resources.translator import asset_key, column_schema
 

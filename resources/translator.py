@@ -28,8 +28,9 @@ from dagster._core.definitions.metadata import TableMetadataSet  # not exported 
 
 from cdc_core.config import BinlakeConfig
 from cdc_core.routes import Router
+from cdc_core.schema.output import is_reserved
 from cdc_core.schema.table import TableSchema as SourceSchema
-from pipelines.lake.delta_sink import table_uri
+from pipelines.lake.tables import table_uri
 from pipelines.source_catalog import LakeColumn, lake_columns
 
 CHUNK_PREFIX = "chunk-"
@@ -65,7 +66,7 @@ def column_schema(columns: list[LakeColumn]) -> TableSchema:
     return TableSchema(columns=[
         TableColumn(c.name, c.delta_type,
                     description=f"MySQL {c.mysql_type}" if c.mysql_type else (
-                        "binlake reserved column" if c.name.startswith("_cdc_") else "not in the source (kept)"),
+                        "binlake reserved column" if is_reserved(c.name) else "not in the source (kept)"),
                     constraints=TableColumnConstraints(nullable=c.nullable, unique=c.primary_key))
         for c in columns])
 

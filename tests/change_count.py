@@ -33,7 +33,8 @@ from cdc_core.offset.stream_offset import OFFSET_KEY, StreamOffset
 from cdc_core.routes import Router
 from cdc_core.source.connection import ConnectionSettings, connect, connection_settings
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import CHANGES_KEY, open_table, table_uri
+from pipelines.lake.offsets import CHANGES_KEY
+from pipelines.lake.tables import open_table, table_uri
 
 OPS = ("c", "u", "d")
 _ROW = re.compile(r"^### (INSERT INTO|UPDATE|DELETE FROM) `((?:[^`]|``)+)`\.`((?:[^`]|``)+)`$")

@@ -14,7 +14,7 @@ import yaml
 from cdc_core.config import BinlakeConfig, StreamConfig
 from cdc_core.schema.table import describe_table
 from cdc_core.source.connection import connect, connection_settings
-from pipelines.lake.delta_sink import table_uri
+from pipelines.lake.tables import table_uri
 from pipelines.reconcile.rows import TableDiff, compare_table
 from pipelines.snapshot.job import SnapshotJob
 
@@ -128,7 +128,7 @@ def replay_handoff(cfg: BinlakeConfig, names: list[str]) -> dict[str, dict]:
     from cdc_core.types.key_order import KeyOrders, ServerSql
     from cdc_core.types.mapping import binlog_value
     from pipelines.lake.control_store import ControlStore
-    from pipelines.lake.delta_sink import open_table
+    from pipelines.lake.tables import open_table
     from pipelines.reconcile.rows import delta_rows
 
     store = ControlStore.of(cfg)

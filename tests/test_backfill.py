@@ -35,7 +35,7 @@ from cdc_core.chunks.incremental import BackfillState
 from cdc_core.source.connection import connect, connection_settings
 from pipelines.backfill.requests import change_state, request_backfill
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import table_uri
+from pipelines.lake.tables import table_uri
 from pipelines.pause_points import MARKER, PAUSE_ENV
 from pipelines.stream import StreamEngine
 from pipelines.stream.online_backfill import BACKFILL_KEY

@@ -21,7 +21,7 @@ from cdc_core.config import load_config
 from cdc_core.types import mapping as types
 from pipelines import cli
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import table_uri
+from pipelines.lake.tables import table_uri
 from pipelines.status import pipeline_status
 from tests.helpers import assert_equal, snapshot
 from tests.test_cli import PASSWORD_VAR, _lines, assert_clean, run_cli, write_config

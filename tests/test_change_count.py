@@ -13,7 +13,8 @@ from deltalake import CommitProperties, DeltaTable
 from cdc_core.offset.position import master_position
 from cdc_core.offset.stream_offset import OFFSET_KEY
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import CHANGES_KEY, commit_no_data, table_uri
+from pipelines.lake.offsets import CHANGES_KEY
+from pipelines.lake.tables import commit_no_data, table_uri
 from pipelines.stream import StreamEngine
 from tests.change_count import assert_changes_counted
 from tests.helpers import assert_equal

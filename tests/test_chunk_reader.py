@@ -9,7 +9,8 @@ import pyarrow as pa
 import pytest
 
 from cdc_core.chunks.planning import Chunk
-from cdc_core.chunks.reader import CDC_SEQ, ChunkNotQuiet, ChunkReader
+from cdc_core.chunks.reader import ChunkNotQuiet, ChunkReader
+from cdc_core.schema.output import CDC_SEQ
 from cdc_core.schema.table import describe_table
 from cdc_core.source.connection import connect, connection_settings
 from pipelines.reconcile.rows import canonical_value

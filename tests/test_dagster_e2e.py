@@ -25,7 +25,7 @@ from devtools.ui import (
 )
 from orchestration.stream import STREAM_JOB
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import table_uri
+from pipelines.lake.tables import table_uri
 from pipelines.source_catalog import discover
 from resources.binlake import STOPPED_TAG
 from tests.helpers import assert_equal, write_config_file

@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 
 from cdc_core.offset.stream_offset import OFFSET_KEY, StreamOffset, app_id
 from orchestration.build import build_binlake_definitions
-from pipelines.lake.delta_sink import table_uri
+from pipelines.lake.tables import table_uri
 from pipelines.lake.writer_lock import writer_lock
 from pipelines.source_catalog import discover
 from tests.helpers import assert_equal, snapshot, write_config_file

@@ -20,13 +20,13 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from cdc_core.chunks.reader import output_schema
 from cdc_core.schema.change import SchemaChange, UnparsedDDL, evolve_schema, parse_ddl
+from cdc_core.schema.output import output_schema
 from cdc_core.schema.table import Column, TableSchema, describe_table, list_tables, quote_ident
 from cdc_core.source.connection import connect, connection_settings
 from cdc_core.types.mapping import UnsupportedType, arrow_type
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import table_uri
+from pipelines.lake.tables import table_uri
 from pipelines.reconcile.rows import canonical_value
 from pipelines.stream import StreamEngine
 from tests.ddl_corpus import GROUPS, Group

@@ -1,4 +1,4 @@
-"""pipelines/lake/delta_sink.py: apply_changes, tested directly against Delta tables: random
+"""pipelines/lake/apply.py: apply_changes, tested directly against Delta tables: random
 batches folded by cdc_core/batch/table_batch.py and applied one commit each leave Delta equal to
 the rows MySQL would hold, with the batch's offset in the same commit; a copy-on-write
 batch rewrites only the files holding its keys."""
@@ -15,7 +15,8 @@ from cdc_core.batch.table_batch import TableBatch
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.offset.stream_offset import StreamOffset
 from cdc_core.schema.table import Column, TableSchema
-from pipelines.lake.delta_sink import applied_position_key, apply_changes, stream_commit_properties
+from pipelines.lake.apply import apply_changes
+from pipelines.lake.offsets import applied_position_key, stream_commit_properties
 
 INT_KEY = TableSchema("d", "t", (Column("id", "int", "int(11)"), Column("v", "int", "int(11)")), ("id",))
 TWO_KEYS = TableSchema("d", "t", (Column("id", "int", "int(11)"), Column("tag", "varchar", "varchar(8)"),

@@ -25,7 +25,8 @@ from deltalake import DeltaTable
 from cdc_core.config import BinlakeConfig
 from devtools.local_mariadb import LocalMariaDB
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import last_stream_offset, table_uri
+from pipelines.lake.offsets import last_stream_offset
+from pipelines.lake.tables import table_uri
 from pipelines.snapshot.job import SnapshotJob
 from pipelines.stream.engine import StreamEngine
 from tests.helpers import assert_equal, write_config_file

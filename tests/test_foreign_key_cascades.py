@@ -11,7 +11,7 @@ from cdc_core.binlog.events import Op
 from cdc_core.offset.position import master_position
 from cdc_core.source.foreign_keys import Cascade, by_parent, cascades
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import table_uri
+from pipelines.lake.tables import table_uri
 from tests.helpers import assert_equal
 from tests.test_stream import stream_until_now
 

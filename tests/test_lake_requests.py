@@ -22,15 +22,15 @@ from cdc_core.chunks.planning import Chunk
 from cdc_core.chunks.record import ChunkRecord
 from cdc_core.offset.position import BinlogPosition
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import (
+from pipelines.lake.files import (
     SNAPSHOT_CHUNKS_KEY,
     SNAPSHOT_VERIFIED_KEY,
     SnapshotCommits,
     commit_files,
-    ensure_table,
     snapshot_commits,
     write_parquet,
 )
+from pipelines.lake.tables import ensure_table
 
 SCHEMA = pa.schema([("id", pa.int64()), ("_cdc_op", pa.string())])
 

@@ -35,9 +35,11 @@ from pyarrow.fs import FileSelector, FileType
 
 from cdc_core.config import BinlakeConfig
 from cdc_core.offset.stream_offset import OFFSET_KEY, StreamOffset, app_id
+from pipelines.lake.apply import apply_changes
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import apply_changes, open_table, post_commit_hooks, snapshot_commits, table_uri
+from pipelines.lake.files import snapshot_commits
 from pipelines.lake.storage import PROBE_DIR, filesystem
+from pipelines.lake.tables import open_table, post_commit_hooks, table_uri
 from tests.helpers import assert_equal, snapshot, write_config_file
 from tests.s3_endpoint import S3Server
 from tests.spark_cluster import standalone_cluster

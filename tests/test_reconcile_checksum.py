@@ -29,9 +29,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from cdc_core.routes import CDC_SOURCE
+from cdc_core.schema.output import CDC_SOURCE
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import table_uri
+from pipelines.lake.tables import table_uri
 from pipelines.lake.writer_lock import writer_lock
 from pipelines.reconcile.checksums import ChunkMismatch, reconcile_tables
 from tests.helpers import PASSWORD_VAR, snapshot, write_config_file

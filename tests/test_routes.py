@@ -18,13 +18,14 @@ from deltalake import DeltaTable
 from cdc_core.config import ConfigError, parse_config
 from cdc_core.offset.startup import StartupError
 from cdc_core.offset.stream_offset import OFFSET_KEY
-from cdc_core.routes import CDC_SOURCE, RouteError, Router, sink_schema
+from cdc_core.routes import RouteError, Router, sink_schema
+from cdc_core.schema.output import CDC_SOURCE
 from cdc_core.schema.table import Column, TableSchema
 from cdc_core.source.connection import connect, connection_settings
 from cdc_core.source.validate import check
 from cdc_core.types.mapping import widest_type
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import table_uri
+from pipelines.lake.tables import table_uri
 from pipelines.schema.applier import SchemaChangeRejected
 from pipelines.snapshot.job import SnapshotJob
 from pipelines.status import pipeline_status

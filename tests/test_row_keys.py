@@ -22,7 +22,7 @@ from cdc_core.schema.change import evolve_schema, parse_ddl
 from cdc_core.schema.history import conversion_schema
 from cdc_core.schema.table import Column, TableSchema, describe_table
 from cdc_core.source.capture import NotCapturable, captured_schema
-from pipelines.lake.delta_sink import apply_keyless
+from pipelines.lake.apply import apply_keyless
 from pipelines.stream import StreamEngine
 from tests.helpers import assert_equal, snapshot
 

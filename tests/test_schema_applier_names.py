@@ -1,18 +1,20 @@
 """Column names are case-insensitive in MySQL, so a schema change or a row may spell a
 column differently from its Delta table (``MODIFY DESC3`` on Delta's ``desc3``): every
-lookup in pipelines/schema/applier.py resolves the name to Delta's spelling, which a
-column keeps (real Delta tables)."""
+lookup in pipelines/schema/applier.py and pipelines/lake/conform.py resolves the name to
+Delta's spelling (cdc_core/schema/output.py: delta_name), which a column keeps (real Delta
+tables)."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from cdc_core.chunks.reader import output_schema
 from cdc_core.schema.change import SchemaChange, column_from_def, parse_ddl
+from cdc_core.schema.output import delta_name, output_schema
 from cdc_core.schema.table import TableSchema
-from pipelines.lake.delta_sink import ensure_table
-from pipelines.schema.applier import apply_schema_change, conform, delta_name, delta_schema
+from pipelines.lake.conform import conform
+from pipelines.lake.tables import delta_schema, ensure_table
+from pipelines.schema.applier import apply_schema_change
 
 
 def _table(tmp_path) -> DeltaTable:

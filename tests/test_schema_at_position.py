@@ -18,7 +18,7 @@ from cdc_core.schema.history import Status
 from cdc_core.schema.table import describe_table
 from cdc_core.source.connection import connect, connection_settings
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import table_uri
+from pipelines.lake.tables import table_uri
 from pipelines.schema.applier import SchemaChangeRejected
 from pipelines.stream import StreamEngine
 from tests.helpers import EngineThread, assert_equal, diff_tables, snapshot

@@ -19,7 +19,7 @@ from cdc_core.schema.table import describe_table
 from cdc_core.source.connection import connect, connection_settings
 from cdc_core.types.mapping import arrow_type
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import table_uri
+from pipelines.lake.tables import table_uri
 from pipelines.reconcile.rows import compare
 from pipelines.schema.applier import SchemaChangeRejected
 from pipelines.stream import StreamEngine
@@ -118,7 +118,7 @@ def test_lenient_keeps_columns_and_holds_mysql_values(db, make_config):
 
 
 # Under ignore, a value Delta's kept, older type cannot hold is written as NULL
-# (pipelines/schema/applier.py: conform): (case, id, column).
+# (pipelines/lake/conform.py: conform): (case, id, column).
 DOES_NOT_FIT = {("widen_int", 10, "a"), ("decimal_up", 10, "d")}
 
 

@@ -16,7 +16,7 @@ from deltalake import DeltaTable
 from cdc_core.binlog.reader import FLUSH_ROWS
 from orchestration.build import build_binlake_definitions
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import table_uri
+from pipelines.lake.tables import table_uri
 from pipelines.schema.applier import SchemaChangeRejected
 from pipelines.schema.registry import apply_pending, pending_changes
 from pipelines.status import pipeline_status

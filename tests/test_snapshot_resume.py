@@ -19,15 +19,14 @@ from cdc_core.chunks.planning import Chunk
 from cdc_core.chunks.record import ChunkRecord
 from cdc_core.offset.position import BinlogPosition
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import (
+from pipelines.lake.files import (
     SNAPSHOT_CHUNKS_KEY,
     SNAPSHOT_RESET_KEY,
     SNAPSHOT_VERIFIED_KEY,
     commit_files,
-    ensure_table,
     snapshot_commits,
-    table_uri,
 )
+from pipelines.lake.tables import ensure_table, table_uri
 from tests.helpers import assert_equal, snapshot, write_config_file
 
 

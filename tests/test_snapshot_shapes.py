@@ -7,7 +7,7 @@ import random
 import pytest
 from deltalake import DeltaTable
 
-from pipelines.lake.delta_sink import table_uri
+from pipelines.lake.tables import table_uri
 from tests.helpers import assert_equal, snapshot
 
 

@@ -48,7 +48,7 @@ import pytest
 from deltalake import DeltaTable
 
 from pipelines.backfill.requests import request_backfill
-from pipelines.lake.delta_sink import table_uri
+from pipelines.lake.tables import table_uri
 from pipelines.pause_points import MARKER, PAUSE_ENV
 from pipelines.stream import StreamEngine
 from tests.change_count import assert_changes_counted

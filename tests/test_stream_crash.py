@@ -47,7 +47,7 @@ from cdc_core.offset.position import BinlogPosition
 from cdc_core.offset.stream_offset import OFFSET_KEY, StreamOffset, app_id
 from devtools.local_mariadb import LocalMariaDB
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import table_uri
+from pipelines.lake.tables import table_uri
 from pipelines.stream.online_backfill import BACKFILL_KEY
 from tests.change_count import assert_changes_counted
 from tests.helpers import PASSWORD_VAR, assert_equal, batches_as_set, diff_tables, snapshot, write_config_file

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from pipelines.lake.delta_sink import table_uri
+from pipelines.lake.tables import table_uri
 from tests.helpers import assert_equal, write_config_file
 from tests.test_stream_crash import STREAM, Stream, replica_registered, run_stream, wait_for
 

@@ -29,7 +29,7 @@ from cdc_core.types.charset_tables import SINGLE_BYTE
 from cdc_core.types.charsets import _CODECS, decoder
 from cdc_core.types.mapping import binlog_value, rows_to_arrow, unmappable
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import table_uri
+from pipelines.lake.tables import table_uri
 from pipelines.stream import StreamEngine
 from tests.helpers import assert_equal, snapshot
 

@@ -17,7 +17,7 @@ Invariants (tested in tests/test_table_batch.py):
   is a multiset difference. Per distinct row value, copies added minus copies removed
   (an update removes its before image and adds its after image, also when both are
   equal); a positive difference appends that many copies, a negative one removes that
-  many of the copies Delta holds (pipelines/lake/delta_sink.py: apply_keyless). The order of
+  many of the copies Delta holds (pipelines/lake/apply.py: apply_keyless). The order of
   changes within the batch cannot matter: only the count per value is left.
 - Every event of one TableBatch was written with the same columns (``schema``, the
   event's table map as cdc_core/schema/history.py: conversion_schema gives it): values
@@ -37,8 +37,8 @@ from operator import itemgetter
 
 import pyarrow as pa
 
-from cdc_core.chunks.reader import output_schema
 from cdc_core.offset.position import BinlogPosition
+from cdc_core.schema.output import output_schema
 from cdc_core.schema.table import TableSchema
 from cdc_core.types.mapping import binlog_value, binlog_value_unchanged
 

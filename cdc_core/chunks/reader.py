@@ -47,14 +47,13 @@ from cdc_core.chunks.bulk_read import Fetch, chunk_fetch, refuses_impossible_dat
 from cdc_core.chunks.planning import Chunk
 from cdc_core.errors import TerminalError
 from cdc_core.offset.position import BinlogPosition, master_position, visible_position
+from cdc_core.schema.output import CDC_OP, CDC_SEQ, output_schema
 from cdc_core.schema.table import TableSchema, quote_ident
 from cdc_core.source.connection import ConnectionSettings
 from cdc_core.types.key_order import KeyOrders, ServerSql
-from cdc_core.types.mapping import DATE_TYPES, arrow_schema, binlog_value, rows_to_arrow, select_expr, snapshot_array
+from cdc_core.types.mapping import DATE_TYPES, binlog_value, rows_to_arrow, select_expr, snapshot_array
 
 log = logging.getLogger(__name__)
-
-CDC_OP, CDC_SEQ = "_cdc_op", "_cdc_seq"
 
 # Tables whose chunks held a date the bulk reader refused or read as year 0, in this process.
 _IMPOSSIBLE_DATES: set[str] = set()
@@ -84,12 +83,6 @@ class ChunkResult:
     high_watermark: BinlogPosition
     window_changes: int
     attempts: int
-
-
-def output_schema(schema: TableSchema) -> pa.Schema:
-    """Arrow schema of a Delta table: source columns then the reserved _cdc_ columns."""
-    base = arrow_schema(schema)
-    return base.append(pa.field(CDC_OP, pa.string())).append(pa.field(CDC_SEQ, pa.int64()))
 
 
 def chunk_select_sql(schema: TableSchema, chunk: Chunk, literal: Callable[[object], str],

@@ -29,7 +29,8 @@ from cdc_core.offset.position import BinlogPosition
 from cdc_core.offset.stream_offset import StreamOffset
 from cdc_core.schema.history import HistoryEntry, Status
 from cdc_core.schema.table import TableSchema
-from pipelines.lake.delta_sink import SnapshotCommits, open_table, post_commit_hooks, snapshot_commits
+from pipelines.lake.files import SnapshotCommits, snapshot_commits
+from pipelines.lake.tables import open_table, post_commit_hooks
 
 PLAN_SCHEMA = pa.schema([
     ("pipeline", pa.string()), ("table", pa.string()), ("chunk_index", pa.int32()), ("chunk_key", pa.string()),

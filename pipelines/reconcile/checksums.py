@@ -37,7 +37,7 @@ differ by opposite amounts, probability about 2^-64 per chunk) goes unseen.
 
 Why DataFusion (delta-rs's ``QueryBuilder``) rather than Spark for Delta's side: the repo
 has no delta-spark jars (pipelines/spark/session.py: tasks write Parquet through delta-rs
-and the driver commits with deltalake), so Spark could only read Delta by listing the
+and the driver commits through pipelines/lake/), so Spark could only read Delta by listing the
 table's files through delta-rs and would miss what only the log says (deletes by
 deletion vectors, a file's removal); DataFusion reads the table at a version through the
 log itself, computes MD5 natively and multi-threaded, and needs no JVM (a Spark session
@@ -62,21 +62,21 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, QueryBuilder
 
 from cdc_core.chunks.planning import INTEGER_TYPES, Chunk, ChunkKeyError, chunk_key, encode_value, plan_chunks
 from cdc_core.config import BinlakeConfig
 from cdc_core.errors import BadInput
 from cdc_core.offset.position import BinlogPosition, master_position
-from cdc_core.routes import CDC_SOURCE, Router
+from cdc_core.routes import Router
+from cdc_core.schema.output import CDC_SOURCE, delta_name
 from cdc_core.schema.table import TableSchema, describe_table, quote_ident
 from cdc_core.source.capture import NotCapturable, captured_schema, without_excluded
 from cdc_core.source.connection import captured_tables, connect, connection_settings
 from cdc_core.types.checksum import Rendering, df_ident, df_string, rendering
 from cdc_core.types.key_order import KeyOrders, ServerSql
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import open_table, table_uri
-from pipelines.schema.applier import delta_name, delta_schema
+from pipelines.lake.reads import query
+from pipelines.lake.tables import DeltaTable, delta_schema, open_table, refresh, table_uri
 
 log = logging.getLogger(__name__)
 
@@ -283,7 +283,7 @@ class _TableCheck:
                      len(differing), self.recheck_wait, result.rechecks, self.rechecks)
             time.sleep(self.recheck_wait)
             if side.table is not None:
-                side.table.update_incremental()  # Delta's latest version
+                refresh(side.table)  # Delta's latest version
             elif (fresh := open_table(table_uri(self.cfg.sink.path, sink), self.cfg.sink.storage_options)):
                 side = dataclasses.replace(side, table=fresh)
             again_server, again_delta = self._both(result, schema, render, chunks, side, differing)
@@ -396,9 +396,7 @@ class _DeltaSide:
         locate = self._locator()
         wanted = np.zeros(len(self.chunks), dtype=bool)
         wanted[which] = True
-        reader = QueryBuilder().register("t", self.table).execute(sql)
-        for batch in reader:
-            batch = pa.record_batch(batch)
+        for batch in query(self.table, sql):
             if batch.num_rows == 0:
                 continue
             hashes = _first_u64(batch.column("h"))

@@ -12,15 +12,14 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from deltalake import DeltaTable
-
 from cdc_core.config import BinlakeConfig
 from cdc_core.routes import Router
+from cdc_core.schema.output import delta_name
 from cdc_core.schema.table import TableSchema, describe_table, quote_ident
 from cdc_core.source.capture import without_excluded
 from cdc_core.types.mapping import binlog_value, text_select_expr
-from pipelines.lake.delta_sink import source_filter, table_uri
-from pipelines.schema.applier import delta_name
+from pipelines.lake.reads import dataset, source_filter
+from pipelines.lake.tables import require_table, table_uri
 
 
 @dataclass
@@ -61,9 +60,9 @@ def delta_rows(uri: str, schema: TableSchema, source: str | None = None,
                storage_options: dict[str, str] | None = None) -> list[tuple]:
     """All rows of the Delta table at ``uri`` (opened with the sink's ``storage_options``), source
     columns only; with ``source``, only the rows of that routed source table."""
-    dataset = DeltaTable(uri, storage_options=storage_options or None).to_pyarrow_dataset()
-    columns = [delta_name(dataset.schema.names, c.name) or c.name for c in schema.columns]  # names are case-insensitive
-    t = dataset.to_table(columns=columns, filter=None if source is None else source_filter(source))
+    rows = dataset(require_table(uri, storage_options))
+    columns = [delta_name(rows.schema.names, c.name) or c.name for c in schema.columns]  # names are case-insensitive
+    t = rows.to_table(columns=columns, filter=None if source is None else source_filter(source))
     return [tuple(r[c] for c in columns) for r in t.to_pylist()]
 
 

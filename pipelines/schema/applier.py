@@ -26,27 +26,25 @@ Invariants (tests/test_schema_evolution.py):
   commit, recorded as ``rewritten``.
 - Every commit carries the stream offset of the DDL, so a restart knows the change is
   in Delta even if its history record was not written.
-- Column names match case-insensitively (:func:`delta_name`), as in MySQL: a change or a
-  row spelling a column differently reaches Delta's column, which keeps its spelling
-  (tests/test_schema_applier_names.py).
+- Column names match case-insensitively (cdc_core/schema/output.py: ``delta_name``), as in
+  MySQL: a change or a row spelling a column differently reaches Delta's column, which
+  keeps its spelling (tests/test_schema_applier_names.py).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, write_deltalake
-from deltalake.schema import Field
 
 from cdc_core.errors import TerminalError, is_transient
-from cdc_core.routes import CDC_SOURCE, SOURCE_FIELD
 from cdc_core.schema.change import SchemaChange
+from cdc_core.schema.output import CDC_SOURCE, delta_name, is_reserved
 from cdc_core.schema.table import Column
 from cdc_core.types.mapping import arrow_type, widest_type
+from pipelines.lake.tables import CommitProperties, DeltaTable, add_columns, delta_schema, rewrite
 
 log = logging.getLogger(__name__)
 
@@ -62,20 +60,6 @@ class ApplyResult:
     action: str  # human-readable: "added column x in place", "rewrote: dropped column y", "kept: ..."
     rewritten: bool = False
     skipped: bool = False
-
-
-def delta_name(names: Iterable[str], name: str) -> str | None:
-    """Delta's spelling of source column ``name``, or None when Delta has no such column.
-    Column names are case-insensitive in MySQL (``MODIFY DESC3`` changes column ``desc3``)
-    and in Delta, so every lookup here goes through this: a Delta column keeps the
-    spelling it was created with."""
-    key = name.lower()
-    return next((n for n in names if n.lower() == key), None)
-
-
-def delta_schema(dt: DeltaTable) -> pa.Schema:
-    """The Delta table's schema as a pyarrow schema."""
-    return pa.schema(dt.schema().to_arrow())
 
 
 def _implicit_default(col: Column):
@@ -118,12 +102,6 @@ def _widens(old: pa.DataType, new: pa.DataType) -> bool:
     return pa.types.is_string(old) and pa.types.is_string(new) or pa.types.is_binary(old) and pa.types.is_binary(new)
 
 
-def _rewrite(dt: DeltaTable, transform: Callable[[pa.Table], pa.Table], props: CommitProperties) -> None:
-    table = transform(dt.to_pyarrow_table())
-    write_deltalake(dt, table, mode="overwrite", schema_mode="overwrite", commit_properties=props)
-    dt.update_incremental()
-
-
 def _with_column(table: pa.Table, name: str, array, index: int | None = None) -> pa.Table:
     existing = delta_name(table.column_names, name)
     if existing is not None:
@@ -135,7 +113,7 @@ def _with_column(table: pa.Table, name: str, array, index: int | None = None) ->
 def _source_index(table: pa.Table) -> int:
     """New source columns go before the reserved _cdc_ columns."""
     names = table.column_names
-    return next((i for i, n in enumerate(names) if n.startswith("_cdc_")), len(names))
+    return next((i for i, n in enumerate(names) if is_reserved(n)), len(names))
 
 
 def apply_schema_change(dt: DeltaTable, change: SchemaChange, behavior: str, props: CommitProperties,
@@ -158,7 +136,7 @@ def apply_schema_change(dt: DeltaTable, change: SchemaChange, behavior: str, pro
             name = delta_name(current.names, change.name)
             if behavior == "lenient" or name is None:
                 return ApplyResult(f"kept column {change.name} (NULL from now on)", skipped=True)
-            _rewrite(dt, lambda t: t.drop_columns([name]), props)
+            rewrite(dt, lambda t: t.drop_columns([name]), props)
             return ApplyResult(f"rewrote: dropped column {name}", rewritten=True)
         if kind == "rename_column":
             return _rename_column(dt, change, behavior, current, props)
@@ -182,10 +160,9 @@ def _add_column(dt: DeltaTable, change: SchemaChange, current: pa.Schema, props:
         return ApplyResult(f"column {col.name} already in Delta", skipped=True)
     fill = _fill(col, change.default, 0)
     if change.default is None and col.nullable:
-        dt.alter.add_columns(Field.from_arrow(pa.field(col.name, fill.type, nullable=True)), commit_properties=props)
-        dt.update_incremental()
+        add_columns(dt, [pa.field(col.name, fill.type, nullable=True)], props)
         return ApplyResult(f"added column {col.name} in place")
-    _rewrite(dt, lambda t: _with_column(t, col.name, _fill(col, change.default, t.num_rows), _source_index(t)), props)
+    rewrite(dt, lambda t: _with_column(t, col.name, _fill(col, change.default, t.num_rows), _source_index(t)), props)
     return ApplyResult(f"rewrote: added column {col.name} with existing rows at its default", rewritten=True)
 
 
@@ -195,9 +172,9 @@ def _rename_column(dt: DeltaTable, change: SchemaChange, behavior: str, current:
     if old is None or delta_name(current.names, new) is not None:  # a rename in case only: Delta keeps its spelling
         return ApplyResult(f"rename {change.name} → {new}: nothing to do in Delta", skipped=True)
     if behavior == "lenient":
-        _rewrite(dt, lambda t: _with_column(t, new, t.column(old), _source_index(t)), props)
+        rewrite(dt, lambda t: _with_column(t, new, t.column(old), _source_index(t)), props)
         return ApplyResult(f"rewrote: added column {new} filled from {old}, kept {old}", rewritten=True)
-    _rewrite(dt, lambda t: t.rename_columns([new if n == old else n for n in t.column_names]), props)
+    rewrite(dt, lambda t: t.rename_columns([new if n == old else n for n in t.column_names]), props)
     return ApplyResult(f"rewrote: renamed column {old} to {new}", rewritten=True)
 
 
@@ -217,60 +194,11 @@ def _alter_type(dt: DeltaTable, change: SchemaChange, behavior: str, current: pa
         return results[0] if results else ApplyResult(f"type of {name} unchanged in Delta", skipped=True)
     if behavior == "lenient" and _widens(want, have):
         return ApplyResult(f"kept {name} as {have} (holds every {col.column_type} value)", skipped=True)
-    _rewrite(dt, lambda t: _with_column(t, name, pc.cast(t.column(name), want)), props)
+    rewrite(dt, lambda t: _with_column(t, name, pc.cast(t.column(name), want)), props)
     return ApplyResult(f"rewrote: {name} {have} → {want}", rewritten=True)
 
 
-def conform(table: pa.Table, target: pa.Schema, source: str = "", key: tuple[str, ...] = ()) -> pa.Table:
-    """Rows in the source's columns, shaped as the Delta table: columns matched by name
-    (case-insensitively), cast to Delta's type, missing ones NULL. A value Delta's type
-    cannot hold (only under ignore/try_evolve/lenient, where Delta kept an older type) is
-    NULL alone, logged with the table and column (the keys at DEBUG: they are row values)."""
-    if table.schema == target:  # the usual case: no schema change since the table was created
-        return table
-    by_name = {n.lower(): n for n in table.column_names}
-    arrays = []
-    for f in target:
-        name = by_name.get(f.name.lower())
-        if name is None:
-            arrays.append(pa.nulls(table.num_rows, f.type))
-            continue
-        a = table.column(name)
-        if a.type != f.type:
-            a = _cast_each(table, a, f, source, key)
-        arrays.append(a)
-    return pa.Table.from_arrays(arrays, schema=target)
-
-
-def _cast_each(table: pa.Table, a: pa.ChunkedArray, f: pa.Field, source: str, key: tuple[str, ...]) -> pa.Array:
-    """``a`` cast to ``f``'s type; values that do not fit become NULL (see :func:`conform`)."""
-    try:
-        return pc.cast(a, f.type)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        pass
-    values, bad = [], []
-    for i, v in enumerate(a.to_pylist()):
-        try:
-            values.append(pc.cast(pa.array([v], a.type), f.type)[0].as_py())
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            values.append(None)
-            bad.append(i)
-    log.warning("%s column %s: %d value(s) do not fit Delta's %s; written as NULL", source or "table", f.name,
-                len(bad), f.type)
-    if key and log.isEnabledFor(logging.DEBUG):
-        keys = [tuple(table.column(k)[i].as_py() for k in key if k in table.column_names) for i in bad]
-        log.debug("%s column %s: keys of the values written as NULL: %s", source, f.name, keys)
-    return pa.array(values, f.type)
-
-
 # --- routed tables (cdc_core/routes.py) ------------------------------------------------------
-
-
-def conform_routed(table: pa.Table, source: str, target: pa.Schema) -> pa.Table:
-    """Rows of the routed table ``source`` shaped as its sink: ``_cdc_source`` filled, then
-    :func:`conform` (columns the source lacks are NULL, narrower types cast up)."""
-    return conform(table.append_column(SOURCE_FIELD, pa.repeat(pa.scalar(source, pa.string()), table.num_rows)),
-                   target, source)
 
 
 def widen_to(dt: DeltaTable, target: pa.Schema, props: CommitProperties | None = None) -> str | None:
@@ -289,12 +217,11 @@ def widen_to(dt: DeltaTable, target: pa.Schema, props: CommitProperties | None =
                 t = _with_column(t, f.name, pa.nulls(t.num_rows, f.type), _source_index(t))
             return t
 
-        _rewrite(dt, transform, props)
+        rewrite(dt, transform, props)
         return f"rewrote: widened {', '.join(f'{f.name} to {f.type}' for f in retyped)}" + (
             f", added {', '.join(f.name for f in new)}" if new else "")
     if new:
-        dt.alter.add_columns([Field.from_arrow(f) for f in new], commit_properties=props)
-        dt.update_incremental()
+        add_columns(dt, new, props)
         return f"added columns {', '.join(f.name for f in new)} in place"
     return None
 
@@ -314,12 +241,11 @@ def _apply_routed(dt: DeltaTable, change: SchemaChange, current: pa.Schema, prop
         wide = _shared_type(current, col.name, arrow_type(col), source)
         name = delta_name(current.names, col.name)
         if value is None and name is None:
-            dt.alter.add_columns(Field.from_arrow(pa.field(col.name, wide, nullable=True)), commit_properties=props)
-            dt.update_incremental()
+            add_columns(dt, [pa.field(col.name, wide, nullable=True)], props)
             return ApplyResult(f"added column {col.name} in place (NULL in other sources' rows)")
         if value is None and current.field(name).type == wide:
             return ApplyResult(f"column {col.name} already in the routed table", skipped=True)
-        _rewrite(dt, lambda t: _fill_source(t, col.name, wide, source,
+        rewrite(dt, lambda t: _fill_source(t, col.name, wide, source,
                                             None if value is None else _fill(col, value, t.num_rows)), props)
         return ApplyResult(f"rewrote: column {col.name} ({wide})" + (
             f" with {source}'s existing rows at its default" if value is not None else ""), rewritten=True)
@@ -342,7 +268,7 @@ def _apply_routed(dt: DeltaTable, change: SchemaChange, current: pa.Schema, prop
         if wide == have:
             return renamed or ApplyResult(f"kept {name} as {have} (holds every {col.column_type} value and the "
                                           "other sources' values)", skipped=True)
-        _rewrite(dt, lambda t: _with_column(t, name, pc.cast(t.column(name), wide)), props)
+        rewrite(dt, lambda t: _with_column(t, name, pc.cast(t.column(name), wide)), props)
         return ApplyResult(f"rewrote: {name} {have} → {wide}", rewritten=True)
     return ApplyResult(f"nothing to do for {kind}", skipped=True)
 
@@ -375,6 +301,6 @@ def _rename_routed(dt: DeltaTable, old: str, new: str, current: pa.Schema, props
         return ApplyResult(f"rename {old} → {new}: nothing to do in Delta", skipped=True)
     old = existing
     wide = _shared_type(current, new, current.field(old).type, source)
-    _rewrite(dt, lambda t: _fill_source(t, new, wide, source, t.column(old)), props)
+    rewrite(dt, lambda t: _fill_source(t, new, wide, source, t.column(old)), props)
     return ApplyResult(f"rewrote: column {new} filled from {old} in {source}'s rows; kept {old} (other sources "
                        "may have it)", rewritten=True)

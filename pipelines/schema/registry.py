@@ -26,8 +26,6 @@ import datetime as dt
 import logging
 from dataclasses import dataclass
 
-from deltalake import DeltaTable
-
 from cdc_core.config import BinlakeConfig
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.offset.stream_offset import StreamOffset
@@ -36,7 +34,8 @@ from cdc_core.schema.change import SchemaChange, UnparsedDDL, parse_ddl
 from cdc_core.schema.history import RESOLVED, HistoryEntry, Status
 from cdc_core.source.capture import captured_change
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import applied_position_key, open_table, stream_commit_properties, table_uri
+from pipelines.lake.offsets import applied_position_key, stream_commit_properties
+from pipelines.lake.tables import DeltaTable, open_table, table_uri
 from pipelines.pause_points import pause_at
 from pipelines.schema.applier import ApplyResult, SchemaChangeRejected, apply_schema_change
 

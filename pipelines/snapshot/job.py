@@ -37,7 +37,6 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
@@ -54,13 +53,12 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 import pyarrow.compute as pc
 import pymysql
-from deltalake import CommitProperties, DeltaTable, write_deltalake
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from cdc_core.binlog.decoder import read_statements
 from cdc_core.chunks.planning import INTEGER_TYPES, Chunk, chunk_key, plan_chunks
-from cdc_core.chunks.reader import ChunkReader, output_schema
+from cdc_core.chunks.reader import ChunkReader
 from cdc_core.chunks.record import ChunkRecord
 from cdc_core.config import BinlakeConfig
 from cdc_core.errors import TerminalError, transient_cause
@@ -69,6 +67,7 @@ from cdc_core.retry import Retry, RetryBudgetExceeded, RetryPolicy
 from cdc_core.routes import Router, sink_schema
 from cdc_core.schema.change import UnparsedDDL, parse_ddl
 from cdc_core.schema.history import HistoryEntry, Status
+from cdc_core.schema.output import output_schema
 from cdc_core.schema.table import TableSchema, describe_table, quote_ident
 from cdc_core.source.capture import captured_schema
 from cdc_core.source.connection import (
@@ -78,25 +77,22 @@ from cdc_core.source.connection import (
     connection_settings,
     describe_captured,
 )
+from pipelines.lake.conform import conform_routed
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import (
+from pipelines.lake.files import (
     SNAPSHOT_CHUNKS_KEY,
-    SNAPSHOT_RESET_KEY,
     SNAPSHOT_VERIFIED_KEY,
     SnapshotCommits,
     commit_files,
-    count_rows,
-    ensure_table,
-    open_table,
     snapshot_commits,
-    source_predicate,
-    table_uri,
-    truncate,
+    snapshot_reset_properties,
     write_parquet,
 )
+from pipelines.lake.reads import count_rows
 from pipelines.lake.storage import UnsafeSink, is_local, require_safe_commits
+from pipelines.lake.tables import DeltaTable, delta_schema, ensure_table, open_table, reset, table_uri
 from pipelines.pause_points import pause_at
-from pipelines.schema.applier import conform_routed, delta_schema, widen_to
+from pipelines.schema.applier import widen_to
 from pipelines.spark.session import context_of, get_spark_context, snapshot_on_spark
 
 log = logging.getLogger(__name__)
@@ -570,12 +566,11 @@ class SnapshotJob:
         except LookupError:
             log.warning("snapshot: %s was dropped while it was being read; the stream records its drop", name)
             return
-        props = CommitProperties(custom_metadata={SNAPSHOT_RESET_KEY: json.dumps([name])})
+        props = snapshot_reset_properties([name])
         if self.router.routed(name):
-            truncate(dt_, props, source_predicate(name))
+            reset(dt_, props, source=name)
         else:
-            write_deltalake(dt_, output_schema(schema).empty_table(), mode="overwrite", schema_mode="overwrite",
-                            commit_properties=props)
+            reset(dt_, props, schema=output_schema(schema))
         plan_table(self.cfg, self.store, cur, schema, at)  # a new baseline and plan: the table is read again
         summary.rows_written = 0
 

@@ -3,11 +3,11 @@ pipelines/spark/session.py): pyspark's own daemon, started once per executor, wh
 Python worker for each task slot, but after importing what binlake's tasks import.
 
 The forked workers inherit these modules, so a worker's first task no longer imports pyarrow,
-deltalake, connectorx, pymysql and binlake itself: on two cores each fresh worker spent
+delta-rs, connectorx, pymysql and binlake itself: on two cores each fresh worker spent
 seconds there before its first chunk group started, every worker at the same time
 (bench/snapshot.py --whole-process). Forking after these imports: the only threads they
 start are OpenBLAS's and jemalloc's background threads (pyarrow's allocator), both libraries
-made for fork (pthread_atfork handlers); the thread pools of pyarrow, deltalake and
+made for fork (pthread_atfork handlers); the thread pools of pyarrow, delta-rs and
 connectorx start on first use, in the worker.
 
 A module that cannot be imported here is left to the task that needs it (it fails there,

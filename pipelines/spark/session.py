@@ -1,7 +1,7 @@
 """The Spark session binlake's jobs run on: ``local[*]`` unless a master is given
 (config ``spark.master`` or ``BINLAKE_SPARK_MASTER``, e.g. ``spark://host:7077``). No
 Hadoop or Delta jars are needed: tasks write Parquet through delta-rs's object store
-(pipelines/lake/storage.py) and the driver commits with deltalake. Executors need the
+(pipelines/lake/storage.py) and the driver commits through pipelines/lake/. Executors need the
 same Python with binlake installed (at the driver's interpreter path, or set
 ``PYSPARK_PYTHON`` to theirs before binlake starts), and network access to MySQL and to
 the lake.

@@ -37,16 +37,12 @@ from cdc_core.errors import TerminalError, is_transient
 from cdc_core.offset.stream_offset import StreamOffset
 from cdc_core.retry import Retry
 from cdc_core.routes import Router, sink_key
+from cdc_core.schema.output import delta_name
 from cdc_core.schema.table import TableSchema
-from pipelines.lake.delta_sink import (
-    CHANGES_KEY,
-    apply_changes,
-    apply_keyless,
-    commit_no_data,
-    stream_commit_properties,
-    table_uri,
-)
-from pipelines.schema.applier import conform, conform_routed, delta_name
+from pipelines.lake.apply import apply_changes, apply_keyless
+from pipelines.lake.conform import conform, conform_routed
+from pipelines.lake.offsets import CHANGES_KEY, stream_commit_properties
+from pipelines.lake.tables import commit_no_data, table_uri
 from pipelines.stream.sinks import Sinks
 
 log = logging.getLogger(__name__)

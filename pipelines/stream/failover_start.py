@@ -25,7 +25,8 @@ from cdc_core.offset.startup import earliest_position
 from cdc_core.offset.stream_offset import StreamOffset
 from cdc_core.source.connection import ConnectionSettings
 from pipelines.lake.control_store import Checkpoint, ControlStore
-from pipelines.lake.delta_sink import last_stream_offset, open_table, restamp, table_uri
+from pipelines.lake.offsets import last_stream_offset, restamp
+from pipelines.lake.tables import open_table, table_uri
 
 log = logging.getLogger(__name__)
 

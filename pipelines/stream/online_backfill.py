@@ -46,22 +46,26 @@ from cdc_core.chunks.incremental import (
     read_group_size,
 )
 from cdc_core.chunks.planning import INTEGER_TYPES, Chunk, ChunkKeyError, chunk_key, plan_chunks
-from cdc_core.chunks.reader import CDC_OP, CDC_SEQ, ChunkReader, ChunkResult
+from cdc_core.chunks.reader import ChunkReader, ChunkResult
 from cdc_core.config import BinlakeConfig
 from cdc_core.errors import is_transient
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.offset.startup import StartupError
 from cdc_core.schema.history import Status, TableState
+from cdc_core.schema.output import CDC_OP, CDC_SEQ, delta_name
 from cdc_core.schema.table import TableSchema
 from cdc_core.source.connection import ConnectionSettings, connect
 from cdc_core.types.key_order import KeyOrders
 from cdc_core.types.mapping import binlog_value
 from pipelines.backfill.reads import ChunkTask, GroupReads
 from pipelines.backfill.requests import refusal
+from pipelines.lake.apply import apply_changes, deduplicate, deletions
+from pipelines.lake.conform import conform
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import apply_changes, deduplicate, deletions, stream_commit_properties, table_uri
+from pipelines.lake.offsets import stream_commit_properties
+from pipelines.lake.reads import dataset
+from pipelines.lake.tables import delta_schema, refresh, table_uri
 from pipelines.pause_points import pause_at
-from pipelines.schema.applier import conform, delta_name, delta_schema
 from pipelines.stream.sinks import Sinks
 from pipelines.stream.start import stable_describe
 from pipelines.stream.state import EngineState, HistoryRecorder
@@ -399,7 +403,7 @@ class Backfills:
         """The Delta table of ``req`` (refreshed) and Delta's names of the row key and chunk key."""
         dt = self.sinks.tables.get(self.router.sink(req.table)) or self.sinks.open(req.table, schema,
                                                                                     self.state.streamed())
-        dt.update_incremental()
+        refresh(dt)
         names = delta_schema(dt).names
         wanted = list(dict.fromkeys([*schema.row_key, req.chunks[0].key]))
         return dt, wanted, [delta_name(names, k) for k in wanted]
@@ -420,10 +424,10 @@ class Backfills:
         for bound in (span.lo is not None and column >= span.lo, span.hi is not None and column < span.hi):
             if bound is not False:
                 cond = bound if cond is None else cond & bound
-        dataset = dt.to_pyarrow_dataset()
+        rows = dataset(dt)
 
         def scan() -> dict[int, Candidates]:
-            data = dataset.to_table(filter=cond)
+            data = rows.to_table(filter=cond)
             columns = tuple(n for n in data.column_names if n not in (CDC_OP, CDC_SEQ))
             places = chunk_positions(data.column(ckey).to_numpy(), chunks)
             return {c.index: Candidates(data.select(columns).filter(pa.array(places == i)), columns)
@@ -436,7 +440,7 @@ class Backfills:
         ckey = req.chunks[0].key
         if any(c is None for c in cols):
             return {}
-        data = dt.to_pyarrow_dataset().to_table(columns=cols)
+        data = dataset(dt).to_table(columns=cols)
         keys = data.select([cols[wanted.index(k)] for k in schema.row_key])
         pending = req.chunks[req.chunks_done:]
         bounds = ([pending[0].lo] if pending[0].lo is not None else []) + [c.lo for c in pending[1:]] + \

@@ -32,11 +32,8 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from deltalake import write_deltalake
-
 from cdc_core.batch.table_batch import keyless_problem
 from cdc_core.binlog.events import Statement, TableLayout
-from cdc_core.chunks.reader import output_schema
 from cdc_core.config import BinlakeConfig
 from cdc_core.errors import BinlakeError, TerminalError, is_transient
 from cdc_core.offset.position import BinlogPosition
@@ -44,12 +41,15 @@ from cdc_core.offset.stream_offset import StreamOffset
 from cdc_core.routes import RouteError, Router, sink_schema
 from cdc_core.schema.change import SchemaChange, UnparsedDDL, evolve_all, evolve_schema, parse_ddl
 from cdc_core.schema.history import Divergence, Status, TableState, conversion_schema
+from cdc_core.schema.output import delta_name, output_schema
 from cdc_core.schema.statements import parse_statement
 from cdc_core.schema.table import TableSchema
 from cdc_core.source.capture import NotCapturable, captured_change, captured_schema
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import count_rows, source_predicate, stream_commit_properties, truncate
-from pipelines.schema.applier import SchemaChangeRejected, apply_schema_change, delta_name, widen_to
+from pipelines.lake.offsets import stream_commit_properties
+from pipelines.lake.reads import count_rows
+from pipelines.lake.tables import reset
+from pipelines.schema.applier import SchemaChangeRejected, apply_schema_change, widen_to
 from pipelines.schema.registry import PendingChange, apply_pending, resolutions
 from pipelines.stream.sinks import Sinks
 from pipelines.stream.state import EngineState, HistoryRecorder, Hold
@@ -204,8 +204,8 @@ class SchemaChanges:
             if t is not None and t.streamed and self.router.sink(name) in self.sinks \
                     and not s.skip.applied(self.router.sink(name), p):
                 # A routed source's rows only: its sink holds the other sources' rows too.
-                truncate(self.sinks.tables[self.router.sink(name)], props,
-                         source_predicate(name) if self.router.routed(name) else None)
+                reset(self.sinks.tables[self.router.sink(name)], props,
+                      source=name if self.router.routed(name) else None)
                 log.info("%s truncated at %s", name, p)
             return
         if c.kind == "create_table":
@@ -289,15 +289,14 @@ class SchemaChanges:
             dt = self.sinks.existing(sink)
             routed = self.router.routed(name)
             if dt is not None and not s.skip.applied(sink, p) and count_rows(dt, name if routed else None):
-                truncate(dt, props, source_predicate(name) if routed else None)
+                reset(dt, props, source=name if routed else None)
                 self.sinks.refresh(sink)
             return
         dt = self.sinks.open(name, schema, s.streamed())
         reused = dt.version() > 0 or self.sinks.schemas[sink] != output_schema(schema)
         if reused and not s.skip.applied(sink, p):
             # A table of that name existed before (dropped since): MySQL's new table is empty.
-            write_deltalake(dt, output_schema(schema).empty_table(), mode="overwrite", schema_mode="overwrite",
-                            commit_properties=props)
+            reset(dt, props, schema=output_schema(schema))
             self.sinks.refresh(sink)
 
     def _create_routed(self, c: SchemaChange, schema: TableSchema, index: int, st: Statement, props,
@@ -322,7 +321,7 @@ class SchemaChanges:
         if not s.skip.applied(sink, p):
             widen_to(dt, target, props)
             if count_rows(dt, name):  # routed here before (dropped since): MySQL's new table is empty
-                truncate(dt, props, source_predicate(name))
+                reset(dt, props, source=name)
             self.sinks.refresh(sink)
         s.tables[name] = TableState(name, streamed=True)
         s.set_schema(name, schema)

@@ -14,16 +14,15 @@ Invariants (tests/test_routes.py, tests/test_stream_crash.py):
 from __future__ import annotations
 
 import pyarrow as pa
-from deltalake import DeltaTable
 
-from cdc_core.chunks.reader import output_schema
 from cdc_core.config import BinlakeConfig
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.offset.stream_offset import SkipFilter
 from cdc_core.routes import Router, sink_schema
+from cdc_core.schema.output import output_schema
 from cdc_core.schema.table import TableSchema
-from pipelines.lake.delta_sink import applied_position_key, ensure_table, open_table, table_uri
-from pipelines.schema.applier import delta_schema
+from pipelines.lake.offsets import applied_position_key
+from pipelines.lake.tables import DeltaTable, delta_schema, ensure_table, open_table, refresh, table_uri
 
 
 class Sinks:
@@ -67,7 +66,7 @@ class Sinks:
     def refresh(self, sink: str) -> None:
         """Read the table's latest version (after another process or a schema change committed)."""
         dt = self.tables[sink]
-        dt.update_incremental()
+        refresh(dt)
         self.schemas[sink] = delta_schema(dt)
 
     def applied_key(self, sink: str) -> tuple[int, int] | None:
@@ -78,7 +77,7 @@ class Sinks:
         """What a (re)started reading must not apply again (cdc_core/offset/stream_offset.py)."""
         per_table = {}
         for sink, dt in self.tables.items():
-            dt.update_incremental()
+            refresh(dt)
             key = applied_position_key(dt, self.cfg.pipeline.name)
             if key is not None:
                 per_table[sink] = key

@@ -47,7 +47,7 @@ from cdc_core.source.capture import without_excluded
 from cdc_core.source.connection import ConnectionSettings, captured_tables, describe_captured
 from cdc_core.types.key_order import KeyOrders
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.delta_sink import open_table, table_uri
+from pipelines.lake.tables import open_table, table_uri
 from pipelines.stream.failover_start import fail_over, source_server_id
 
 log = logging.getLogger(__name__)

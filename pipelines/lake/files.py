@@ -1,0 +1,152 @@
+"""Parquet files of the lake and the snapshot's commits of them: a file written into a
+table's folder (by a Spark task, a snapshot thread or the stream's copy-on-write) is
+invisible until a commit adds it; the snapshot's driver commits a group's files together
+with the group's chunk records (commit metadata), and reads snapshot progress back from
+those commits.
+
+Invariants:
+- A chunk record is committed in the same commit as the chunk's rows, so a chunk with a
+  record has its rows in Delta, and files of a group never committed are never read
+  (tests/test_snapshot_resume.py).
+- :func:`snapshot_commits` returns what a fresh read of the table's whole log would: the
+  commits this process made through the same handle are taken from memory, any other
+  commit is read from the log (tests/test_lake_requests.py).
+- A data file is written in one request where the store allows
+  (pipelines/lake/storage.py: ``write_file``; tests/test_lake_requests.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, replace
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable
+from deltalake.transaction import AddAction
+
+from cdc_core.chunks.record import ChunkRecord
+from cdc_core.schema.output import CDC_OP
+from pipelines.lake.storage import write_file
+from pipelines.lake.tables import metadata_properties, own_commits, post_commit_hooks, record_own_commit
+
+SNAPSHOT_CHUNKS_KEY = "binlake.snapshot.chunks"
+# A snapshot commit that removed a source table's rows to read it again (a DDL ran during its
+# snapshot): chunk records of that table in earlier versions no longer count.
+SNAPSHOT_RESET_KEY = "binlake.snapshot.reset"
+# A commit without files: no DDL changed these source tables between their baseline and their
+# last chunk (their snapshot is consistent), checked once.
+SNAPSHOT_VERIFIED_KEY = "binlake.snapshot.verified"
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """A Parquet file written into a table's folder, not yet committed."""
+
+    path: str  # relative to the table root
+    size: int
+    num_rows: int
+    stats: str
+
+    def add_action(self) -> AddAction:
+        return AddAction(self.path, self.size, {}, int(time.time() * 1000), True, self.stats)
+
+
+def write_parquet(uri: str, table: pa.Table, storage_options: dict[str, str] | None = None,
+                  kind: str = "snapshot") -> WrittenFile:
+    """Write ``table`` as one Parquet file into the table folder ``uri`` (a local folder or an
+    object-store URI reached with ``storage_options``); the file is not committed. ``kind``
+    names the writer in the file name (snapshot, stream)."""
+    name = f"part-{kind}-{uuid.uuid4().hex}.parquet"
+    # Dictionary encoding only for the op column: on high-cardinality columns it costs
+    # about twice the write time for larger files (measured in bench/snapshot.py --profile).
+    dictionary = [n for n in table.column_names if n == CDC_OP]
+    size = write_file(uri, name, storage_options, lambda out: pq.write_table(
+        table, out, compression="snappy", write_statistics=True, use_dictionary=dictionary))
+    return WrittenFile(name, size, table.num_rows, file_stats(table))
+
+
+def file_stats(table: pa.Table) -> str:
+    """Delta add-action statistics: row count, null counts, min/max of integer columns."""
+    stats: dict = {"numRecords": table.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
+    for name, col in zip(table.column_names, table.columns):
+        if pa.types.is_nested(col.type):
+            continue  # a struct's statistics are per field (spatial columns): none rather than a wrong shape
+        stats["nullCount"][name] = col.null_count
+        if pa.types.is_integer(col.type) and table.num_rows > col.null_count:
+            mm = pc.min_max(col)
+            stats["minValues"][name] = mm["min"].as_py()
+            stats["maxValues"][name] = mm["max"].as_py()
+    return json.dumps(stats)
+
+
+def commit_files(dt: DeltaTable, files: list[WrittenFile], schema: pa.Schema, metadata: dict) -> int:
+    """Append ``files`` to ``dt`` in one Delta commit carrying ``metadata``; returns the new version
+    (a write transaction, unlike write and merge, does not move ``dt`` to the version it committed)."""
+    before = dt.version()
+    custom = {k: json.dumps(v) for k, v in metadata.items()}
+    dt.create_write_transaction(
+        [f.add_action() for f in files], mode="append", schema=schema,
+        commit_properties=metadata_properties(custom), post_commithook_properties=post_commit_hooks(dt),
+    )
+    dt.update_incremental()
+    version = dt.version()
+    if version == before + 1:  # no other commit came between the handle's version and this one's: it is this one
+        record_own_commit(dt, version, custom)
+    return version
+
+
+def snapshot_reset_properties(tables: list[str]) -> CommitProperties:
+    """Properties of the commit that empties source ``tables`` to read them again: their chunk
+    records in earlier versions no longer count (:data:`SNAPSHOT_RESET_KEY`)."""
+    return metadata_properties({SNAPSHOT_RESET_KEY: json.dumps(tables)})
+
+
+@dataclass(frozen=True)
+class SnapshotCommits:
+    """What the table's commits through ``version`` say of snapshot progress: chunk records
+    (each with the ``delta_version`` of the commit carrying it, newest first) and, per source
+    table, the version of its last reset and of its last verification."""
+
+    records: list[ChunkRecord]
+    resets: dict[str, int]
+    verified: dict[str, int]
+    version: int = -1
+
+    def is_verified(self, table: str) -> bool:
+        """Whether ``table``'s snapshot was checked after its last chunk and reset."""
+        last = max([self.resets.get(table, -1)] + [r.delta_version for r in self.records if r.table == table])
+        return self.verified.get(table, -1) > last
+
+
+def snapshot_commits(dt: DeltaTable, known: SnapshotCommits | None = None) -> SnapshotCommits:
+    """Chunk records and resets carried by the table's commits (the durable source of
+    snapshot progress). ``known``: what an earlier call returned for the same table; only the
+    commits after its version are read (on an object store, one request per commit), and not
+    even those when this process made them all through ``dt``
+    (pipelines/lake/tables.py: ``ensure_table``, :func:`commit_files`)."""
+    version = dt.version()
+    if known is not None and known.version == version:
+        return known
+    read_all = known is None or known.version > version
+    if read_all:
+        known = SnapshotCommits([], {}, {})
+    own = own_commits(dt)
+    if all(v in own for v in range(known.version + 1, version + 1)):  # each new commit is one this process made
+        history = [{"version": v, **own[v]} for v in range(version, known.version, -1)]
+    else:
+        history = dt.history() if read_all else dt.history(limit=version - known.version)
+    records, resets, verified = [], dict(known.resets), dict(known.verified)
+    for commit in history:  # newest first, as the records already known
+        raw = commit.get(SNAPSHOT_CHUNKS_KEY)
+        if raw:
+            for r in json.loads(raw) if isinstance(raw, str) else raw:
+                records.append(replace(ChunkRecord.from_row(r), delta_version=commit["version"]))
+        for key, latest in ((SNAPSHOT_RESET_KEY, resets), (SNAPSHOT_VERIFIED_KEY, verified)):
+            raw = commit.get(key)
+            for table in (json.loads(raw) if isinstance(raw, str) else raw) if raw else ():
+                latest[table] = max(latest.get(table, -1), commit["version"])
+    return SnapshotCommits(records + known.records, resets, verified, version)

@@ -1,0 +1,178 @@
+"""Delta tables of the lake: where each lives (``<sink.path>/<db>/<table>``), opening and
+creating them, their schema and its evolution (the schema applier's in-place additions
+and atomic rewrites), what every commit to them runs afterwards, and emptying a table
+(a reset, a truncate). Every table is opened with the sink's storage options
+(pipelines/lake/storage.py). The handle types (``DeltaTable``, ``CommitProperties``) are
+named here for the modules that hold them and pass them back to the lake's functions.
+
+Invariants:
+- Commits run the log cleanup (which lists the whole ``_delta_log``) only at the commits
+  that write a checkpoint, every ``delta.checkpointInterval`` commits
+  (:func:`post_commit_hooks`; tests/test_object_store.py).
+- A reset empties a table in one commit: a routed source's rows only (its sink keeps the
+  other sources' rows), else all of them, the table taking the schema given
+  (:func:`reset`; tests/test_schema_at_position.py, tests/test_routes.py).
+- Commit metadata of versions this process committed through a handle is kept with the
+  handle (:func:`own_commits`), so readers of commit metadata (pipelines/lake/files.py:
+  ``snapshot_commits``) need not read those commits back (tests/test_lake_requests.py).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Schema, write_deltalake
+from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.schema import Field
+
+from cdc_core.schema.output import CDC_SOURCE
+
+DEFAULT_CHECKPOINT_INTERVAL = 100  # delta.checkpointInterval when the table does not set it
+
+
+def table_uri(sink_path: str, qualified_name: str) -> str:
+    """``<sink.path>/<db>/<table>`` (docs/contracts.md)."""
+    db, table = qualified_name.split(".", 1)
+    return f"{sink_path.rstrip('/')}/{db}/{table}"
+
+
+def open_table(uri: str, storage_options: dict | None = None) -> DeltaTable | None:
+    """The Delta table at ``uri``, or None when there is none yet."""
+    try:
+        return DeltaTable(uri, storage_options=storage_options or None)
+    except TableNotFoundError:
+        return None
+
+
+def require_table(uri: str, storage_options: dict | None = None) -> DeltaTable:
+    """The Delta table at ``uri``; raises delta-rs's TableNotFoundError when there is none."""
+    return DeltaTable(uri, storage_options=storage_options or None)
+
+
+def ensure_table(uri: str, schema: pa.Schema, storage_options: dict | None = None) -> DeltaTable:
+    """Open the table at ``uri``, creating it empty with ``schema`` if it does not exist."""
+    dt = open_table(uri, storage_options)
+    if dt is not None:
+        return dt
+    try:
+        dt = DeltaTable.create(uri, schema=schema, mode="error", storage_options=storage_options or None)
+    except DeltaError:
+        dt = open_table(uri, storage_options)  # another writer created it meanwhile
+        if dt is None:
+            raise
+        return dt
+    record_own_commit(dt, 0, {})  # its creation: no commit metadata (snapshot_commits need not read it back)
+    return dt
+
+
+def refresh(dt: DeltaTable) -> None:
+    """Move ``dt`` to the table's latest version (after another process or handle committed)."""
+    dt.update_incremental()
+
+
+# Commit metadata of versions this process committed through a handle (ensure_table, and
+# pipelines/lake/files.py: commit_files): {id(handle): {version: metadata}}, dropped with the
+# handle. snapshot_commits takes them from here instead of reading those commits back (on an
+# object store, a request per commit).
+_own_commits: dict[int, dict[int, dict[str, str]]] = {}
+
+
+def record_own_commit(dt: DeltaTable, version: int, metadata: dict[str, str]) -> None:
+    """Note that this process committed ``version`` of ``dt`` through ``dt`` with ``metadata``."""
+    if id(dt) not in _own_commits:
+        weakref.finalize(dt, _own_commits.pop, id(dt), None)
+    _own_commits.setdefault(id(dt), {})[version] = metadata
+
+
+def own_commits(dt: DeltaTable) -> dict[int, dict[str, str]]:
+    """Version -> commit metadata of the commits this process made through ``dt``."""
+    return _own_commits.get(id(dt), {})
+
+
+def post_commit_hooks(dt: DeltaTable) -> PostCommitHookProperties:
+    """Post-commit work of the next commit to ``dt``: a checkpoint every ``delta.checkpointInterval``
+    commits, as delta-rs does, but expired log entries cleaned up only at those commits. The
+    cleanup lists the whole ``_delta_log``; a table committed every micro-batch (or every chunk
+    group) keeps 30 days of commits there (the default log retention), so listing it at every
+    commit would cost one more request per 1,000 entries each time (bench/object_store.py)."""
+    interval = int(dt.metadata().configuration.get("delta.checkpointInterval", DEFAULT_CHECKPOINT_INTERVAL))
+    return PostCommitHookProperties(create_checkpoint=True,
+                                    cleanup_expired_logs=(dt.version() + 2) % interval == 0)
+
+
+def metadata_properties(metadata: dict[str, str]) -> CommitProperties:
+    """Properties of a commit carrying ``metadata`` (commit metadata, no transaction identifier)."""
+    return CommitProperties(custom_metadata=metadata)
+
+
+def commit_no_data(dt: DeltaTable, props: CommitProperties) -> None:
+    """One commit of ``dt`` without files, carrying only ``props`` (an offset and its metadata)."""
+    dt.create_write_transaction([], mode="append", schema=delta_schema(dt), commit_properties=props,
+                                post_commithook_properties=post_commit_hooks(dt))
+    dt.update_incremental()
+
+
+# --- schema ---------------------------------------------------------------------------------
+
+
+def delta_schema(dt: DeltaTable) -> pa.Schema:
+    """The Delta table's schema as a pyarrow schema."""
+    return pa.schema(dt.schema().to_arrow())
+
+
+@dataclass(frozen=True)
+class DeltaColumn:
+    """A column as Delta names its type."""
+
+    name: str
+    delta_type: str  # Delta's type name: integer, long, decimal(10,2), timestamp_ntz...
+    nullable: bool
+
+
+def delta_columns(schema: pa.Schema) -> list[DeltaColumn]:
+    """The columns of ``schema`` with Delta's names of their types."""
+    return [DeltaColumn(f.name, str(f.type.type) if hasattr(f.type, "type") else str(f.type), f.nullable)
+            for f in Schema.from_arrow(schema).fields]
+
+
+def add_columns(dt: DeltaTable, fields: list[pa.Field], props: CommitProperties | None) -> None:
+    """Add ``fields`` (nullable) to ``dt`` in place, in one commit: existing rows hold NULL."""
+    dt.alter.add_columns([Field.from_arrow(f) for f in fields], commit_properties=props)
+    dt.update_incremental()
+
+
+def rewrite(dt: DeltaTable, transform: Callable[[pa.Table], pa.Table], props: CommitProperties | None) -> None:
+    """Replace every row and the schema of ``dt`` by ``transform`` of its rows, in one atomic
+    overwrite commit (the schema changes delta-rs cannot make in place: drop, rename, retype)."""
+    table = transform(dt.to_pyarrow_table())
+    _overwrite(dt, table, props)
+    dt.update_incremental()
+
+
+def _overwrite(dt: DeltaTable, table: pa.Table, props: CommitProperties | None) -> None:
+    write_deltalake(dt, table, mode="overwrite", schema_mode="overwrite", commit_properties=props)
+
+
+# --- emptying a table ------------------------------------------------------------------------
+
+
+def reset(dt: DeltaTable, props: CommitProperties, *, source: str | None = None,
+          schema: pa.Schema | None = None) -> None:
+    """Empty ``dt`` in one commit carrying ``props`` (TRUNCATE TABLE, a table created anew in
+    MySQL, a snapshot that reads a table again): with ``source`` (a routed source table) only
+    that source's rows, its sink keeping the other sources'; else every row, the table taking
+    ``schema`` when given (the new table's columns), else keeping its own."""
+    if source is None and schema is not None:
+        _overwrite(dt, schema.empty_table(), props)
+        return
+    predicate = None if source is None else f"{sql_ident(CDC_SOURCE)} = '{source.replace(chr(39), chr(39) * 2)}'"
+    # delete leaves dt at the version it committed
+    dt.delete(predicate, commit_properties=props, post_commithook_properties=post_commit_hooks(dt))
+
+
+def sql_ident(name: str) -> str:
+    """``name`` quoted as a SQL identifier (delta-rs's predicates and MERGE expressions)."""
+    return '"' + name.replace('"', '""') + '"'
