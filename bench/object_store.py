@@ -67,7 +67,7 @@ from cdc_core.batch.micro_batch import CATCHUP_LAG_SECONDS  # noqa: E402
 from cdc_core.config import BinlakeConfig, SinkConfig, parse_config  # noqa: E402
 from devtools.local_mariadb import LocalMariaDB  # noqa: E402
 from pipelines.lake.delta_sink import count_rows, open_table, table_uri, write_parquet  # noqa: E402
-from pipelines.snapshot.job import SnapshotJob  # noqa: E402
+from pipelines.snapshot.driver import SnapshotJob  # noqa: E402
 from pipelines.stream import StreamEngine  # noqa: E402
 from tests.s3_endpoint import REGION, S3Server  # noqa: E402
 

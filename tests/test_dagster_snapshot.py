@@ -20,7 +20,7 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 from orchestration.build import build_binlake_definitions
 from orchestration.checks import CHECKSUM, RECONCILE_JOB
 from orchestration.snapshot import snapshot_partitions_sensor
-from pipelines.snapshot.job import SnapshotJob
+from pipelines.snapshot.driver import SnapshotJob
 from pipelines.source_catalog import discover
 from resources.translator import chunk_partition_key, chunk_partitions
 from tests.helpers import assert_equal, write_config_file
