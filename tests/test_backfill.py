@@ -36,11 +36,11 @@ from cdc_core.source.connection import connect, connection_settings
 from pipelines.backfill.requests import change_state, request_backfill
 from pipelines.lake.control_store import ControlStore
 from pipelines.lake.delta_sink import table_uri
-from pipelines.pause_points import MARKER, PAUSE_ENV
 from pipelines.stream import StreamEngine
 from pipelines.stream.online_backfill import BACKFILL_KEY
 from tests.change_count import assert_changes_counted
 from tests.helpers import EngineThread, assert_equal, diff_tables, snapshot, write_config_file
+from tests.pause_points import MARKER
 from tests.test_stream_crash import Stream, _env, wait_for
 
 ROWS_SQL = ("INSERT INTO {t} (id, v, s) SELECT seq, seq % 1000, CONCAT('row-', seq) FROM seq_1_to_{n}")
@@ -510,8 +510,8 @@ def test_large_backfill_reads_groups_of_chunks_on_spark_under_writes(db, spark, 
 
 
 def _paused(config: str, logs, password: str, point: str) -> None:
-    """A ``binlake stream`` run SIGKILLed at ``point`` (``BINLAKE_TEST_PAUSE_AT``), once it is there."""
-    s = Stream(config, logs, password=password, env={PAUSE_ENV: point})
+    """A ``binlake stream`` run SIGKILLed at ``point`` (tests/pause_points.py), once it is there."""
+    s = Stream(config, logs, password=password, pause=point)
     try:
         wait_for(lambda: MARKER in s.stderr or not s.alive(), 240, f"the stream to reach {point}", interval=0.05)
         assert s.alive() and MARKER in s.stderr, s.describe()

@@ -74,7 +74,6 @@ from pipelines.lake.delta_sink import (
     truncate,
 )
 from pipelines.lake.storage import UnsafeSink, is_local, require_safe_commits
-from pipelines.pause_points import pause_at
 from pipelines.schema.applier import delta_schema, widen_to
 from pipelines.snapshot.plan import chunk_groups, group_size, plan_table, streamed_already
 from pipelines.snapshot.runner import GroupRunner, next_attempt_in
@@ -307,9 +306,7 @@ class SnapshotJob:
                              f"with the driver ({missing[0].path} written by an executor is missing here); use an "
                              "object-store URI, or a folder mounted at the same path on every host")
         version = commit_files(table, files, schema, {SNAPSHOT_CHUNKS_KEY: [r.to_json_row() for r in records]})
-        records = [replace(r, delta_version=version) for r in records]
-        pause_at("snapshot_chunk_committed")
-        return records
+        return [replace(r, delta_version=version) for r in records]
 
     def _mirror(self, records: list[ChunkRecord]) -> None:
         """The data commit already holds these records; the mirror table is appended in

@@ -89,7 +89,6 @@ from cdc_core.source.connection import captured_tables, connect, connection_sett
 from cdc_core.source.foreign_keys import Cascade, by_parent, cascades
 from cdc_core.types.key_order import KeyOrders, ServerSql
 from pipelines.lake.control_store import ControlStore
-from pipelines.pause_points import pause_at
 from pipelines.stream.commit import Committer
 from pipelines.stream.online_backfill import Backfills
 from pipelines.stream.reader import ParallelReader, ReaderProcess
@@ -540,11 +539,7 @@ class StreamEngine:
             s.summary.changes += tb.rows_in - tb.dropped
         if self.backfills is not None:
             self.backfills.save_cascades()  # durable before the checkpoint passes the cascade
-        if b.tables:
-            pause_at("batch_read")
         commits = self.committer.apply(b, offset)
-        if commits:
-            pause_at("tables_committed")
         s.summary.commits += len(commits)
         s.summary.batches += 1
         self._checkpoint(offset)

@@ -63,7 +63,6 @@ from pipelines.backfill.reads import ChunkTask, GroupReads
 from pipelines.backfill.requests import refusal
 from pipelines.lake.control_store import ControlStore
 from pipelines.lake.delta_sink import apply_changes, deduplicate, deletions, stream_commit_properties, table_uri
-from pipelines.pause_points import pause_at
 from pipelines.schema.applier import conform, delta_name, delta_schema
 from pipelines.stream.sinks import Sinks
 from pipelines.stream.start import stable_describe
@@ -297,9 +296,6 @@ class Backfills:
             self._read_next(group)
         except Exception as e:  # noqa: BLE001 - classified in _read_failed
             self._read_failed(group.request, e)
-            return
-        if group.ahead:
-            pause_at("backfill_read_ahead")
 
     def _next(self, req: BackfillRequest, first: int, ahead: bool = False) -> NextGroup:
         schema = self.state.tables[req.table].schema
@@ -418,7 +414,6 @@ class Backfills:
                 self._candidates.setdefault(f.request.id, {}).update(f.scanning.result())
                 f.scanning = None
             self._read(f, f.reading.result())
-            pause_at("backfill_group_read")
 
     def _read(self, f: InFlight, results: list[ChunkResult]) -> None:
         f.results, f.reading, f.read_seconds = results, None, time.monotonic() - f.started
@@ -536,9 +531,27 @@ class Backfills:
                 self.inflight.pop(0)
 
     def _merge_chunk(self, f: InFlight, result: ChunkResult, last: bool) -> None:
-        s = self.state
+        """Merge one chunk of ``f``; after the group's ``last``, save the request's progress."""
         merging = time.monotonic()
         req = next(r for r in self.requests if r.id == f.request.id)
+        applied = self._write_merge(f, req, result)
+        f.applied += applied.inserted + applied.updated
+        f.merge_seconds += time.monotonic() - merging
+        if not last:  # the group's progress is recorded after its last merge (a merge may be repeated)
+            return
+        done = result.chunk.index + 1  # the plan's chunks merged in order: its index counts those before it
+        finished = done == len(req.chunks)
+        self._save(req.next(chunks_done=done, rows=req.rows + f.applied,
+                            state=BackfillState.DONE if finished else BackfillState.RUNNING,
+                            detail=f"{f.describe()}: read {f.read_seconds:.2f} s, merged {f.merge_seconds:.2f} s"))
+        if finished:
+            self._candidates.pop(req.id, None)
+            log.warning("backfill %s of %s (%s) is done", req.id, f.table, req.describe_range())
+
+    def _write_merge(self, f: InFlight, req: BackfillRequest, result: ChunkResult) -> RowsApplied:
+        """The chunk's merge committed to Delta where the stream is (nothing when its range
+        already equals MySQL); what it wrote."""
+        s = self.state
         chunk = result.chunk
         rows = result.table
         pk = f.schema.row_key
@@ -568,19 +581,7 @@ class Backfills:
                                     table_uri(self.cfg.sink.path, sink), self.cfg.sink.storage_options)
         else:  # the range already equals MySQL: nothing to commit
             applied = RowsApplied()
-        pause_at("backfill_merged")
-        f.applied += applied.inserted + applied.updated
-        f.merge_seconds += time.monotonic() - merging
         log.info("backfill %s of %s: chunk %d merged (%d appended, %d upserted, %d deleted, %d keys left to the "
                  "stream)", req.id, f.table, chunk.index, append.num_rows, upsert.num_rows, len(deletes),
                  len(f.merge.touched))
-        if not last:  # the group's progress is recorded after its last merge (a merge may be repeated)
-            return
-        done = chunk.index + 1  # the plan's chunks merged in order: its index counts those before it
-        finished = done == len(req.chunks)
-        self._save(req.next(chunks_done=done, rows=req.rows + f.applied,
-                            state=BackfillState.DONE if finished else BackfillState.RUNNING,
-                            detail=f"{f.describe()}: read {f.read_seconds:.2f} s, merged {f.merge_seconds:.2f} s"))
-        if finished:
-            self._candidates.pop(req.id, None)
-            log.warning("backfill %s of %s (%s) is done", req.id, f.table, req.describe_range())
+        return applied
