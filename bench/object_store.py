@@ -69,7 +69,7 @@ from devtools.local_mariadb import LocalMariaDB  # noqa: E402
 from pipelines.lake.files import write_parquet  # noqa: E402
 from pipelines.lake.reads import count_rows  # noqa: E402
 from pipelines.lake.tables import open_table, table_uri  # noqa: E402
-from pipelines.snapshot.job import SnapshotJob  # noqa: E402
+from pipelines.snapshot.driver import SnapshotJob  # noqa: E402
 from pipelines.stream import StreamEngine  # noqa: E402
 from tests.s3_endpoint import REGION, S3Server  # noqa: E402
 

@@ -38,7 +38,7 @@ import psutil  # noqa: E402
 from bench.snapshot import binlake_config, load_table  # noqa: E402
 from devtools.local_mariadb import LocalMariaDB  # noqa: E402
 from pipelines.reconcile.checksums import reconcile_tables  # noqa: E402
-from pipelines.snapshot.job import SnapshotJob  # noqa: E402
+from pipelines.snapshot.driver import SnapshotJob  # noqa: E402
 from pipelines.spark.session import get_spark  # noqa: E402
 
 OUT = REPO / "bench" / "out" / "reconcile.json"

@@ -70,7 +70,8 @@ from deltalake import DeltaTable, write_deltalake  # noqa: E402
 from cdc_core.config import parse_config  # noqa: E402
 from devtools.local_mariadb import LocalMariaDB  # noqa: E402
 from pipelines.lake.files import WrittenFile, commit_files  # noqa: E402
-from pipelines.snapshot.job import SnapshotJob  # noqa: E402
+from pipelines.snapshot.driver import SnapshotJob  # noqa: E402
+from pipelines.snapshot.task import GroupWritten  # noqa: E402
 from pipelines.spark.session import get_spark  # noqa: E402
 
 JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"
@@ -451,8 +452,10 @@ _PROF = threading.local()  # the running task's timers: one per thread (the loca
 
 
 def timed_run_group(task):
-    """The group reader of the profiled run: pipelines.snapshot.job.run_group with timers
-    around its steps (patched once per process; each thread sums into its own task's timers)."""
+    """The group reader of the profiled run: pipelines.snapshot.task.run_group with timers
+    around its steps (patched once per process; each thread sums into its own task's timers).
+    Returns ``{"result": the group's result, "profile": its timers}``: a builtin container
+    crosses back from Spark's Python workers whichever module defines this function."""
     import time as _t
 
     wall_start = _t.time()
@@ -461,7 +464,8 @@ def timed_run_group(task):
 
     t_import = _t.perf_counter() - t_start
     import cdc_core.chunks.reader as cr
-    import pipelines.snapshot.job as sj
+    import pipelines.snapshot.connections as sc
+    import pipelines.snapshot.task as st
 
     with _PATCH_LOCK:
         fresh = not getattr(cr, "_bench_patched", False)  # first task in this Python process
@@ -483,17 +487,17 @@ def timed_run_group(task):
             cr.read_changes = timed("binlog_window_reads_s", cr.read_changes)
             cr.ChunkReader._canonical = timed("arrow_canonicalise_s", cr.ChunkReader._canonical)
             connectorx.read_sql = timed("connectorx_read_s", connectorx.read_sql)
-            sj.write_parquet = timed("parquet_write_s", sj.write_parquet)
-            sj.connect = timed("control_connect_s", sj.connect)
+            st.write_parquet = timed("parquet_write_s", st.write_parquet)
+            sc.connect = timed("control_connect_s", sc.connect)
     prof = _PROF.prof = {}
     t0 = _t.perf_counter()
-    result = sj.run_group(task)
+    result = st.run_group(task)
     prof["run_group_s"] = _t.perf_counter() - t0
     prof["cold_import_s"] = t_import
     prof["worker_total_s"] = _t.perf_counter() - t_start
-    result["profile"] = {**prof, "fresh_worker": fresh, "wall_start": wall_start, "wall_end": _t.time()}
+    profile = {**prof, "fresh_worker": fresh, "wall_start": wall_start, "wall_end": _t.time()}
     _PROF.prof = None
-    return result
+    return {"result": result, "profile": profile}
 
 
 class ProfiledSnapshotJob(SnapshotJob):
@@ -510,6 +514,7 @@ class ProfiledSnapshotJob(SnapshotJob):
                           ("completed_chunks", "control_completed_chunks_s"),
                           ("record_chunks", "control_record_chunks_s")):
             setattr(store, meth, self._timed(key, getattr(store, meth)))
+        self.runner._attempt = self._timed_attempt(self.runner._attempt)
 
     def _add(self, key: str, seconds: float) -> None:
         with self._lock:
@@ -541,22 +546,27 @@ class ProfiledSnapshotJob(SnapshotJob):
 
     group_fn = staticmethod(timed_run_group)
 
-    def _attempt(self, task, what):
-        t0, submitted = time.perf_counter(), time.time()
-        result = super()._attempt(task, what)
-        job_s, returned = time.perf_counter() - t0, time.time()
-        if "profile" not in result:
-            return result  # a retry or a failure: the driver handles it
-        p = result["profile"]
-        p["spark_job_s"] = job_s
-        p["spark_overhead_s"] = job_s - p["worker_total_s"]
-        p["submit_to_task_start_s"] = p.pop("wall_start") - submitted
-        p["task_end_to_result_s"] = returned - p.pop("wall_end")
-        p["chunks"] = len(task.chunks)
-        p["rows"] = sum(r.rows for r in result["records"])
-        with self._lock:
-            self.tasks.append(p)
-        return result
+    def _timed_attempt(self, attempt):
+        """The runner's one attempt at a group, timed as a Spark job; the task's timers kept."""
+        def timed(task, what):
+            t0, submitted = time.perf_counter(), time.time()
+            answer = attempt(task, what)
+            job_s, returned = time.perf_counter() - t0, time.time()
+            if not isinstance(answer, dict):
+                return answer  # a stalled attempt: the runner handles it
+            result, p = answer["result"], answer["profile"]
+            if not isinstance(result, GroupWritten):
+                return result  # a retry or a failure: the runner handles it
+            p["spark_job_s"] = job_s
+            p["spark_overhead_s"] = job_s - p["worker_total_s"]
+            p["submit_to_task_start_s"] = p.pop("wall_start") - submitted
+            p["task_end_to_result_s"] = returned - p.pop("wall_end")
+            p["chunks"] = len(task.chunks)
+            p["rows"] = sum(r.rows for r in result.records)
+            with self._lock:
+                self.tasks.append(p)
+            return result
+        return timed
 
     def _commit(self, table, schema, results):
         t0 = time.perf_counter()

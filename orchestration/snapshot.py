@@ -48,7 +48,7 @@ def snapshot_asset(spec: AssetSpec) -> AssetsDefinition:
         description="Plans the snapshot chunks of tables without a plan and adds them as the tables' partitions")
 def snapshot_partitions_sensor(context: SensorEvaluationContext, binlake: BinlakeResource):
     """Add each table's planned chunks as its dynamic partitions (planning the unplanned ones)."""
-    from pipelines.snapshot.job import plan_snapshot
+    from pipelines.snapshot.plan import plan_snapshot
 
     cfg = binlake.load()
     names = list(binlake.tables(cfg))

@@ -106,7 +106,8 @@ def cmd_validate(args) -> int:
 
 def _run_snapshot(cfg: BinlakeConfig) -> int:
     from cdc_core.retry import RetryBudgetExceeded
-    from pipelines.snapshot.job import SnapshotJob, finished_snapshot
+    from pipelines.snapshot.driver import SnapshotJob
+    from pipelines.snapshot.verify import finished_snapshot
 
     summary = finished_snapshot(cfg)
     if summary is not None:  # nothing to read: no Spark session (its start alone takes seconds)

@@ -109,7 +109,7 @@ class BinlakeResource(ConfigurableResource):
         ``source.snapshot.runner`` puts groups on it), materialising each chunk partition as its
         rows are committed; returns the table's SnapshotSummary."""
         from pipelines.lake.tables import open_table, table_uri
-        from pipelines.snapshot.job import SnapshotJob
+        from pipelines.snapshot.driver import SnapshotJob
         from pipelines.spark.session import snapshot_on_spark
 
         cfg = self.load()

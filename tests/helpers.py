@@ -16,7 +16,7 @@ from cdc_core.schema.table import describe_table
 from cdc_core.source.connection import connect, connection_settings
 from pipelines.lake.tables import table_uri
 from pipelines.reconcile.rows import TableDiff, compare_table
-from pipelines.snapshot.job import SnapshotJob
+from pipelines.snapshot.driver import SnapshotJob
 
 if TYPE_CHECKING:
     from pipelines.stream import StreamEngine

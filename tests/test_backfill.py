@@ -36,11 +36,11 @@ from cdc_core.source.connection import connect, connection_settings
 from pipelines.backfill.requests import change_state, request_backfill
 from pipelines.lake.control_store import ControlStore
 from pipelines.lake.tables import table_uri
-from pipelines.pause_points import MARKER, PAUSE_ENV
 from pipelines.stream import StreamEngine
 from pipelines.stream.online_backfill import BACKFILL_KEY
 from tests.change_count import assert_changes_counted
 from tests.helpers import EngineThread, assert_equal, diff_tables, snapshot, write_config_file
+from tests.pause_points import MARKER
 from tests.test_stream_crash import Stream, _env, wait_for
 
 ROWS_SQL = ("INSERT INTO {t} (id, v, s) SELECT seq, seq % 1000, CONCAT('row-', seq) FROM seq_1_to_{n}")
@@ -372,7 +372,7 @@ def test_a_ddl_between_a_chunk_read_and_its_merge_reads_it_again(db, spark, make
     def start_then_alter():
         original()
         engine.backfills.poll(force=True)
-        engine.backfills.step()  # the first chunk is read; then a DDL and writes before its high watermark
+        engine._step_backfills()  # the first chunk is read; then a DDL and writes before its high watermark
         assert engine.backfills.inflight
         with conn.cursor() as cur:
             cur.execute("ALTER TABLE acct ADD COLUMN extra INT DEFAULT 5")
@@ -472,12 +472,12 @@ def test_large_backfill_reads_groups_of_chunks_on_spark_under_writes(db, spark, 
 
     def start_counting_groups():
         start()
-        step = stream.backfills.step
+        step = stream._step_backfills
 
         def counted(**how):
             step(**how)
             in_flight.append(len(stream.backfills.inflight))
-        stream.backfills.step = counted
+        stream._step_backfills = counted
 
     stream._start = start_counting_groups
     engine = EngineThread(stream)
@@ -510,8 +510,8 @@ def test_large_backfill_reads_groups_of_chunks_on_spark_under_writes(db, spark, 
 
 
 def _paused(config: str, logs, password: str, point: str) -> None:
-    """A ``binlake stream`` run SIGKILLed at ``point`` (``BINLAKE_TEST_PAUSE_AT``), once it is there."""
-    s = Stream(config, logs, password=password, env={PAUSE_ENV: point})
+    """A ``binlake stream`` run SIGKILLed at ``point`` (tests/pause_points.py), once it is there."""
+    s = Stream(config, logs, password=password, pause=point)
     try:
         wait_for(lambda: MARKER in s.stderr or not s.alive(), 240, f"the stream to reach {point}", interval=0.05)
         assert s.alive() and MARKER in s.stderr, s.describe()
@@ -569,7 +569,7 @@ def test_a_paused_request_drops_the_group_spark_is_reading(db, spark, make_confi
         backfills = engine.backfills
         backfills.poll(force=True)
         wait_for(lambda: backfills._reads.slots() is not None, 60, "Spark")  # the test's session, found
-        backfills.step()  # the first group: chunks 0-3 on Spark
+        engine._step_backfills()  # the first group: chunks 0-3 on Spark
         assert [len(f.chunks) for f in backfills.inflight] == [4]
         change_state(cfg, req.id, BackfillState.PAUSED)
         backfills.poll(force=True)

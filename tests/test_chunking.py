@@ -96,7 +96,7 @@ def test_snapshot_row_count_over_plan_spans_equals_count_star(db, mariadb, paral
     table's COUNT(*), also for rows written after planning beyond the old MIN/MAX and for
     string keys in a case-insensitive collation; a table without a plan is counted whole."""
     from cdc_core.source.connection import ConnectionSettings, connect
-    from pipelines.snapshot.job import _mysql_rows
+    from pipelines.snapshot.verify import mysql_rows
 
     name, conn = db
     with conn.cursor() as cur:
@@ -115,6 +115,6 @@ def test_snapshot_row_count_over_plan_spans_equals_count_star(db, mariadb, paral
         return connect(settings)
 
     assert len(ints) > 3 and len(strings) > 3
-    assert _mysql_rows(opened, f"{name}.n%t", ints, parallelism) == 1004
-    assert _mysql_rows(opened, f"{name}.s", strings, parallelism) == 244
-    assert _mysql_rows(opened, f"{name}.s", [], parallelism) == 244
+    assert mysql_rows(opened, f"{name}.n%t", ints, parallelism) == 1004
+    assert mysql_rows(opened, f"{name}.s", strings, parallelism) == 244
+    assert mysql_rows(opened, f"{name}.s", [], parallelism) == 244

@@ -15,7 +15,7 @@ import yaml
 
 from cdc_core.config import load_config
 from devtools.local_mariadb import LocalMariaDB
-from pipelines.snapshot.job import finished_snapshot
+from pipelines.snapshot.verify import finished_snapshot
 from tests.helpers import assert_equal
 
 BINLAKE = str(Path(sys.executable).with_name("binlake")) if Path(sys.executable).with_name("binlake").exists() \

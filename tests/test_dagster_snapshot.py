@@ -20,7 +20,7 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 from orchestration.build import build_binlake_definitions
 from orchestration.checks import CHECKSUM, RECONCILE_JOB
 from orchestration.snapshot import snapshot_partitions_sensor
-from pipelines.snapshot.job import SnapshotJob
+from pipelines.snapshot.runner import GroupRunner
 from pipelines.source_catalog import discover
 from resources.translator import chunk_partition_key, chunk_partitions
 from tests.helpers import assert_equal, write_config_file
@@ -67,14 +67,14 @@ def test_chunks_are_partitions_and_a_failed_chunk_reruns_alone(dagster_setup, sp
                                                                            resources=defs.resources)), SensorResult)
 
     failing = 2
-    real = SnapshotJob._run_group
+    real = GroupRunner._run
 
     def fail_one(self, task):
         if task.chunks[0].index == failing:
             raise RuntimeError(f"chunk {failing} lost its connection")
         return real(self, task)
 
-    monkeypatch.setattr(SnapshotJob, "_run_group", fail_one)
+    monkeypatch.setattr(GroupRunner, "_run", fail_one)
     result = materialize([asset_of(defs, key)], instance=instance, resources=defs.resources, raise_on_error=False,
                          tags={ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]})
     assert not result.success
@@ -87,7 +87,7 @@ def test_chunks_are_partitions_and_a_failed_chunk_reruns_alone(dagster_setup, sp
     mats = result.asset_materializations_for_node("snapshot__" + name + "__a")
     assert all(m.metadata["binlake/delta_version"].value is not None for m in mats)
 
-    monkeypatch.setattr(SnapshotJob, "_run_group", real)
+    monkeypatch.setattr(GroupRunner, "_run", real)
     rerun = materialize([asset_of(defs, key)], instance=instance, resources=defs.resources,
                         partition_key=chunk_partition_key(failing))
     assert rerun.success

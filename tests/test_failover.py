@@ -27,7 +27,7 @@ from devtools.local_mariadb import LocalMariaDB
 from pipelines.lake.control_store import ControlStore
 from pipelines.lake.offsets import last_stream_offset
 from pipelines.lake.tables import table_uri
-from pipelines.snapshot.job import SnapshotJob
+from pipelines.snapshot.driver import SnapshotJob
 from pipelines.stream.engine import StreamEngine
 from tests.helpers import assert_equal, write_config_file
 from tests.test_stream_crash import assert_commits_strictly_increase, own_config, run_stream

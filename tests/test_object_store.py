@@ -175,7 +175,7 @@ def test_snapshot_groups_finishing_within_the_commit_interval_share_a_commit(db,
     commit wait for the next one (a commit is about 9 requests there): the first group commits
     at once, the others together once the last is done; every chunk is recorded once, at the
     version holding its rows, and Delta equals MySQL."""
-    from pipelines.snapshot import job as snapshot_job
+    from pipelines.snapshot import driver as snapshot_driver
 
     name, conn = db
     with conn.cursor() as cur:
@@ -183,14 +183,14 @@ def test_snapshot_groups_finishing_within_the_commit_interval_share_a_commit(db,
         cur.execute("INSERT INTO t SELECT seq, CONCAT('v', seq) FROM seq_1_to_4000")
     cfg = make_config(name, chunk_size=250, parallelism=2, sink=s3_sink,
                       source={"snapshot": {"chunk_size": 250, "max_rows_per_task": 500, "runner": "local"}})
-    monkeypatch.setattr(snapshot_job, "OBJECT_STORE_COMMIT_INTERVAL", 600.0)
-    real, files_per_commit = snapshot_job.commit_files, []
+    monkeypatch.setattr(snapshot_driver, "OBJECT_STORE_COMMIT_INTERVAL", 600.0)
+    real, files_per_commit = snapshot_driver.commit_files, []
 
     def counted(table, files, schema, metadata):
         files_per_commit.append(len(files))
         return real(table, files, schema, metadata)
 
-    monkeypatch.setattr(snapshot_job, "commit_files", counted)
+    monkeypatch.setattr(snapshot_driver, "commit_files", counted)
     summary = snapshot(cfg, None)
     groups = (summary.tables[0].chunks + 1) // 2
     assert [n for n in files_per_commit if n] == [1, groups - 1]

@@ -27,7 +27,7 @@ from cdc_core.types.mapping import widest_type
 from pipelines.lake.control_store import ControlStore
 from pipelines.lake.tables import table_uri
 from pipelines.schema.applier import SchemaChangeRejected
-from pipelines.snapshot.job import SnapshotJob
+from pipelines.snapshot.driver import SnapshotJob
 from pipelines.status import pipeline_status
 from pipelines.stream import StreamEngine
 from tests.helpers import EngineThread, assert_equal, snapshot

@@ -205,8 +205,8 @@ def test_exception_stops_at_the_first_change_naming_table_statement_and_position
 
 def test_ddl_during_the_snapshot_reads_the_table_again(db, spark, make_config):
     """A DDL between two chunk groups: chunks read before it hold other columns than those read
-    after it, so the table's snapshot is taken again (pipelines/snapshot/job.py)."""
-    from pipelines.snapshot.job import SnapshotJob
+    after it, so the table's snapshot is taken again (pipelines/snapshot/driver.py)."""
+    from pipelines.snapshot.driver import SnapshotJob
 
     name, conn = db
     with conn.cursor() as cur:

@@ -17,7 +17,7 @@ import pytest
 
 from cdc_core.retry import RetryPolicy
 from cdc_core.source.connection import connect, connection_settings
-from pipelines.snapshot.job import SnapshotJob
+from pipelines.snapshot.driver import SnapshotJob
 from tests.fault_proxy import Rule, via
 from tests.helpers import assert_equal, replay_handoff, write_config_file
 
@@ -108,13 +108,13 @@ def test_outage_beyond_the_budget_fails_then_a_rerun_resumes(db, spark, make_con
     third group's SELECT and outlasts the budget: exit 1, one line naming the cause. With the
     source back, the same command resumes from the committed groups."""
     from pipelines import cli
-    from pipelines.snapshot import job as snapshot_job
+    from pipelines.snapshot import driver as snapshot_driver
 
     name, conn = db
     _table(conn)
     cfg = make_config(name, chunk_size=100)
-    monkeypatch.setattr(snapshot_job, "RetryPolicy", lambda: RetryPolicy(delays=(0.3,), budget_seconds=3,
-                                                                         stall_seconds=30, read_timeout=4))
+    monkeypatch.setattr(snapshot_driver, "RetryPolicy", lambda: RetryPolicy(delays=(0.3,), budget_seconds=3,
+                                                                            stall_seconds=30, read_timeout=4))
     monkeypatch.setenv("BINLAKE_TEST_PASSWORD", cfg.source.password.get_secret_value())
     path = write_config_file(via(cfg, proxy), tmp_path / "binlake.yaml")
     outage = proxy.add(Rule(_chunk_select(name), "outage", skip=2))  # after the first groups
@@ -139,10 +139,10 @@ def test_groups_never_bridge_committed_chunks():
     """A failed run leaves holes (groups run in parallel and commit in any order); a resumed run
     groups the chunks still pending, and a group read as one range must not span a hole."""
     from cdc_core.chunks.planning import Chunk
-    from pipelines.snapshot.job import _groups
+    from pipelines.snapshot.plan import chunk_groups
 
     pending = [Chunk("d.t", i, "id", i * 10, i * 10 + 10) for i in (0, 1, 2, 5, 6, 7, 8, 9, 12)]
-    groups = _groups(pending, 4)
+    groups = chunk_groups(pending, 4)
     assert [[c.index for c in g] for g in groups] == [[0, 1, 2], [5, 6, 7, 8], [9], [12]]
     assert all(g[-1].index - g[0].index == len(g) - 1 for g in groups)
 

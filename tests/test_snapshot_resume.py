@@ -109,7 +109,7 @@ def test_groups_finished_together_share_one_commit(db, make_config, monkeypatch)
     all their chunk records (fewer commits: on an object store each is about 8 requests). The
     first commit is held back, so the other groups are done by then; every chunk is recorded
     once, at the version of the commit that holds its rows, and a re-run reads nothing."""
-    from pipelines.snapshot import job as snapshot_job
+    from pipelines.snapshot import driver as snapshot_driver
 
     name, conn = db
     with conn.cursor() as cur:
@@ -117,7 +117,7 @@ def test_groups_finished_together_share_one_commit(db, make_config, monkeypatch)
         cur.execute("INSERT INTO t SELECT seq, CONCAT('v', seq) FROM seq_1_to_4000")
     cfg = make_config(name, chunk_size=250, parallelism=4,
                       source={"snapshot": {"chunk_size": 250, "max_rows_per_task": 500, "runner": "local"}})
-    real, files_per_commit = snapshot_job.commit_files, []
+    real, files_per_commit = snapshot_driver.commit_files, []
 
     def slow_first(table, files, schema, metadata):
         if files and not files_per_commit:
@@ -125,7 +125,7 @@ def test_groups_finished_together_share_one_commit(db, make_config, monkeypatch)
         files_per_commit.append(len(files))
         return real(table, files, schema, metadata)
 
-    monkeypatch.setattr(snapshot_job, "commit_files", slow_first)
+    monkeypatch.setattr(snapshot_driver, "commit_files", slow_first)
     summary = snapshot(cfg, None)
     assert summary.tables[0].rows_written == 4000
     data_commits = [n for n in files_per_commit if n]

@@ -3,9 +3,9 @@ updates, deletes, key updates, multi-table and rolled-back transactions, transac
 thousands of rows and DDL (columns added to and dropped from ``tags`` while it is written,
 ``acct.name`` widened) — each kill followed by a restart that must leave Delta equal to MySQL.
 
-Kills land at *targeted* points, reached through the test hook of pipelines/pause_points.py
-(``BINLAKE_TEST_PAUSE_AT=<point>:<n>``: the process says it reached the n-th hit of the point
-and waits there to be killed):
+Kills land at *targeted* points, reached by running the CLI through tests/pause_points.py
+(``<point>:<n>``: the process says it reached the n-th hit of the point and waits there to be
+killed; the product has no test hook):
 
 - ``snapshot_chunk_committed``: ``binlake snapshot`` (under the writer) with a chunk group's
   rows and records committed, their mirror in ``_binlake/`` not written;
@@ -49,10 +49,10 @@ from deltalake import DeltaTable
 
 from pipelines.backfill.requests import request_backfill
 from pipelines.lake.tables import table_uri
-from pipelines.pause_points import MARKER, PAUSE_ENV
 from pipelines.stream import StreamEngine
 from tests.change_count import assert_changes_counted
 from tests.helpers import assert_equal, snapshot, write_config_file
+from tests.pause_points import MARKER
 from tests.test_stream_crash import (
     STREAM,
     Stream,
@@ -130,7 +130,7 @@ def _marker(s: Stream) -> bool:
 def kill_paused(config, logs, point: str, n: int, password: str, command: str = "stream") -> bool:
     """Run ``binlake <command>`` paused at the n-th hit of ``point``; SIGKILL it there. True when
     it reached the point (False: killed after PAUSE_TIMEOUT s without reaching it)."""
-    s = Stream(config, logs, password=password, command=command, env={PAUSE_ENV: f"{point}:{n}"})
+    s = Stream(config, logs, password=password, command=command, pause=f"{point}:{n}")
     try:
         started = time.monotonic()
         while time.monotonic() - started < PAUSE_TIMEOUT[command] and s.alive() and not _marker(s):

@@ -13,7 +13,7 @@ def test_python_workers_fork_from_the_preloading_daemon(spark):
 
         with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
             parent = f.read().replace(b"\0", b" ").decode()
-        return parent, "pipelines.snapshot.job" in sys.modules
+        return parent, "pipelines.snapshot.task" in sys.modules
 
     facts = spark.sparkContext.parallelize([0, 1], 2).map(_worker_facts).collect()
     for parent, preloaded in facts:

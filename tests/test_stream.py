@@ -19,7 +19,8 @@ from cdc_core.offset.stream_offset import OFFSET_KEY, StreamOffset
 from cdc_core.source.connection import connect, connection_settings
 from pipelines.lake.control_store import ControlStore
 from pipelines.lake.tables import table_uri
-from pipelines.snapshot.job import finished_snapshot, plan_snapshot
+from pipelines.snapshot.plan import plan_snapshot
+from pipelines.snapshot.verify import finished_snapshot
 from pipelines.stream import StreamEngine
 from tests.helpers import EngineThread, assert_equal, snapshot
 

@@ -49,6 +49,7 @@ from devtools.local_mariadb import LocalMariaDB
 from pipelines.lake.control_store import ControlStore
 from pipelines.lake.tables import table_uri
 from pipelines.stream.online_backfill import BACKFILL_KEY
+from tests import pause_points
 from tests.change_count import assert_changes_counted
 from tests.helpers import PASSWORD_VAR, assert_equal, batches_as_set, diff_tables, snapshot, write_config_file
 
@@ -64,18 +65,20 @@ def _env(password: str) -> dict:
 
 class Stream:
     """One ``binlake stream`` process (or another ``command``) in its own session (so a kill
-    reaches its reader, or its Spark JVM, too); ``env``: extra environment variables."""
+    reaches its reader, or its Spark JVM, too); ``env``: extra environment variables;
+    ``pause``: ``<point>[:<n>]``, where it waits to be killed (tests/pause_points.py)."""
 
     count = itertools.count()
 
     def __init__(self, config: str, log_dir: Path, *args: str, password: str, command: str = "stream",
-                 env: dict | None = None):
+                 env: dict | None = None, pause: str | None = None):
         n = next(self.count)
         log_dir.mkdir(parents=True, exist_ok=True)
         self.out_path, self.err_path = log_dir / f"{command}-{n}.out", log_dir / f"{command}-{n}.err"
         self.args = (command, *args)
         with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", command, "-c", config, *args],
+            binlake = pause_points.command(pause) if pause else [sys.executable, "-m", "pipelines.cli"]
+            self.proc = subprocess.Popen([*binlake, command, "-c", config, *args],
                                          stdout=out, stderr=err, env={**_env(password), **(env or {})},
                                          start_new_session=True)
 

@@ -9,7 +9,7 @@ Invariants (tests/test_backfill.py):
   another; a session already in the process (a test's, a Dagster run's) is used as it is
   and never stopped here.
 - A task never fails: transient source faults and errors come back as values
-  (pipelines/snapshot/job.py's ``task_fault``); the driver raises them as the group's
+  (pipelines/snapshot/task.py's ``TaskFault``); the driver raises them as the group's
   read failure, and the backfill reads the group again (pipelines/stream/online_backfill.py).
 - Tasks only read the source (watermarks and one SELECT); rows come back to the driver as
   Arrow IPC bytes, and only the stream process writes Delta.
@@ -28,9 +28,11 @@ from cdc_core.chunks.planning import Chunk
 from cdc_core.chunks.reader import ChunkReader, ChunkResult
 from cdc_core.config import BinlakeConfig
 from cdc_core.errors import TransientError
+from cdc_core.offset.position import BinlogPosition
 from cdc_core.schema.table import TableSchema
 from cdc_core.source.connection import ConnectionSettings
-from pipelines.snapshot.job import task_fault, worker_connection
+from pipelines.snapshot.connections import worker_connection
+from pipelines.snapshot.task import TaskFault, task_fault
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +57,18 @@ class ChunkTask:
     base: int = 0  # of the pipeline's positions on the source (cdc_core/offset/position.py)
 
 
-def read_chunk(task: ChunkTask) -> dict:
-    """A Spark task (or the stream process's reader thread): the chunk's rows (Arrow IPC bytes)
-    and watermarks, or a fault as a value."""
+@dataclass(frozen=True)
+class ChunkRows:
+    """A chunk read by a task: its rows (Arrow IPC bytes) and watermarks."""
+
+    rows: bytes
+    low: BinlogPosition
+    high: BinlogPosition
+
+
+def read_chunk(task: ChunkTask) -> ChunkRows | TaskFault:
+    """A Spark task (or the stream process's reader thread): the chunk's rows and watermarks,
+    or a fault as a value."""
     c = task.conn
     try:
         reader = ChunkReader.bulk(c, worker_connection(c), task.schema, task.server_id, base=task.base)
@@ -67,7 +78,7 @@ def read_chunk(task: ChunkTask) -> dict:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, result.table.schema) as w:
         w.write_table(result.table)
-    return {"rows": sink.getvalue().to_pybytes(), "low": result.low_watermark, "high": result.high_watermark}
+    return ChunkRows(sink.getvalue().to_pybytes(), result.low_watermark, result.high_watermark)
 
 
 class GroupReads:
@@ -128,7 +139,7 @@ class GroupReads:
         answers = []
         for t in tasks:  # a fault ends the group: it is read again whole
             answers.append(read_chunk(t))
-            if "rows" not in answers[-1]:
+            if isinstance(answers[-1], TaskFault):
                 break
         return _results(tasks[:len(answers)], answers)
 
@@ -148,16 +159,16 @@ class GroupReads:
             session.result().stop()
 
 
-def _results(tasks: list[ChunkTask], answers: list[dict]) -> list[ChunkResult]:
+def _results(tasks: list[ChunkTask], answers: list[ChunkRows | TaskFault]) -> list[ChunkResult]:
     """The tasks' answers as chunk results; the first fault raised."""
     results = []
     for task, a in zip(tasks, answers, strict=True):
         what = f"{task.chunk.table} chunk {task.chunk.index}"
-        if "retry" in a:
-            raise ReadInterrupted(f"reading {what}: {a['retry']}")
-        if "failed" in a:
-            log.debug("reading %s failed:\n%s", what, a["traceback"])
-            raise ReadFailed(f"reading {what}: {a['failed']}")
-        rows = pa.ipc.open_stream(a["rows"]).read_all()
-        results.append(ChunkResult(task.chunk, rows, a["low"], a["high"], 0, 1))
+        if isinstance(a, TaskFault) and a.retryable:
+            raise ReadInterrupted(f"reading {what}: {a.message}")
+        if isinstance(a, TaskFault):
+            log.debug("reading %s failed:\n%s", what, a.traceback)
+            raise ReadFailed(f"reading {what}: {a.message}")
+        rows = pa.ipc.open_stream(a.rows).read_all()
+        results.append(ChunkResult(task.chunk, rows, a.low, a.high, 0, 1))
     return results

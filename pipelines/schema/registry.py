@@ -36,7 +36,6 @@ from cdc_core.source.capture import captured_change
 from pipelines.lake.control_store import ControlStore
 from pipelines.lake.offsets import applied_position_key, stream_commit_properties
 from pipelines.lake.tables import DeltaTable, open_table, table_uri
-from pipelines.pause_points import pause_at
 from pipelines.schema.applier import ApplyResult, SchemaChangeRejected, apply_schema_change
 
 log = logging.getLogger(__name__)
@@ -137,8 +136,6 @@ def apply_pending(cfg: BinlakeConfig, pending: PendingChange, *, store: ControlS
     except SchemaChangeRejected as e:
         record(Status.FAILED, str(e))
         raise SchemaChangeRejected(f"{e} (DDL at {p}: {pending.ddl})") from None
-    if not result.skipped:
-        pause_at("schema_applied")
     record(Status.SKIPPED if result.skipped else Status.APPLIED, result.action)
     log.info("schema change of %s at %s: %s → %s", pending.table, p, pending.description, result.action)
     return result

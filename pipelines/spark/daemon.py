@@ -22,9 +22,9 @@ from pyspark import daemon
 
 log = logging.getLogger(__name__)
 
-# What a snapshot group and a backfill read import (pipelines/snapshot/job.py run_group,
+# What a snapshot group and a backfill read import (pipelines/snapshot/task.py run_group,
 # pipelines/backfill/reads.py read_chunk), and the worker loop every task runs in.
-PRELOAD = ("pyspark.worker", "pipelines.snapshot.job", "pipelines.backfill.reads", "connectorx")
+PRELOAD = ("pyspark.worker", "pipelines.snapshot.task", "pipelines.backfill.reads", "connectorx")
 
 
 def preload(modules: tuple[str, ...] = PRELOAD) -> None:

@@ -4,10 +4,17 @@
     reader.py          the binlog reader process (cdc_core/binlog/reader.py), or several decoding a
                        backlog in parallel (source.parallel_decode), and retries
     cdc_core/batch/micro_batch.py + table_batch.py   row events folded into micro-batches
-    schema_changes.py  DDL, table maps, capture changes, holds
-    backfill.py        online backfill: chunks read between watermarks, merged at their high watermark
+    schema_operator.py DDL, table maps, capture changes, holds
+    online_backfill.py online backfill: chunks read between watermarks, merged at their high watermark
     commit.py          one Delta commit per table per batch, carrying the offset
     (here)             the pipeline checkpoint, lifecycle and the loop
+
+Control flows one way: the engine asks a part, the part answers with a typed decision, and
+the engine carries it out. Only the engine commits and checkpoints: a schema change that
+needs the batch before it durable comes back as ``Ddl`` / ``RowsUnseen`` / ``Diverged``, a
+backfill group whose Delta range is read as of the stream's position as ``NextGroup(flush)``,
+and the engine pauses (waits for holds), flushes (commits), then hands it back — so the
+loop below reads as the algorithm: pause, flush, apply, resume; merge at the high watermark.
 
 Invariants (tests/test_stream*.py; the parts' own docstrings state theirs):
 - Exactly once: every table commit carries its offset atomically; a restart skips row
@@ -77,16 +84,15 @@ from cdc_core.offset.startup import (
 from cdc_core.offset.stream_offset import StreamOffset
 from cdc_core.retry import Retry, RetryPolicy
 from cdc_core.routes import RouteError, Router
-from cdc_core.schema.table import TableSchema, describe_table
+from cdc_core.schema.table import TableSchema
 from cdc_core.source.connection import captured_tables, connect, connection_settings
 from cdc_core.source.foreign_keys import Cascade, by_parent, cascades
 from cdc_core.types.key_order import KeyOrders, ServerSql
 from pipelines.lake.control_store import ControlStore
-from pipelines.pause_points import pause_at
 from pipelines.stream.commit import Committer
 from pipelines.stream.online_backfill import Backfills
 from pipelines.stream.reader import ParallelReader, ReaderProcess
-from pipelines.stream.schema_operator import APPEARED, SchemaChanges, StopRequested
+from pipelines.stream.schema_operator import APPEARED, HOLD_POLL_SECONDS, Diverged, RowsUnseen, SchemaChanges
 from pipelines.stream.sinks import Sinks
 from pipelines.stream.start import resolve_start
 from pipelines.stream.state import EngineState, HistoryRecorder, StreamSummary
@@ -96,6 +102,10 @@ log = logging.getLogger(__name__)
 
 class StreamFailed(TerminalError):
     """The stream stopped on an error that retrying cannot fix."""
+
+
+class StopRequested(Exception):
+    """A stop was requested while waiting for a held table: the statement is read again later."""
 
 
 class StreamEngine:
@@ -176,10 +186,9 @@ class StreamEngine:
         for name, schema in s.streamed().items():
             self.sinks.open(name, schema, s.streamed())
         s.skip = self.sinks.skip_filter(plan.applied)
-        self.changes = SchemaChanges(self.cfg, self.router, s, self.sinks, self.store, self.recorder, self._commit,
-                                     self._checkpoint, self._describe, self._stop)
+        self.changes = SchemaChanges(self.cfg, self.router, s, self.sinks, self.store, self.recorder, self.conn)
         self.backfills = Backfills(self.cfg, s, self.sinks, self.store, self.recorder, self.router, self.key_orders,
-                                   self.conn, self._commit)
+                                   self.conn)
         self._cascades = self._foreign_keys()
         self.backfills.poll(force=True)
         # --until now with backfills to finish (or tables still to decide, which may need one): the
@@ -222,10 +231,6 @@ class StreamEngine:
                                                   f"rows {why}")
                 child_op = Op.DELETE if op == Op.DELETE and fk.on_delete == "CASCADE" else Op.UPDATE
                 self._cascade(fk.child, child_op, why, seen | {parent, fk.child})
-
-    def _describe(self, name: str) -> TableSchema:
-        with connect(self.conn) as c, c.cursor() as cur:
-            return describe_table(cur, *name.split(".", 1))
 
     # --- the loop --------------------------------------------------------------------------------
 
@@ -284,7 +289,7 @@ class StreamEngine:
                     self._restart_reader()
                     continue
             self.backfills.poll()
-            self.backfills.step(streaming=bool(records))  # records came last time: the stream is busy
+            self._step_backfills(streaming=bool(records))  # records came last time: the stream is busy
             if self.backfills.ready():  # every change up to the group's high watermark applied: merge now
                 self._commit()
                 self.backfills.merge()
@@ -335,7 +340,8 @@ class StreamEngine:
         # At live_at (or at the reader's end, which is past it with no captured change after it):
         # a table whose schema differs from its live one changed unread, and is backfilled.
         if self._live_at is not None and (isinstance(rec, ReaderEnd) or s.passed(rec, self._live_at)):
-            self.changes.check_live(self._live, self._live_at)
+            for d in self.changes.live_divergences(self._live, self._live_at):
+                self._adopt(d)
             self._live_at = None
         if isinstance(rec, RowsEvent):
             self._on_rows(rec)
@@ -351,9 +357,7 @@ class StreamEngine:
             if s.resume == s.position:  # between transactions: everything up to here is read
                 s.position = s.resume = max(s.position, rec.position)
         elif isinstance(rec, Statement):
-            if not self.changes.on_row_statement(rec):
-                self.changes.on_statement(rec)
-                self._cascades = self._foreign_keys()  # a DDL may add or drop a foreign key
+            self._on_statement(rec)
         elif isinstance(rec, ReaderEnd):
             return True  # done once every held table is released
         elif isinstance(rec, ReaderError):
@@ -369,7 +373,7 @@ class StreamEngine:
                           changed=lambda fk: ev.op != Op.UPDATE or ev.partial or fk.changes_key(columns, ev.rows))
         if ev.partial:
             if not s.skip.applied(self.router.sink(name), ev.position):
-                self.changes.on_partial_image(name, ev.position)
+                self._backfill_unseen(self.changes.partial_image(name, ev.position))
             s.read(ev)
             return
         t = s.tables.get(name)
@@ -385,7 +389,10 @@ class StreamEngine:
         key = (name, ev.layout)
         schema = s.conversions.get(key)
         if schema is None:
-            schema = self.changes.conversion(name, s.layouts[ev.layout], ev.position)
+            found = self.changes.conversion(name, s.layouts[ev.layout], ev.position)
+            if found.diverged is not None:
+                self._adopt(found.diverged)
+            schema = found.schema
             if schema is None:  # not streamed after all (no primary key)
                 s.read(ev)
                 return
@@ -393,8 +400,7 @@ class StreamEngine:
         hold = s.holds.get(sink)
         batch = hold.batch if hold else s.batch
         if not batch.accepts(name, schema):  # the same columns in another order, or a case-only rename
-            self.changes.wait_for_holds([name])
-            self._commit()
+            self._pause_and_flush((name,))
             batch = s.batch
         s.read(ev)
         s.event_time = ev.timestamp or s.event_time
@@ -406,6 +412,57 @@ class StreamEngine:
                   ev.size, time.monotonic())
         if hold:
             s.summary.held_rows_peak = max(s.summary.held_rows_peak, s.held_rows())
+
+    # --- the parts' decisions, carried out ------------------------------------------------------
+
+    def _on_statement(self, st: Statement) -> None:
+        """A statement: rows logged as SQL are backfilled; a DDL is paused, flushed, applied and
+        checkpointed past (schema_operator.py's invariants)."""
+        unseen = self.changes.rows_as_statement(st)
+        if unseen is not None:
+            self._backfill_unseen(unseen)
+            return
+        ddl = self.changes.ddl(st)
+        self._pause_and_flush(ddl.tables)
+        self._checkpoint(self.changes.apply(ddl))
+        self._cascades = self._foreign_keys()  # a DDL may add or drop a foreign key
+
+    def _backfill_unseen(self, unseen: RowsUnseen) -> None:
+        if unseen.tables:
+            self._pause_and_flush(unseen.tables)
+            self.changes.backfill_unseen(unseen)
+
+    def _adopt(self, diverged: Diverged) -> None:
+        self._pause_and_flush(diverged.tables)
+        self.changes.adopt(diverged)
+
+    def _pause_and_flush(self, tables: tuple[str, ...]) -> None:
+        """Before a change to ``tables`` takes effect: wait until none of them is held (a table's
+        changes stay in binlog order), then commit everything read before it."""
+        self._wait_for_holds(tables)
+        self._commit()
+
+    def _wait_for_holds(self, tables: tuple[str, ...]) -> None:
+        """Block until none of ``tables`` is held (StopRequested if a stop comes meanwhile); other
+        tables' rows read so far keep flowing, a batch at a time."""
+        s = self.state
+        while self.changes.held(tables):
+            if self._stop.wait(HOLD_POLL_SECONDS / 5):
+                raise StopRequested()
+            self.changes.poll_holds(force=True)
+            if s.batch.rows and time.monotonic() - s.batch.opened >= self.cfg.stream.max_batch_seconds:
+                self._commit()
+
+    def _step_backfills(self, streaming: bool = False) -> None:
+        """Between batches: the backfill collects what was read and names the next group to
+        read, if one is due; a group whose Delta range is read as of the stream's position
+        starts after the open batch is committed."""
+        group = self.backfills.step(streaming=streaming)
+        if group is None:
+            return
+        if group.flush:
+            self._commit()
+        self.backfills.start(group)
 
     def _table_batch(self, name: str, schema: TableSchema, position: BinlogPosition) -> TableBatch:
         f = self.state.filters.get(name)
@@ -482,11 +539,7 @@ class StreamEngine:
             s.summary.changes += tb.rows_in - tb.dropped
         if self.backfills is not None:
             self.backfills.save_cascades()  # durable before the checkpoint passes the cascade
-        if b.tables:
-            pause_at("batch_read")
         commits = self.committer.apply(b, offset)
-        if commits:
-            pause_at("tables_committed")
         s.summary.commits += len(commits)
         s.summary.batches += 1
         self._checkpoint(offset)

@@ -5,11 +5,14 @@ watermark (the algorithm and its invariants: cdc_core/chunks/incremental.py).
 Read groups (one chunk, or several read in the background: pipelines/backfill/reads.py) are
 in flight for the oldest active request: one, or for a large request up to ``GROUPS_IN_FLIGHT``
 (the next group is read while the one before waits for its high watermark and merges). The
-engine calls:
+engine asks, this part answers; it never commits itself. The engine calls:
 - ``poll()`` and ``step()`` between batches: new, paused and cancelled requests are
-  seen, tables needing a backfill get a request, the next group is read (one chunk at
-  once in this process; several in the background, while the stream goes on; none while
-  the stream lags, ``LAG_YIELD_SECONDS``) and a group read in the background is collected;
+  seen, tables needing a backfill get a request, a group read in the background is
+  collected, and ``step`` answers with the next group to read (``NextGroup``; none while
+  the stream lags, ``LAG_YIELD_SECONDS``). The engine commits its open batch first when the
+  group says ``flush`` (Delta's rows of its range are read exactly as of the stream's
+  position, cdc_core/chunks/incremental.py), then calls ``start()``: one chunk read at once
+  in this process, or several in the background while the stream goes on;
 - ``on_rows()`` for every row event it applies: keys of the groups' table changed since
   each group's start are touched;
 - ``due(record)`` before handling a record, and ``ready()`` between records: once the
@@ -65,7 +68,6 @@ from pipelines.lake.control_store import ControlStore
 from pipelines.lake.offsets import stream_commit_properties
 from pipelines.lake.reads import dataset
 from pipelines.lake.tables import delta_schema, refresh, table_uri
-from pipelines.pause_points import pause_at
 from pipelines.stream.sinks import Sinks
 from pipelines.stream.start import stable_describe
 from pipelines.stream.state import EngineState, HistoryRecorder
@@ -131,14 +133,25 @@ class Candidates:
     columns: tuple[str, ...] | None = None  # exact: the columns compared with the chunk's
 
 
+@dataclass(frozen=True)
+class NextGroup:
+    """The read group to start now: ``request``'s chunks from index ``first`` on. ``flush``:
+    Delta's rows of its range are scanned at its start, exactly as of the stream's position,
+    so the engine commits its open batch before :meth:`Backfills.start` (an integer chunk key;
+    cdc_core/chunks/incremental.py). ``ahead``: read while the group before waits for its merges."""
+
+    request: BackfillRequest
+    first: int
+    flush: bool
+    ahead: bool = False
+
+
 class Backfills:
     """Backfill requests worked on by the stream engine (see the module docstring)."""
 
     def __init__(self, cfg: BinlakeConfig, state: EngineState, sinks: Sinks, store: ControlStore,
-                 recorder: HistoryRecorder, router, key_orders: KeyOrders, conn: ConnectionSettings,
-                 commit: Callable[[], None]):
+                 recorder: HistoryRecorder, router, key_orders: KeyOrders, conn: ConnectionSettings):
         self.cfg = cfg
-        self.commit = commit  # the engine's: commits the open batch and checkpoints
         self.state = state
         self.sinks = sinks
         self.store = store
@@ -238,14 +251,14 @@ class Backfills:
 
     # --- reading ---------------------------------------------------------------------------------
 
-    def step(self, streaming: bool = False) -> None:
-        """Between batches: collect the group read in the background; read the next group when
-        none is in flight, or, for a large request, when the groups in flight are read and
-        fewer than ``GROUPS_IN_FLIGHT``; not while the stream is behind (``streaming``: changes
+    def step(self, streaming: bool = False) -> NextGroup | None:
+        """Between batches: collect the group read in the background; the next group to read
+        when none is in flight, or, for a large request, when the groups in flight are read and
+        fewer than ``GROUPS_IN_FLIGHT``; none while the stream is behind (``streaming``: changes
         arrived last time, see ``LAG_YIELD_SECONDS``)."""
         s = self.state
         if s.holds or time.monotonic() < self._retry_at:
-            return
+            return None
         behind = False
         if streaming and s.event_time:
             delay = time.time() - s.event_time
@@ -254,44 +267,61 @@ class Backfills:
                 and time.monotonic() - self._group_started < YIELD_AT_MOST_SECONDS
         req = self.inflight[0].request if self.inflight else next((r for r in self.requests if r.active), None)
         if req is None:
-            return
+            return None
         try:
             reading = next((f for f in self.inflight if f.results is None), None)
             if reading is not None:
                 self._collect(reading)
                 if reading.results is None:
-                    return
+                    return None
             if behind:
-                return
+                return None
             if self.inflight:  # read ahead: the next group is read while this one waits and merges
                 after = self.inflight[-1].chunks[-1].index + 1
                 if len(self.inflight) < GROUPS_IN_FLIGHT and after < len(req.chunks) \
                         and large(len(req.chunks), self.cfg.source.snapshot.backfill_spark_min_chunks):
-                    self._read_next(req, after)
-                    pause_at("backfill_read_ahead")
-                return
+                    return self._next(req, after, ahead=True)
+                return None
             if req.state == BackfillState.PENDING:
                 req = self._begin(req)
                 if req is None or req.state == BackfillState.DONE:
-                    return
+                    return None
             if req.chunks_done >= len(req.chunks):  # planned empty, stopped before it was marked done
                 self._save(req.next(state=BackfillState.DONE))
-                return
-            self._read_next(req, req.chunks_done)
-        except (StartupError, ChunkKeyError) as e:
+                return None
+            return self._next(req, req.chunks_done)
+        except Exception as e:  # noqa: BLE001 - classified in _read_failed
+            self._read_failed(req, e)
+        return None
+
+    def start(self, group: NextGroup) -> None:
+        """Start reading ``group`` (the engine committed its open batch first if ``group.flush``)."""
+        try:
+            self._read_next(group)
+        except Exception as e:  # noqa: BLE001 - classified in _read_failed
+            self._read_failed(group.request, e)
+
+    def _next(self, req: BackfillRequest, first: int, ahead: bool = False) -> NextGroup:
+        schema = self.state.tables[req.table].schema
+        return NextGroup(req, first, schema.column(req.chunks[first].key).data_type in INTEGER_TYPES, ahead)
+
+    def _read_failed(self, req: BackfillRequest, e: Exception) -> None:
+        """A request whose table cannot be backfilled fails; a read that fails is tried again, up
+        to ``READ_ATTEMPTS`` times in a row."""
+        if isinstance(e, (StartupError, ChunkKeyError)):
             self._fail(req, str(e))
-        except Exception as e:  # noqa: BLE001 - a read that fails is tried again, up to READ_ATTEMPTS
-            # Its group (the last: one is read at a time), read again; the groups before it are read.
-            self.inflight = [f for f in self.inflight if f.results is not None]
-            self._failures += 1
-            if is_transient(e):
-                self._drop_control()
-            if self._failures >= READ_ATTEMPTS:
-                self._fail(req, f"{type(e).__name__}: {e}")
-                return
-            log.warning("backfill %s of %s: reading failed (%s: %s); trying again", req.id, req.table,
-                        type(e).__name__, e)
-            self._retry_at = time.monotonic() + min(0.2 * self._failures, 5.0)
+            return
+        # Its group (the last: one is read at a time), read again; the groups before it are read.
+        self.inflight = [f for f in self.inflight if f.results is not None]
+        self._failures += 1
+        if is_transient(e):
+            self._drop_control()
+        if self._failures >= READ_ATTEMPTS:
+            self._fail(req, f"{type(e).__name__}: {e}")
+            return
+        log.warning("backfill %s of %s: reading failed (%s: %s); trying again", req.id, req.table,
+                    type(e).__name__, e)
+        self._retry_at = time.monotonic() + min(0.2 * self._failures, 5.0)
 
     def _begin(self, req: BackfillRequest) -> BackfillRequest | None:
         """Take a pending request: the table starts streaming if it did not (its baseline),
@@ -340,11 +370,11 @@ class Backfills:
     def _order(self, schema: TableSchema, key: str):
         return self.key_orders.for_column(schema.column(key))
 
-    def _read_next(self, req: BackfillRequest, first: int) -> None:
-        """Start the read group of ``req`` from its chunk ``first`` on (cdc_core/chunks/incremental.py): for
-        a large request several chunks, read while the stream goes on (on Spark once it is up, in
-        a thread here until then); else one chunk, read here and now."""
-        s = self.state
+    def _read_next(self, group: NextGroup) -> None:
+        """Start ``group``'s read (cdc_core/chunks/incremental.py): for a large request several
+        chunks, read while the stream goes on (on Spark once it is up, in a thread here until
+        then); else one chunk, read here and now."""
+        s, req, first = self.state, group.request, group.first
         schema = s.tables[req.table].schema
         pending = req.chunks[first:]
         min_chunks = self.cfg.source.snapshot.backfill_spark_min_chunks
@@ -355,10 +385,9 @@ class Backfills:
                                                 snap.backfill_group_rows)])
         started = self._group_started = time.monotonic()
         scan = None
-        if schema.column(chunks[0].key).data_type in INTEGER_TYPES:
+        if group.flush:
             # Delta's rows of the group's range, in one scan (Python's order is the server's),
-            # exactly as of now: the open batch committed first (cdc_core/chunks/incremental.py).
-            self.commit()
+            # exactly as of now: the engine committed the open batch first (cdc_core/chunks/incremental.py).
             scan = self._rows_in(req, schema, chunks)
         elif req.id not in self._candidates:
             self._candidates[req.id] = self._find_candidates(req, schema)
@@ -389,7 +418,6 @@ class Backfills:
                 self._candidates.setdefault(f.request.id, {}).update(f.scanning.result())
                 f.scanning = None
             self._read(f, f.reading.result())
-            pause_at("backfill_group_read")
 
     def _read(self, f: InFlight, results: list[ChunkResult]) -> None:
         f.results, f.reading, f.read_seconds = results, None, time.monotonic() - f.started
@@ -507,9 +535,27 @@ class Backfills:
                 self.inflight.pop(0)
 
     def _merge_chunk(self, f: InFlight, result: ChunkResult, last: bool) -> None:
-        s = self.state
+        """Merge one chunk of ``f``; after the group's ``last``, save the request's progress."""
         merging = time.monotonic()
         req = next(r for r in self.requests if r.id == f.request.id)
+        applied = self._write_merge(f, req, result)
+        f.applied += applied.inserted + applied.updated
+        f.merge_seconds += time.monotonic() - merging
+        if not last:  # the group's progress is recorded after its last merge (a merge may be repeated)
+            return
+        done = result.chunk.index + 1  # the plan's chunks merged in order: its index counts those before it
+        finished = done == len(req.chunks)
+        self._save(req.next(chunks_done=done, rows=req.rows + f.applied,
+                            state=BackfillState.DONE if finished else BackfillState.RUNNING,
+                            detail=f"{f.describe()}: read {f.read_seconds:.2f} s, merged {f.merge_seconds:.2f} s"))
+        if finished:
+            self._candidates.pop(req.id, None)
+            log.warning("backfill %s of %s (%s) is done", req.id, f.table, req.describe_range())
+
+    def _write_merge(self, f: InFlight, req: BackfillRequest, result: ChunkResult) -> RowsApplied:
+        """The chunk's merge committed to Delta where the stream is (nothing when its range
+        already equals MySQL); what it wrote."""
+        s = self.state
         chunk = result.chunk
         rows = result.table
         pk = f.schema.row_key
@@ -539,19 +585,7 @@ class Backfills:
                                     table_uri(self.cfg.sink.path, sink), self.cfg.sink.storage_options)
         else:  # the range already equals MySQL: nothing to commit
             applied = RowsApplied()
-        pause_at("backfill_merged")
-        f.applied += applied.inserted + applied.updated
-        f.merge_seconds += time.monotonic() - merging
         log.info("backfill %s of %s: chunk %d merged (%d appended, %d upserted, %d deleted, %d keys left to the "
                  "stream)", req.id, f.table, chunk.index, append.num_rows, upsert.num_rows, len(deletes),
                  len(f.merge.touched))
-        if not last:  # the group's progress is recorded after its last merge (a merge may be repeated)
-            return
-        done = chunk.index + 1  # the plan's chunks merged in order: its index counts those before it
-        finished = done == len(req.chunks)
-        self._save(req.next(chunks_done=done, rows=req.rows + f.applied,
-                            state=BackfillState.DONE if finished else BackfillState.RUNNING,
-                            detail=f"{f.describe()}: read {f.read_seconds:.2f} s, merged {f.merge_seconds:.2f} s"))
-        if finished:
-            self._candidates.pop(req.id, None)
-            log.warning("backfill %s of %s (%s) is done", req.id, f.table, req.describe_range())
+        return applied

@@ -2,6 +2,14 @@
 maps that disagree with the schema history, tables entering and leaving the capture,
 and the holds of ``stream.schema_changes: external``.
 
+The engine asks, this part answers, the engine carries out: a change that needs the batch
+before it committed comes back as a typed decision — ``Ddl`` (a statement parsed, not
+applied), ``RowsUnseen`` (rows changed without row events), ``Diverged`` (a table map or a
+live schema that disagrees) — naming the ``tables`` it concerns. The engine waits until none
+of them is held, commits its open batch, then hands the decision back (``apply``,
+``backfill_unseen``, ``adopt``) and, after a DDL, checkpoints the offset ``apply`` returns.
+This part never commits or checkpoints itself.
+
 Invariants (tests/test_schema_at_position.py, tests/test_schema_evolution.py,
 tests/test_schema_registry.py):
 - Pause, flush, apply, resume: everything before a statement is committed before the
@@ -27,9 +35,8 @@ tests/test_schema_registry.py):
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from cdc_core.batch.table_batch import keyless_problem
@@ -43,8 +50,9 @@ from cdc_core.schema.change import SchemaChange, UnparsedDDL, evolve_all, evolve
 from cdc_core.schema.history import Divergence, Status, TableState, conversion_schema
 from cdc_core.schema.output import delta_name, output_schema
 from cdc_core.schema.statements import parse_statement
-from cdc_core.schema.table import TableSchema
+from cdc_core.schema.table import TableSchema, describe_table
 from cdc_core.source.capture import NotCapturable, captured_change, captured_schema
+from cdc_core.source.connection import ConnectionSettings, connect
 from pipelines.lake.control_store import ControlStore
 from pipelines.lake.offsets import stream_commit_properties
 from pipelines.lake.reads import count_rows
@@ -68,16 +76,61 @@ class SchemaChangeFailed(TerminalError):
     """Applying a schema change failed; the message names the table, statement and position."""
 
 
-class StopRequested(Exception):
-    """A stop was requested while waiting for a held table: the statement is read again later."""
+@dataclass(frozen=True)
+class Ddl:
+    """A DDL statement read and parsed, not applied: the engine first waits until none of
+    ``tables`` is held (a table's changes stay in binlog order) and commits its open batch
+    (everything before the statement is durable before it takes effect), then calls
+    :meth:`SchemaChanges.apply`."""
+
+    statement: Statement
+    changes: tuple[SchemaChange, ...]
+    unparsed: UnparsedDDL | None  # changes known, not the values existing rows take
+    tables: tuple[str, ...]  # every table it touches, also by a new name
+    seen: float  # time.monotonic() when it was read (how long it was held)
+
+
+@dataclass(frozen=True)
+class RowsUnseen:
+    """Rows of ``tables`` (streamed and captured) changed at ``at`` without row events: each is
+    backfilled (:meth:`SchemaChanges.backfill_unseen`) once the engine committed the batch
+    before ``at``. No tables: nothing to do."""
+
+    tables: tuple[str, ...]
+    at: BinlogPosition
+    kind: str
+    detail: str
+    ddl: str = ""
+
+
+@dataclass(frozen=True)
+class Diverged:
+    """``table``'s columns disagree with its declared schema (cdc_core/schema/history.py): they
+    are adopted (:meth:`SchemaChanges.adopt`) once the engine committed the batch before."""
+
+    table: str
+    schema: TableSchema
+    divergence: Divergence
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        return (self.table,)
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """The columns rows of a table map are decoded with (None: the table is not streamed, it
+    cannot be), and the divergence to adopt first, if the table map disagrees."""
+
+    schema: TableSchema | None
+    diverged: Diverged | None = None
 
 
 class SchemaChanges:
     """DDL, table maps, capture changes and holds (see the module invariants)."""
 
     def __init__(self, cfg: BinlakeConfig, router: Router, state: EngineState, sinks: Sinks, store: ControlStore,
-                 recorder: HistoryRecorder, commit: Callable[[], None], checkpoint: Callable[[StreamOffset], None],
-                 describe: Callable[[str], TableSchema], stop: threading.Event):
+                 recorder: HistoryRecorder, conn: ConnectionSettings):
         self.cfg = cfg
         self.behavior = cfg.pipeline.schema_change_behavior
         self.router = router
@@ -85,43 +138,38 @@ class SchemaChanges:
         self.sinks = sinks
         self.store = store
         self.recorder = recorder
-        self.commit = commit
-        self.checkpoint = checkpoint
-        self.describe = describe
-        self.stop = stop
+        self.conn = conn  # the source, for a CREATE TABLE … LIKE a table not streamed
         self._polled = 0.0
 
     # --- statements -----------------------------------------------------------------------------
 
-    def on_partial_image(self, name: str, at: BinlogPosition) -> None:
+    def partial_image(self, name: str, at: BinlogPosition) -> RowsUnseen:
         """A row event of ``name`` whose images leave columns out: its rows cannot be known."""
-        self._rows_unseen([name], at, "partial_image", PARTIAL_IMAGE.format(at=at))
+        return self._rows_unseen([name], at, "partial_image", PARTIAL_IMAGE.format(at=at))
 
-    def _rows_unseen(self, names: list[str], at: BinlogPosition, kind: str, detail: str, ddl: str = "") -> None:
-        """Rows of ``names`` changed at ``at`` without row events: every one streamed and captured
-        is backfilled, after the batch before ``at`` is committed."""
+    def _rows_unseen(self, names: list[str], at: BinlogPosition, kind: str, detail: str, ddl: str = ""
+                     ) -> RowsUnseen:
         s = self.state
         hit = [n for n in names if n in s.tables and s.tables[n].streamed and self.cfg.source.captures(n)]
-        if not hit:
-            return
-        self.wait_for_holds(hit)
-        self.commit()
-        for name in hit:
-            self.needs_backfill(name, at, 0, kind, detail, ddl=ddl)
+        return RowsUnseen(tuple(hit), at, kind, detail, ddl)
 
-    def on_row_statement(self, st: Statement) -> bool:
-        """A row change logged as SQL (cdc_core/schema/statements.py's ``dml``): its rows are not in the binlog,
-        so every streamed table it may have written is backfilled (after the batch before it is
-        committed). Whether ``st`` was one."""
+    def backfill_unseen(self, u: RowsUnseen) -> None:
+        """Record each table of ``u`` as needing a backfill (the batch before it is committed)."""
+        for name in u.tables:
+            self.needs_backfill(name, u.at, 0, u.kind, u.detail, ddl=u.ddl)
+
+    def rows_as_statement(self, st: Statement) -> RowsUnseen | None:
+        """A row change logged as SQL (cdc_core/schema/statements.py's ``dml``): its rows are not in
+        the binlog, so every streamed table it may have written is to be backfilled. None:
+        ``st`` is not one."""
         stmt = parse_statement(st.sql, st.database)
         if stmt.kind != "dml":
-            return False
-        self._rows_unseen(list(stmt.tables), st.position, "statement", ROWS_AS_STATEMENT.format(at=st.position),
-                          ddl=st.sql)
-        return True
+            return None
+        return self._rows_unseen(list(stmt.tables), st.position, "statement",
+                                 ROWS_AS_STATEMENT.format(at=st.position), ddl=st.sql)
 
-    def on_statement(self, st: Statement) -> None:
-        """Handle a DDL statement (raises StopRequested if a stop came while waiting for a hold)."""
+    def ddl(self, st: Statement) -> Ddl:
+        """A DDL statement parsed against the schemas in force (not applied yet)."""
         seen = time.monotonic()
         s, p = self.state, st.position
         unparsed = None
@@ -137,23 +185,29 @@ class SchemaChanges:
             changes, unparsed = list(e.changes), e
         touched = [c.table for c in changes] + [c.new_name for c in changes if c.new_name] + list(
             unparsed.tables if unparsed else ())
-        self.wait_for_holds(touched)  # a table's changes stay in binlog order
-        self.commit()  # everything before the statement is durable before it takes effect
+        return Ddl(st, tuple(changes), unparsed, tuple(touched), seen)
+
+    def apply(self, ddl: Ddl) -> StreamOffset:
+        """Apply a DDL (the engine committed everything before it): the stream passes the
+        statement, each change takes effect. Returns the offset past the statement, for the
+        engine to checkpoint."""
+        s, st = self.state, ddl.statement
+        p = st.position
         s.boundary(p, st.gtid, st.timestamp)
         offset = s.offset_here()
-        if unparsed is not None:
-            self._unparsed(unparsed, st)
-        for i, change in enumerate(changes):
+        if ddl.unparsed is not None:
+            self._unparsed(ddl.unparsed, st)
+        for i, change in enumerate(ddl.changes):
             try:
-                self._change(change, i, st, offset, seen)
-            except (BinlakeError, StopRequested):
+                self._change(change, i, st, offset, ddl.seen)
+            except BinlakeError:
                 raise
             except Exception as e:
                 if is_transient(e):
                     raise  # retried by reading again from the checkpoint, which is before this statement
                 raise SchemaChangeFailed(f"{change.table}: applying the DDL at {p} failed ({change.describe()}): "
                                          f"{type(e).__name__}: {e} — DDL: {st.sql}") from e
-        self.checkpoint(offset)
+        return offset
 
     def _unparsed(self, e: UnparsedDDL, st: Statement) -> None:
         s, p = self.state, st.position
@@ -251,7 +305,7 @@ class SchemaChanges:
         schema = c.schema
         if schema is None and c.like:
             like = s.tables.get(c.like)
-            schema = (like.schema if like is not None and like.schema is not None else self.describe(c.like))
+            schema = (like.schema if like is not None and like.schema is not None else self._describe(c.like))
             schema = schema.renamed(name)
         try:  # what is captured of the new table (source.exclude_columns, key_columns, mappable types)
             schema = captured_schema(schema, self.cfg.source)
@@ -270,6 +324,10 @@ class SchemaChanges:
         self.recorder.entry(name, p, index, c.kind, Status.APPLIED, schema=schema, ddl=st.sql,
                             description=c.describe(), detail="captured from its creation",
                             held_ms=(time.monotonic() - seen) * 1000)
+
+    def _describe(self, name: str) -> TableSchema:
+        with connect(self.conn) as c, c.cursor() as cur:
+            return describe_table(cur, *name.split(".", 1))
 
     def _not_streamed(self, c: SchemaChange, index: int, st: Statement, detail: str) -> None:
         self.state.undecided.discard(c.table)
@@ -357,20 +415,15 @@ class SchemaChanges:
 
     # --- table maps -----------------------------------------------------------------------------
 
-    def conversion(self, name: str, layout: TableLayout, position: BinlogPosition) -> TableSchema | None:
+    def conversion(self, name: str, layout: TableLayout, position: BinlogPosition) -> Conversion:
         """The columns rows of ``name`` written with ``layout`` are decoded with (cached by the
-        engine per layout); handles a table's first table map and a divergence. None: the
-        table is not streamed (it cannot be: no primary key)."""
-        s = self.state
-        t = s.tables[name]
+        engine per layout); a table's first table map defines its schema, and one that
+        disagrees comes back with the divergence the engine has adopted first."""
+        t = self.state.tables[name]
         schema, divergence = conversion_schema(t.schema, layout.schema, position)
         if t.schema is None:
-            return self._first_layout(name, schema)
-        if divergence is not None:
-            self.wait_for_holds([name])
-            self.commit()
-            self._diverged(name, schema, divergence)
-        return schema
+            return Conversion(self._first_layout(name, schema))
+        return Conversion(schema, Diverged(name, schema, divergence) if divergence is not None else None)
 
     def _first_layout(self, name: str, schema: TableSchema) -> TableSchema | None:
         s = self.state
@@ -391,21 +444,22 @@ class SchemaChanges:
             self._reconcile(name, schema)
         return schema
 
-    def check_live(self, live: dict[str, TableSchema], position: BinlogPosition) -> None:
-        """At the position the live schemas were described at: a streamed table whose schema
+    def live_divergences(self, live: dict[str, TableSchema], position: BinlogPosition) -> list[Diverged]:
+        """At the position the live schemas were described at: each streamed table whose schema
         there differs from its live one changed without a DDL binlake read (stream/start.py)."""
-        s = self.state
-        for name, schema in sorted(s.streamed().items()):
+        found = []
+        for name, schema in sorted(self.state.streamed().items()):
             if name not in live:
                 continue
             _, d = conversion_schema(schema, live[name], position)
             if d is not None:
-                self.wait_for_holds([name])
-                self.commit()
-                self._diverged(name, live[name], d)
+                found.append(Diverged(name, live[name], d))
+        return found
 
-    def _diverged(self, name: str, schema: TableSchema, d: Divergence) -> None:
-        s = self.state
+    def adopt(self, diverged: Diverged) -> None:
+        """Adopt a table's diverging columns (the engine committed the batch before): Delta
+        follows by name under the behaviour, and a table Delta has rows of needs a backfill."""
+        s, name, schema, d = self.state, diverged.table, diverged.schema, diverged.divergence
         if self.behavior == "exception":
             self.recorder.entry(name, s.position, 0, "diverged", Status.FAILED, schema=schema, detail=d.describe())
             raise SchemaChangeRejected(f"{d.describe()}, and schema_change_behavior is exception: the table's "
@@ -477,12 +531,6 @@ class SchemaChanges:
             s.set_schema(hold.pending.table, hold.before)
         s.holds.clear()
 
-    def wait_for_holds(self, names: list[str]) -> None:
-        """Block until none of ``names`` is held (StopRequested if a stop comes meanwhile)."""
-        s = self.state
-        while any(self.router.sink(n) in s.holds for n in names):
-            if self.stop.wait(HOLD_POLL_SECONDS / 5):
-                raise StopRequested()
-            self.poll_holds(force=True)
-            if s.batch.rows and time.monotonic() - s.batch.opened >= self.cfg.stream.max_batch_seconds:
-                self.commit()  # other tables' rows read so far keep flowing
+    def held(self, names: tuple[str, ...] | list[str]) -> bool:
+        """Whether any of ``names`` is held (its route's sink is)."""
+        return any(self.router.sink(n) in self.state.holds for n in names)

@@ -1,0 +1,412 @@
+"""The snapshot's driver: one run's passes over the captured tables — plan what has no plan
+(pipelines/snapshot/plan.py), run the pending chunk groups (pipelines/snapshot/runner.py),
+commit each finished group's file to Delta together with its chunk records, report
+progress — then check that no DDL changed a table while it was read (a table it changed is
+reset and read again in another pass), mark the tables verified and count their rows
+(pipelines/snapshot/verify.py).
+
+Invariants:
+- A chunk counts as done only once its rows are in a Delta commit that also carries its
+  record; files of an interrupted group are never committed (no duplicates), and a re-run
+  reads only chunks without a record. After success a re-run is a no-op
+  (tests/test_snapshot_resume.py).
+- Only the driver commits, on its main thread, so commits never race, also those of
+  several routed sources into one sink table (cdc_core/routes.py: each source's chunks go to
+  its route's sink table, first widened to hold every source; chunk plans and records stay
+  per source table) (tests/test_routes.py).
+- Before any work the sink must pass ``lake_storage.commit_problem``; a local sink whose
+  files the driver cannot see (executors on other hosts) stops the run before a commit
+  points at them (tests/test_object_store.py).
+- Groups that finish together go into one commit per sink table; on an object store, those
+  finishing within ``OBJECT_STORE_COMMIT_INTERVAL`` of the last commit wait for the next
+  (tests/test_snapshot_resume.py, tests/test_object_store.py). A failed group is raised once
+  the others finished with it are committed.
+- A DDL that changed a table between its baseline and its last chunk's high watermark makes
+  the table read again, from a new baseline and plan, at most ``MAX_PASSES`` times
+  (tests/test_schema_at_position.py).
+- Faults (tests/test_snapshot_faults.py): a run whose groups outlast the retry budget stops
+  (exit 1) and a re-run resumes; a resumed run groups only consecutive pending chunks.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import replace
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+import pymysql
+from pyspark import SparkContext
+from pyspark.sql import SparkSession
+
+from cdc_core.binlog.decoder import read_statements
+from cdc_core.chunks.record import ChunkRecord
+from cdc_core.config import BinlakeConfig
+from cdc_core.errors import TerminalError, transient_cause
+from cdc_core.offset.position import master_position
+from cdc_core.retry import Retry, RetryBudgetExceeded, RetryPolicy
+from cdc_core.routes import Router, sink_schema
+from cdc_core.schema.change import UnparsedDDL, parse_ddl
+from cdc_core.schema.history import Status
+from cdc_core.schema.output import output_schema
+from cdc_core.schema.table import TableSchema, describe_table
+from cdc_core.source.capture import captured_schema
+from cdc_core.source.connection import captured_tables, connect, connection_settings, describe_captured
+from pipelines.lake.control_store import ControlStore
+from pipelines.lake.files import (
+    SNAPSHOT_CHUNKS_KEY,
+    SNAPSHOT_VERIFIED_KEY,
+    SnapshotCommits,
+    commit_files,
+    snapshot_commits,
+    snapshot_reset_properties,
+)
+from pipelines.lake.storage import UnsafeSink, is_local, require_safe_commits
+from pipelines.lake.tables import DeltaTable, delta_schema, ensure_table, open_table, reset, table_uri
+from pipelines.schema.applier import widen_to
+from pipelines.snapshot.plan import chunk_groups, group_size, plan_table, streamed_already
+from pipelines.snapshot.runner import GroupRunner, next_attempt_in
+from pipelines.snapshot.task import GroupTask, GroupWritten, run_group
+from pipelines.snapshot.verify import SnapshotSummary, TableSummary, counted
+
+log = logging.getLogger(__name__)
+
+MAX_PASSES = 5  # a table a DDL changed while it was read is read again, at most this often
+MIRROR_BATCH_RECORDS = 256
+# On an object store a Delta commit is about 9 requests (list, conditional put, reading it back
+# twice): groups finishing within this many seconds of the last commit wait for the next one,
+# which holds them all (a local commit costs little and is made at once). A crash re-reads
+# what was waiting, as it does a group still running.
+OBJECT_STORE_COMMIT_INTERVAL = 1.0
+
+
+class SnapshotJob:
+    """Driver of one snapshot run."""
+
+    group_fn = staticmethod(run_group)  # what reads a group (bench/snapshot.py --profile times it)
+
+    def __init__(self, cfg: BinlakeConfig, spark: SparkSession | SparkContext | None = None, progress=None,
+                 only: set[str] | None = None, chunks: set[int] | None = None, on_commit=None,
+                 retry: RetryPolicy | None = None):
+        self.cfg = cfg
+        self.only = only  # restrict to these "db.table" names (Dagster asset subsets)
+        self.chunks = chunks  # restrict to these chunk indexes of the planned tables (Dagster partitions)
+        self.on_commit = on_commit  # callable(table, chunk records) after each group's Delta commit, or None
+        self.progress = progress  # callable(chunks_done, chunks_total, rows) or None
+        self.retry = retry or RetryPolicy()  # transient source faults: backoff, budget, stall timeout
+        # Where groups run (source.snapshot.runner): Spark tasks, or threads of this process.
+        self.runner = GroupRunner(cfg, spark, self.retry, self.group_fn)
+        self.slots = self.runner.slots
+        self.conn = connection_settings(cfg)
+        # Executors do not share the driver's working directory: a local sink goes to them absolute.
+        self.sink = cfg.sink.path if urlparse(cfg.sink.path).scheme else os.path.abspath(cfg.sink.path)
+        self.router = Router(cfg.routes)
+        self.store = ControlStore.of(cfg)
+        self.base = self.store.position_base()
+        self._unmirrored: list[ChunkRecord] = []
+        self._reconnects = 0  # the driver's own connects repeated after a transient fault
+        # Snapshot commits of each sink table read so far (by table URI): later reads only read
+        # the commits made since.
+        self._commits: dict[str, SnapshotCommits] = {}
+
+    @property
+    def retries(self) -> int:
+        """Attempts repeated after a transient source fault: groups' and the driver's connects."""
+        return self.runner.retries + self._reconnects
+
+    def run(self) -> SnapshotSummary:
+        """Snapshot every captured table; resumes where an earlier run stopped."""
+        start = time.monotonic()
+        summary = SnapshotSummary()
+        require_safe_commits(self.cfg.sink.path, self.cfg.sink.storage_options)
+        with self._connect() as control, control.cursor() as cur:
+            captured = captured_tables(self.cfg, cur)
+        names = [n for n in captured if self.only is None or n in self.only]
+        plans = self.store.load_plans()
+        # Only a table without a plan can be the stream's: planned ones are not opened here.
+        streamed = {n for n in names if n not in plans and streamed_already(self.router, n, plans, open_table(
+            table_uri(self.sink, self.router.sink(n)), self.cfg.sink.storage_options))}
+        for n in sorted(streamed):
+            log.warning("snapshot: %s is streamed already (Delta holds its rows, no snapshot planned it): not read "
+                        "again; `binlake backfill --table %s` re-reads it online", n, n)
+        summary.tables = [TableSummary(n, 0, streamed=n in streamed) for n in names]
+        by_table = {s.table: s for s in summary.tables}
+        names = [n for n in names if n not in streamed]
+        for _ in range(MAX_PASSES):
+            tables: dict[str, DeltaTable] = {}
+            # A connection per pass and per reset: a fault during the reads may have dropped the last one.
+            with self._connect() as control, control.cursor() as cur:
+                try:
+                    self._pass(cur, captured, names, tables, by_table, summary)
+                    failure = None
+                except RetryBudgetExceeded:
+                    raise  # the source is unreachable: whether a DDL ran cannot be read either
+                except Exception as e:  # noqa: BLE001 - a chunk read may fail because a DDL changed its table
+                    failure = e
+            dirty = self._changed_during_snapshot(names, tables)
+            if failure is not None and not dirty:
+                raise failure
+            if not dirty:
+                self._verified(names, tables)
+                break
+            with self._connect() as control, control.cursor() as cur:
+                for name in dirty:
+                    self._reset(cur, name, tables, by_table[name])
+        else:
+            raise TerminalError(f"DDL kept changing {', '.join(sorted(dirty))} while it was being snapshotted "
+                                f"({MAX_PASSES} attempts): run the snapshot again when no DDL runs on it")
+        # The last pass's handles are current: no need to read their logs again.
+        summary = counted(self.cfg, summary, tables, start, self.store.load_plans(), self._connect)
+        summary.retries = self.retries  # also the driver's own reconnects after the reads
+        return summary
+
+    def _pass(self, cur, captured: list[str], names: list[str], tables: dict, by_table: dict[str, TableSummary],
+              summary: SnapshotSummary) -> None:
+        """Plan what has no plan (recording its baseline schema first), then read every chunk
+        of ``names`` that has no record."""
+        at = master_position(cur, self.base)  # before describing: a DDL after it is found by _changed_during_snapshot
+        # A routed sink is shaped by all its sources, also those outside an `only` subset.
+        sinks = {self.router.sink(n) for n in names}
+        routed = [n for n in captured if self.router.routed(n) and self.router.sink(n) in sinks]
+        schemas = describe_captured(cur, sorted({*names, *routed}), self.cfg.source)
+        self.router.check(schemas)
+        names = [n for n in names if n in schemas]  # a table dropped since it was listed is not read
+        plans = self.store.load_plans()
+        work: list[tuple] = []
+        targets: dict[str, pa.Schema | None] = {}
+        for name in names:
+            schema = schemas[name]
+            sink = self.router.sink(name)
+            uri = table_uri(self.sink, sink)
+            if sink not in tables:
+                tables[sink], targets[sink] = self._open_sink(uri, sink, schemas)
+            if name not in plans:
+                plans[name] = plan_table(self.cfg, self.store, cur, schema, at)
+            done = self.store.completed_in(name, self._commits_of(tables[sink]))
+            pending = [c for c in plans[name]
+                       if c.index not in done and (self.chunks is None or c.index in self.chunks)]
+            by_table[name].chunks = len(plans[name])
+            by_table[name].chunks_read += len(pending)
+            work.append((schema, uri, pending, targets[sink]))
+        total_pending = sum(len(w[2]) for w in work)
+        per_group = group_size(total_pending, self.slots, self.cfg.source.snapshot)
+        task_conn = replace(self.conn, read_timeout=self.retry.read_timeout)  # a stalled read fails, then retries
+        options = tuple(sorted(self.cfg.sink.storage_options.items()))
+        tasks = [GroupTask(task_conn, 0, schema, tuple(g), uri, self.cfg.pipeline.name, target, options, self.base)
+                 for schema, uri, pending, target in work for g in chunk_groups(pending, per_group)]
+        log.info("snapshot: %d tables, %d chunks to read in %d tasks", len(names), total_pending, len(tasks))
+        self._execute(tasks, tables, by_table, summary, total_pending)
+
+    def _connect(self) -> pymysql.connections.Connection:
+        """A driver connection to the source, again with backoff while the source refuses or
+        drops it (a restarting server) until the retry budget is spent."""
+        retry = Retry(self.retry)
+        while True:
+            try:
+                return connect(self.conn)
+            except Exception as e:
+                cause = transient_cause(e)
+                if cause is None:
+                    raise
+                delay = next_attempt_in(retry, "snapshot: connecting to the source", cause)
+                self._reconnects += 1
+                time.sleep(delay)
+
+    # --- running and committing ------------------------------------------------------------------
+
+    def _execute(self, tasks: list[GroupTask], tables: dict, by_table: dict[str, TableSummary],
+                 summary: SnapshotSummary, total: int) -> None:
+        """Run ``tasks`` and commit each batch of finished groups as it comes (see the module
+        invariants); progress after each batch."""
+        done_chunks = 0
+        if self.progress:
+            self.progress(0, total, 0)
+        try:
+            with self.runner.running(tasks) as futures:
+                for batch in self._batches(set(futures)):
+                    done_chunks += self._commit_batch([(futures[f], f) for f in batch], tables, by_table, summary)
+                    if self.progress:
+                        self.progress(done_chunks, total, summary.rows_read)
+        finally:
+            self._flush_mirror()
+            summary.retries = self.retries
+
+    def _batches(self, running: set[Future]) -> Iterator[list[Future]]:
+        """Finished groups in the batches they are committed in: those that finished together,
+        and on an object store those finishing within ``OBJECT_STORE_COMMIT_INTERVAL`` of the
+        last commit; a batch holding a failure at once."""
+        interval = 0.0 if is_local(self.sink) else OBJECT_STORE_COMMIT_INTERVAL
+        held: list[Future] = []  # finished groups waiting for the next commit
+        last_commit = -math.inf
+        while running:
+            wait_for = max(0.0, last_commit + interval - time.monotonic()) if held else None
+            finished, running = wait(running, timeout=wait_for, return_when=FIRST_COMPLETED)
+            held.extend(finished)
+            failed = any(f.exception() is not None for f in finished)
+            if not held or (running and not failed and time.monotonic() - last_commit < interval):
+                continue
+            batch, held, last_commit = held, [], time.monotonic()
+            yield batch
+
+    def _commit_batch(self, batch: list[tuple[GroupTask, Future]], tables: dict, by_table: dict[str, TableSummary],
+                      summary: SnapshotSummary) -> int:
+        """Commit the finished groups of ``batch``, one commit per sink table; the chunks
+        committed. A failed group is raised after the others are committed."""
+        ready: dict[str, list[tuple[GroupTask, GroupWritten]]] = {}
+        failure = None
+        for task, fut in batch:
+            try:
+                result = fut.result()
+            except BaseException as e:  # noqa: BLE001 - raised below, once the others are committed
+                failure = failure or e
+                continue
+            ready.setdefault(self.router.sink(task.schema.qualified_name), []).append((task, result))
+        done = 0
+        for sink, group in ready.items():
+            first = group[0][0]
+            records = self._commit(tables[sink], first.target or output_schema(first.schema),
+                                   [result for _, result in group])
+            self._mirror(records)
+            committed = iter(records)
+            for task, result in group:
+                name = task.schema.qualified_name
+                if self.on_commit:
+                    self.on_commit(name, [next(committed) for _ in result.records])
+                by_table[name].rows_written += result.rows
+                summary.rows_read += result.rows
+                summary.task_peak_rss_mb = max(summary.task_peak_rss_mb, result.task_peak_rss_mb)
+                done += len(task.chunks)
+        if failure is not None:
+            raise failure
+        return done
+
+    def _commit(self, table, schema: pa.Schema, results: list[GroupWritten]) -> list[ChunkRecord]:
+        """Commit the files of groups of one sink table with their chunk records, in one commit;
+        returns the records as committed, in the groups' order."""
+        # Called on the driver's main thread only: commits never race each other (also
+        # those of several routed sources into one sink table).
+        records = [r for result in results for r in result.records]
+        files = [result.file for result in results if result.file]
+        folder = unquote(urlparse(table.table_uri).path)
+        missing = [f for f in files if is_local(self.sink) and not os.path.exists(os.path.join(folder, f.path))]
+        if missing:
+            # Written on another host: a commit would point the table at a file it cannot read.
+            raise UnsafeSink(f"sink.path {self.cfg.sink.path} is a local folder the Spark executors do not share "
+                             f"with the driver ({missing[0].path} written by an executor is missing here); use an "
+                             "object-store URI, or a folder mounted at the same path on every host")
+        version = commit_files(table, files, schema, {SNAPSHOT_CHUNKS_KEY: [r.to_json_row() for r in records]})
+        return [replace(r, delta_version=version) for r in records]
+
+    def _mirror(self, records: list[ChunkRecord]) -> None:
+        """The data commit already holds these records; the mirror table is appended in
+        batches (recovery unites both, see pipelines/lake/control_store.py)."""
+        self._unmirrored.extend(records)
+        if len(self._unmirrored) >= MIRROR_BATCH_RECORDS:
+            self._flush_mirror()
+
+    def _flush_mirror(self) -> None:
+        if self._unmirrored:
+            self.store.record_chunks(self._unmirrored)
+            self._unmirrored = []
+
+    # --- sinks, checks and resets ------------------------------------------------------------------
+
+    def _open_sink(self, uri: str, sink: str, schemas: dict[str, TableSchema]):
+        """The Delta table ``sink`` (created if missing) and, for a route's sink, the schema its
+        rows are written with: the widest of all its sources, the table widened to it first."""
+        sources = self.router.sources(sink, schemas)
+        if not sources:  # not routed: the source's own table
+            return ensure_table(uri, output_schema(schemas[sink]), self.cfg.sink.storage_options), None
+        members = [schemas[n] for n in sources]
+        dt_ = ensure_table(uri, sink_schema(members, sink=sink), self.cfg.sink.storage_options)
+        widened = widen_to(dt_, sink_schema(members, base=delta_schema(dt_), sink=sink))
+        if widened:
+            log.info("snapshot: %s %s", sink, widened)
+        return dt_, delta_schema(dt_)
+
+    def _commits_of(self, table: DeltaTable | None) -> SnapshotCommits | None:
+        """The snapshot commits of a sink table (None for no table)."""
+        if table is None:
+            return None
+        commits = self._commits[table.table_uri] = snapshot_commits(table, self._commits.get(table.table_uri))
+        return commits
+
+    def _changed_during_snapshot(self, names: list[str], tables: dict) -> set[str]:
+        """Tables a statement changed between their baseline and their last chunk's high
+        watermark: their chunks do not all hold the same columns (or rows a TRUNCATE removed)."""
+        baselines = {}
+        for e in self.store.schema_history():
+            if e.status == Status.BASELINE and e.table in names:
+                baselines[e.table] = e.position  # the last one: history is in binlog order
+        with self._connect() as c, c.cursor() as cur:
+            end = master_position(cur, self.base)
+        windows = {}
+        plans = self.store.load_plans()
+        for name in names:
+            commits = self._commits_of(tables.get(self.router.sink(name)))
+            if commits is not None and commits.is_verified(name):
+                continue
+            done = self.store.completed_in(name, commits) if commits is not None else {}
+            hws = [r.high_watermark for r in done.values()]
+            plan_done = done and len(done) == len(plans.get(name, ()))
+            if name in baselines:
+                windows[name] = (baselines[name], max(hws) if plan_done else end)
+        if not windows:
+            return set()
+        dirty = set()
+        server_id = self.cfg.source.server_id + 1 + self.slots  # the chunk readers use +1 … +slots
+        for st in read_statements(self.conn, server_id, min(w[0] for w in windows.values()),
+                                  max(w[1] for w in windows.values())):
+            for name in _changed_tables(st):
+                w = windows.get(name)
+                if w is not None and w[0] < st.position <= w[1]:
+                    log.warning("snapshot: %s changed at %s while it was being read (%s): reading it again",
+                                name, st.position, st.sql)
+                    dirty.add(name)
+        return dirty
+
+    def _verified(self, names: list[str], tables: dict) -> None:
+        """Mark complete, checked tables verified (a no-op re-run need not read their binlog again)."""
+        plans = self.store.load_plans()
+        by_sink: dict[str, list[str]] = {}
+        for name in names:
+            commits = self._commits_of(tables.get(self.router.sink(name)))
+            if commits is None or commits.is_verified(name):
+                continue
+            if len(self.store.completed_in(name, commits)) == len(plans.get(name, ())):
+                by_sink.setdefault(self.router.sink(name), []).append(name)
+        for sink, sources in by_sink.items():
+            dt_ = tables[sink]
+            commit_files(dt_, [], delta_schema(dt_), {SNAPSHOT_VERIFIED_KEY: sources})
+
+    def _reset(self, cur, name: str, tables: dict, summary: TableSummary) -> None:
+        """Forget ``name``'s chunks and rows, record its new baseline and plan it again."""
+        sink = self.router.sink(name)
+        dt_ = tables[sink]
+        at = master_position(cur, self.base)
+        try:
+            schema = captured_schema(describe_table(cur, *name.split(".", 1)), self.cfg.source)
+        except LookupError:
+            log.warning("snapshot: %s was dropped while it was being read; the stream records its drop", name)
+            return
+        props = snapshot_reset_properties([name])
+        if self.router.routed(name):
+            reset(dt_, props, source=name)
+        else:
+            reset(dt_, props, schema=output_schema(schema))
+        plan_table(self.cfg, self.store, cur, schema, at)  # a new baseline and plan: the table is read again
+        summary.rows_written = 0
+
+
+def _changed_tables(st) -> set[str]:
+    """Tables whose columns or rows a statement changes (an index does not)."""
+    try:
+        changes = parse_ddl(st.sql, st.database)
+    except UnparsedDDL as e:
+        return set(e.tables)
+    return {c.table for c in changes} | {c.new_name for c in changes if c.new_name}
