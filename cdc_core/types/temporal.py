@@ -145,6 +145,22 @@ class _Temporal(Codec):
         return pa.int64()  # selected as an integer, unless said otherwise
 
 
+class _Calendar(_Temporal):
+    """DATE and DATETIME: zero and impossible dates checked by the server (unless read as stored)."""
+
+    def select_expr(self, col: Column, q: str, raw_dates: bool) -> str | None:
+        return None if raw_dates else _valid_date(q)
+
+    def binlog_value(self, col: Column, v: object) -> object:
+        return None if isinstance(v, str) else v  # a zero or impossible date, which text clients return unparsed
+
+    def binlog_value_unchanged(self, col: Column) -> bool:
+        return True
+
+    def implicit_default(self, col: Column) -> object:
+        return None  # the zero date
+
+
 # --- DATE ---------------------------------------------------------------------------------------
 
 def _date(buf: bytes, pos: int) -> tuple[object, int]:
@@ -155,25 +171,16 @@ def _date(buf: bytes, pos: int) -> tuple[object, int]:
     return dt.date(year, month, day), pos + 3
 
 
-class Date(_Temporal):
+class Date(_Calendar):
     data_types = frozenset({"date"})
     binlog_types = frozenset({FIELD_TYPE.DATE, FIELD_TYPE.NEWDATE})
     _arrow = pa.date32()
-
-    def select_expr(self, col: Column, q: str, raw_dates: bool) -> str | None:
-        return None if raw_dates else _valid_date(q)
 
     def raw_type(self, col: Column) -> pa.DataType:
         return pa.date32()
 
     def raw_floor(self, col: Column) -> object | None:
         return dt.date(1, 1, 1)
-
-    def binlog_value(self, col: Column, v: object) -> object:
-        return None if isinstance(v, str) else v  # a zero or impossible date, which text clients return unparsed
-
-    def binlog_value_unchanged(self, col: Column) -> bool:
-        return True
 
     def table_map_column(self, col, collation: str | None) -> Column:
         return Column(col.name, "date", "date")
@@ -189,9 +196,6 @@ class Date(_Temporal):
 
     def key_from_text(self, col: Column, text: str) -> object:
         return dt.date.fromisoformat(text)
-
-    def implicit_default(self, col: Column) -> object:
-        return None  # the zero date
 
     def default_value(self, col: Column, d: DefaultValue) -> object:
         v = _literal(d)
@@ -209,13 +213,10 @@ def _datetime2(raw: bytes) -> dt.datetime | None:
         return None
 
 
-class DateTime(_Temporal):
+class DateTime(_Calendar):
     data_types = frozenset({"datetime"})
     binlog_types = frozenset({FIELD_TYPE.DATETIME2, FIELD_TYPE.DATETIME})
     _arrow = pa.timestamp("us")  # Delta timestamp_ntz: wall-clock, no zone
-
-    def select_expr(self, col: Column, q: str, raw_dates: bool) -> str | None:
-        return None if raw_dates else _valid_date(q)
 
     def raw_type(self, col: Column) -> pa.DataType:
         return pa.timestamp("us")
@@ -225,12 +226,6 @@ class DateTime(_Temporal):
 
     def snapshot_array(self, col: Column, arr: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
         return pc.cast(arr, self.arrow_type(col))
-
-    def binlog_value(self, col: Column, v: object) -> object:
-        return None if isinstance(v, str) else v  # a zero or impossible date, which text clients return unparsed
-
-    def binlog_value_unchanged(self, col: Column) -> bool:
-        return True
 
     def table_map_column(self, col, collation: str | None) -> Column:
         return _fsp_column(col, "datetime")
@@ -246,9 +241,6 @@ class DateTime(_Temporal):
 
     def key_from_text(self, col: Column, text: str) -> object:
         return dt.datetime.fromisoformat(text)
-
-    def implicit_default(self, col: Column) -> object:
-        return None  # the zero date
 
     def default_value(self, col: Column, d: DefaultValue) -> object:
         v = _literal(d)
