@@ -37,7 +37,7 @@ from cdc_core.types.registry import table_map_codec
 def _reader(col) -> Reader | None:
     """The reader of one table-map column, or None when the library must decode it."""
     if col.binlake_decode is not None or col.type != col.binlake_type or getattr(col, "compressed", False):
-        return None  # a value binlake corrects after the library (binlog_columns.py)
+        return None  # a value a codec corrects after the library (prepared by cdc_core/binlog/columns.py)
     return table_map_codec(col).row_reader(col)
 
 

@@ -28,7 +28,9 @@ takes the column. Binlog-side methods take python-mysql-replication's table-map 
 (``col.type`` the binlog type, after cdc_core/binlog/columns.py's ``prepare`` may have re-typed
 it; ``col.binlake_type`` the table map's own). Defaults below are what a type without a
 special case gets; the invariants each method serves are stated in the modules that ask
-(the table above) and checked by their tests.
+(the list above) and checked by their tests (tests/test_types.py, tests/test_binlog_decoder.py,
+tests/test_reconcile_checksum.py, tests/test_ddl_corpus.py, tests/test_tls.py...); the
+registry's own by tests/test_codecs.py.
 """
 
 from __future__ import annotations
