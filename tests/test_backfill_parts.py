@@ -27,7 +27,7 @@ from cdc_core.chunks.incremental import (
 from cdc_core.chunks.planning import Chunk
 from cdc_core.errors import BadInput
 from cdc_core.schema.table import Column
-from cdc_core.types.mapping import GEOMETRY
+from cdc_core.types.geometry import GEOMETRY
 
 
 def _decide(touched: set[tuple], chunk: list[tuple], candidates: list[tuple]) -> tuple[list[int], list[tuple]]:

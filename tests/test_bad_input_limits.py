@@ -18,7 +18,8 @@ import yaml
 from deltalake import DeltaTable
 
 from cdc_core.config import load_config
-from cdc_core.types import mapping as types
+from cdc_core.types import registry
+from cdc_core.types.unmapped import UNMAPPED
 from pipelines import cli
 from pipelines.lake.control_store import ControlStore
 from pipelines.lake.tables import table_uri
@@ -101,10 +102,11 @@ def test_a_type_binlake_does_not_map(mariadb, db, spark, cli_config, monkeypatch
     reads: one line naming the column and the source.exclude_columns entry that leaves it
     out, exit 2, for validate, snapshot and stream; with that entry, both go on.
     MariaDB 10.11 has no type binlake does not map (VECTOR is 11.7's; MYSQL_JSON cannot be
-    created), so INET4, taken out of binlake's type map, stands in for one: the CLI runs in
-    this process (as tests/test_cli.py's exit-1 test), everything else is the real server."""
+    created), so INET4, its codec replaced by the one of unmapped types, stands in for one: the
+    CLI runs in this process (as tests/test_cli.py's exit-1 test), everything else is the real
+    server."""
     name, conn = db
-    monkeypatch.delitem(types._TEXT_FORM_SIZES, "inet4")
+    monkeypatch.setitem(registry.BY_DATA_TYPE, "inet4", UNMAPPED)
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE n (id INT PRIMARY KEY, a INET4)")
         cur.execute("CREATE TABLE m (id INT PRIMARY KEY, v INT)")

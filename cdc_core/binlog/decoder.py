@@ -17,8 +17,9 @@ Invariants (tests/test_binlog_decoder.py, tests/test_types.py):
 - A layout is reported once per change: the decoder hands out a new ``TableLayout``
   only when a table's table map differs from the last one it reported for that table.
 - Values are decoded as the server stores them (character sets, ENUM/SET members,
-  MariaDB compressed columns, old-format TIME): cdc_core/binlog/columns.py corrects the
-  library around it, prepared on each event before its rows are read.
+  MariaDB compressed columns, old-format TIME, the empty SET, negative TIME fractions): each
+  column's codec (cdc_core/types/<family>.py) corrects the library around it, prepared by
+  cdc_core/binlog/columns.py on each event before its rows are read.
 - A table map whose every column has a simple binlog format is decoded by
   cdc_core/binlog/row_images.py instead of the library, into the very same values (a fraction of
   the library's CPU: the reader's largest cost); any other, by the library.
@@ -31,13 +32,11 @@ Invariants (tests/test_binlog_decoder.py, tests/test_types.py):
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 from pymysqlreplication.event import (
     FormatDescriptionEvent,
     MariadbBinLogCheckPointEvent,
@@ -60,6 +59,7 @@ from cdc_core.errors import TerminalError
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.schema.table import Column, TableSchema
 from cdc_core.source.connection import ConnectionSettings
+from cdc_core.types.registry import table_map_codec
 
 log = logging.getLogger(__name__)
 
@@ -126,64 +126,12 @@ def open_binlog(conn: ConnectionSettings, server_id: int, start: BinlogPosition,
 
 # --- table map → columns -------------------------------------------------------------------
 
-_INTS = {FIELD_TYPE.TINY: "tinyint", FIELD_TYPE.SHORT: "smallint", FIELD_TYPE.INT24: "mediumint",
-         FIELD_TYPE.LONG: "int", FIELD_TYPE.LONGLONG: "bigint"}
-_TEMPORAL = {FIELD_TYPE.DATETIME2: "datetime", FIELD_TYPE.DATETIME: "datetime", FIELD_TYPE.TIMESTAMP2: "timestamp",
-             FIELD_TYPE.TIMESTAMP: "timestamp", FIELD_TYPE.TIME2: "time", FIELD_TYPE.TIME: "time"}
-_BLOBS = {1: "tiny", 2: "", 3: "medium", 4: "long"}
-
-
-def _quoted(members) -> str:
-    return ",".join("'" + m.replace("'", "''") + "'" for m in members)
-
-
 def table_map_column(col) -> Column:
-    """A python-mysql-replication table-map column as ``describe_table`` would describe it.
-    Nullability is not in the table map's column list: columns are reported nullable."""
-    t = getattr(col, "binlake_type", col.type)  # as the table map declares it (binlog_columns may re-type)
-    binary = getattr(col, "collation_name", None) == "binary"
-    collation = None if binary else getattr(col, "collation_name", None)
-    if t in _INTS:
-        name = _INTS[t]
-        return Column(col.name, name, name + (" unsigned" if col.unsigned else ""))
-    if t in (FIELD_TYPE.NEWDECIMAL, FIELD_TYPE.DECIMAL):
-        p, s = getattr(col, "precision", 10), getattr(col, "decimals", 0)
-        return Column(col.name, "decimal", f"decimal({p},{s})" + (" unsigned" if col.unsigned else ""),
-                      precision=p, scale=s)
-    if t in (FIELD_TYPE.FLOAT, FIELD_TYPE.DOUBLE):
-        name = "float" if t == FIELD_TYPE.FLOAT else "double"
-        return Column(col.name, name, name + (" unsigned" if col.unsigned else ""))
-    if t in (FIELD_TYPE.DATE, FIELD_TYPE.NEWDATE):
-        return Column(col.name, "date", "date")
-    if t in _TEMPORAL:
-        fsp = getattr(col, "fsp", 0) or 0
-        name = _TEMPORAL[t]
-        return Column(col.name, name, name + (f"({fsp})" if fsp else ""), datetime_precision=fsp)
-    if t == FIELD_TYPE.YEAR:
-        return Column(col.name, "year", "year(4)")
-    if t == FIELD_TYPE.BIT:
-        return Column(col.name, "bit", f"bit({col.bits})", precision=col.bits)
-    if t in (FIELD_TYPE.ENUM, FIELD_TYPE.SET):
-        name = "enum" if t == FIELD_TYPE.ENUM else "set"
-        members = (col.enum_values or [""])[1:] if t == FIELD_TYPE.ENUM else (col.set_values or [])
-        return Column(col.name, name, f"{name}({_quoted(members)})", collation=collation)
-    if t in (FIELD_TYPE.VARCHAR, FIELD_TYPE.VAR_STRING):
-        n = getattr(col, "max_length", 0)
-        return (Column(col.name, "varbinary", f"varbinary({n})", char_length=n) if binary
-                else Column(col.name, "varchar", "varchar", collation=collation))
-    if t == FIELD_TYPE.STRING:
-        n = getattr(col, "max_length", 0)
-        return (Column(col.name, "binary", f"binary({n})", char_length=n) if binary
-                else Column(col.name, "char", "char", collation=collation))
-    if t in (FIELD_TYPE.BLOB, FIELD_TYPE.TINY_BLOB, FIELD_TYPE.MEDIUM_BLOB, FIELD_TYPE.LONG_BLOB):
-        size = _BLOBS.get(getattr(col, "length_size", 2), "")
-        name = f"{size}blob" if binary else f"{size}text"
-        return Column(col.name, name, name, collation=collation)
-    if t == FIELD_TYPE.JSON:
-        return Column(col.name, "json", "json")
-    if t == FIELD_TYPE.GEOMETRY:
-        return Column(col.name, "geometry", "geometry")
-    return Column(col.name, f"binlog type {t}", f"binlog type {t}")
+    """A python-mysql-replication table-map column as ``describe_table`` would describe it
+    (its codec's ``table_map_column``). Nullability is not in the table map's column list:
+    columns are reported nullable."""
+    name = getattr(col, "collation_name", None)
+    return table_map_codec(col).table_map_column(col, None if name == "binary" else name)
 
 
 def layout_schema(table, keep: Callable[[str, str], bool] | None = None) -> TableSchema:
@@ -197,34 +145,11 @@ def layout_schema(table, keep: Callable[[str, str], bool] | None = None) -> Tabl
 
 # --- row events → value tuples -----------------------------------------------------------------
 
-_US = dt.timedelta(microseconds=1)
-
-
-def _fix_set(values: dict, none_sources: dict, name: str) -> None:
-    """The empty SET comes back as None (none source "empty set"): it is ''."""
-    if values[name] is None and none_sources.get(name) == NONE_SOURCE.EMPTY_SET:
-        values[name] = ""
-
-
-def _fix_time(values: dict, none_sources: dict, name: str) -> None:
-    """A negative TIME with a fraction is stored as the two's complement of the whole packed
-    value, but the decoder complements seconds and fraction apart, giving -(s + 1 - f) for -(s + f)."""
-    v = values[name]
-    if v is not None and v < dt.timedelta(0):
-        us = -(v // _US)
-        frac = us % 1_000_000
-        if frac:
-            values[name] = -_US * (us + 1_000_000 - 2 * frac)
-
-
-_FIXES = {FIELD_TYPE.SET: _fix_set, FIELD_TYPE.TIME2: _fix_time}
-
-
 @dataclass(frozen=True)
 class _Decoding:
     layout: TableLayout
     names: tuple[str, ...]
-    fixes: tuple  # (fix function, column name) for the columns the decoder gets wrong
+    fixes: tuple  # (fix function, column name) for the columns the decoder gets wrong (their codecs' library_fix)
     images: RowImages | None  # binlake's own decoding of the rows, when every column allows it
 
 
@@ -259,7 +184,8 @@ class RowDecoder:
             self._next_id += 1
             last = self._last[schema.qualified_name] = TableLayout(self._next_id, schema)
         names = tuple(c.name for c in schema.columns)
-        fixes = tuple((_FIXES[c.type], c.name) for c in table.columns if c.type in _FIXES and c.name in names)
+        fixes = tuple((fix, c.name) for c in table.columns
+                      if c.name in names and (fix := table_map_codec(c).library_fix(c)) is not None)
         kept = tuple(i for i, c in enumerate(table.columns) if c.name in names)
         images = compile_images(table.columns, None if len(kept) == len(table.columns) else kept)
         d = self._by_map[key] = _Decoding(last, names, fixes, images)

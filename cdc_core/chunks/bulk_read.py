@@ -9,8 +9,10 @@ is read with pymysql through the same verified TLS context as every other connec
 
 Invariant (tests/test_tls.py::test_text_reader_equals_connectorx_on_the_type_matrix): for
 every supported type, :func:`text_fetch` returns, after ``types.snapshot_array``, the same
-values as the connectorx fetch. The text protocol prints FLOAT with 6 digits, so FLOAT columns
-are fetched as ``CAST(… AS DOUBLE)`` (exact), around the chunk's own SELECT.
+values as the connectorx fetch. Each column's codec gives the Arrow type of its value as the
+text protocol returns it (``Codec.raw_type``) and its outer SELECT (``Codec.text_fetch_expr``:
+the text protocol prints FLOAT with 6 digits, so FLOAT columns are fetched as ``CAST(… AS
+DOUBLE)``, exact, around the chunk's own SELECT).
 """
 
 from __future__ import annotations
@@ -21,14 +23,12 @@ import pyarrow as pa
 import pymysql
 import pymysql.cursors
 
-from cdc_core.chunks.planning import INTEGER_TYPES
-from cdc_core.schema.table import Column, TableSchema, quote_ident
+from cdc_core.schema.table import TableSchema, quote_ident
 from cdc_core.source.connection import ConnectionSettings, connect
-from cdc_core.types.mapping import SPATIAL_TYPES
+from cdc_core.types.registry import codec_for
 
 Fetch = Callable[[str], pa.Table]
 FETCH_ROWS = 10_000
-_BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
 
 
 def chunk_fetch(conn: ConnectionSettings, schema: TableSchema) -> Fetch:
@@ -48,36 +48,16 @@ def refuses_impossible_dates(conn: ConnectionSettings) -> bool:
     return conn.tls is None
 
 
-def _raw_type(col: Column) -> pa.DataType:
-    """The Arrow type of ``types.select_expr(col)``'s value as the text protocol returns it."""
-    t = col.data_type
-    if t == "decimal" or (t == "bigint" and col.unsigned):
-        return pa.string()  # selected as CHAR
-    if t == "bit":
-        return pa.uint64()  # selected as UNSIGNED
-    if t in INTEGER_TYPES or t in ("time", "timestamp", "year"):
-        return pa.int64()  # time and timestamp: selected as signed microseconds
-    if t in ("float", "double"):
-        return pa.float64()
-    if t == "date":
-        return pa.date32()
-    if t == "datetime":
-        return pa.timestamp("us")
-    if t in _BINARY_TYPES or t in SPATIAL_TYPES:  # spatial: selected AS BINARY
-        return pa.binary()
-    return pa.string()
-
-
 def text_fetch(conn: ConnectionSettings, schema: TableSchema, sql: str) -> pa.Table:
     """Run a chunk SELECT of ``schema`` (columns named as in the table) over a pymysql connection
     and return its rows as Arrow, streamed in batches of ``FETCH_ROWS``."""
-    outer = ", ".join(f"CAST({quote_ident(c.name)} AS DOUBLE) AS {quote_ident(c.name)}" if c.data_type == "float"
-                      else quote_ident(c.name) for c in schema.columns)
+    column_codecs = [codec_for(c) for c in schema.columns]
+    outer = ", ".join(k.text_fetch_expr(c, quote_ident(c.name)) for k, c in zip(column_codecs, schema.columns))
     columns: list[list] = [[] for _ in schema.columns]
     with connect(conn, database=schema.database, cursorclass=pymysql.cursors.SSCursor) as c, c.cursor() as cur:
         cur.execute(f"SELECT {outer} FROM ({sql}) AS binlake_chunk")
         while rows := cur.fetchmany(FETCH_ROWS):
             for i, values in enumerate(zip(*rows)):
                 columns[i].extend(values)
-    return pa.Table.from_arrays([pa.array(v, type=_raw_type(c)) for v, c in zip(columns, schema.columns)],
-                                names=[c.name for c in schema.columns])
+    arrays = [pa.array(v, type=k.raw_type(c)) for v, k, c in zip(columns, column_codecs, schema.columns)]
+    return pa.Table.from_arrays(arrays, names=[c.name for c in schema.columns])

@@ -88,16 +88,16 @@ import json
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from decimal import Decimal
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc_core.chunks.planning import INTEGER_TYPES, Chunk, decode_value, encode_value
+from cdc_core.chunks.planning import Chunk, decode_value, encode_value
 from cdc_core.errors import BadInput
 from cdc_core.schema.table import Column
+from cdc_core.types.registry import codec_for
 
 
 class BackfillState(enum.StrEnum):
@@ -198,21 +198,10 @@ def latest_requests(rows: Iterable[BackfillRequest]) -> list[BackfillRequest]:
 
 def key_value(col: Column, text: str) -> Any:
     """A key bound given on the command line, as the chunk key column's Python value."""
-    t = col.data_type
     try:
-        if t in INTEGER_TYPES:
-            return int(text)
-        if t == "decimal":
-            return Decimal(text)
-        if t == "date":
-            return dt.date.fromisoformat(text)
-        if t in ("datetime", "timestamp"):
-            return dt.datetime.fromisoformat(text)
+        return codec_for(col).key_from_text(col, text)
     except ValueError:
         raise BadInput(f"{text!r} is not a value of the chunk key column {col.name} ({col.column_type})") from None
-    if t in ("binary", "varbinary"):
-        return text.encode()
-    return text
 
 
 def clip(chunks: Sequence[Chunk], first: int, last: int, lo: Any, hi: Any) -> list[Chunk]:

@@ -31,7 +31,6 @@ Invariants (tested in tests/test_chunk_reader.py):
 
 from __future__ import annotations
 
-import datetime
 import logging
 import time
 from collections.abc import Callable
@@ -51,22 +50,21 @@ from cdc_core.schema.output import CDC_OP, CDC_SEQ, output_schema
 from cdc_core.schema.table import TableSchema, quote_ident
 from cdc_core.source.connection import ConnectionSettings
 from cdc_core.types.key_order import KeyOrders, ServerSql
-from cdc_core.types.mapping import DATE_TYPES, binlog_value, rows_to_arrow, select_expr, snapshot_array
+from cdc_core.types.mapping import binlog_value, raw_floor, rows_to_arrow, select_expr, snapshot_array
 
 log = logging.getLogger(__name__)
 
 # Tables whose chunks held a date the bulk reader refused or read as year 0, in this process.
 _IMPOSSIBLE_DATES: set[str] = set()
-_FIRST_DAY = {"date": datetime.date(1, 1, 1), "datetime": datetime.datetime(1, 1, 1)}
 
 
 def _year_zero(schema: TableSchema, raw: pa.Table) -> bool:
     """Whether a DATE or DATETIME column of ``raw`` holds a date before 0001-01-01 (year 0,
     which the server's check makes NULL and the bulk reader passes through)."""
     for c in schema.columns:
-        if c.data_type in DATE_TYPES:
+        if (first := raw_floor(c)) is not None:
             col = raw.column(c.name)
-            if col.null_count < len(col) and pc.less(pc.min(col), pa.scalar(_FIRST_DAY[c.data_type], col.type)).as_py():
+            if col.null_count < len(col) and pc.less(pc.min(col), pa.scalar(first, col.type)).as_py():
                 return True
     return False
 
@@ -167,7 +165,7 @@ class ChunkReader:
         the table in this process. The check costs the server about a third of a chunk read
         (bench/snapshot.py's table); few tables hold impossible dates."""
         if self.raw_dates and schema.qualified_name not in _IMPOSSIBLE_DATES \
-                and any(c.data_type in DATE_TYPES for c in schema.columns):
+                and any(raw_floor(c) is not None for c in schema.columns):
             try:
                 raw = self.fetch(chunk_select_sql(schema, chunk, self.control.escape, raw_dates=True))
                 if not _year_zero(schema, raw):

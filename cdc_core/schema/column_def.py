@@ -13,6 +13,8 @@ tests/test_ddl_corpus.py):
   (utf8mb3), CHAR BYTE and CHARACTER SET binary → the binary types, TEXT(n)/BLOB(n) → the
   smallest text/blob type holding n characters/bytes, SERIAL → BIGINT UNSIGNED NOT NULL
   AUTO_INCREMENT UNIQUE; spatial types, INET4, INET6, UUID, VECTOR keep their names.
+  (A data type's own aliases and its COLUMN_TYPE are its codec's: ``Codec.ddl_aliases``,
+  ``Codec.declared_column`` in cdc_core/types/<family>.py; the syntax is parsed here.)
   JSON stays ``json`` (MariaDB describes it as longtext; both map to the same Arrow type).
 - COLUMN_TYPE is MariaDB's spelling (display widths of integer types included);
   ZEROFILL implies UNSIGNED.
@@ -29,25 +31,15 @@ from decimal import Decimal, InvalidOperation
 
 from cdc_core.schema.sql_lexer import BIT, HEX, IDENT, NUMBER, OP, STRING, WORD, Cursor, SQLSyntaxError, Token, tokenize
 from cdc_core.schema.table import Column
+from cdc_core.types.codec import DeclaredType
+from cdc_core.types.registry import codec_for_type, declared_name, declares
 
-_INTS = {"tinyint": (4, 3, 3), "smallint": (6, 5, 5), "mediumint": (9, 8, 7), "int": (11, 10, 10),
-         "bigint": (20, 20, 19)}  # display width signed/unsigned, NUMERIC_PRECISION
-_ALIASES = {"int1": "tinyint", "int2": "smallint", "int3": "mediumint", "middleint": "mediumint", "int4": "int",
-            "integer": "int", "int8": "bigint", "dec": "decimal", "numeric": "decimal", "fixed": "decimal",
-            "float4": "float", "float8": "double", "real": "double", "varcharacter": "varchar",
-            "character": "char", "geomcollection": "geometrycollection"}
-_PLAIN = {"date", "year", "json", "tinyblob", "blob", "mediumblob", "longblob", "tinytext", "text", "mediumtext",
-          "longtext", "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
-          "geometrycollection", "inet4", "inet6", "uuid", "vector"}
-_TEMPORAL = {"time", "datetime", "timestamp"}
 _SIZED_TEXT = (("tinytext", "tinyblob", 255), ("text", "blob", 65535), ("mediumtext", "mediumblob", 16777215),
                ("longtext", "longblob", 4294967295))
-_TEXT_LENGTH = {t: n for text, blob, n in _SIZED_TEXT for t in (text, blob)}
 _MAXLEN = {"utf8mb4": 4, "utf8mb3": 3, "utf8": 3, "ucs2": 2, "utf16": 4, "utf16le": 4, "utf32": 4, "big5": 2,
            "gbk": 2, "gb2312": 2, "sjis": 2, "cp932": 2, "ujis": 3, "eucjpms": 3, "euckr": 2}
 _BINARY_OF = {"char": "binary", "varchar": "varbinary", "tinytext": "tinyblob", "text": "blob",
               "mediumtext": "mediumblob", "longtext": "longblob"}
-_FLOAT_PRECISION = {"float": 12, "double": 22}
 CURRENT_TIME_FUNCTIONS = {"CURRENT_TIMESTAMP", "NOW", "LOCALTIME", "LOCALTIMESTAMP", "CURRENT_DATE", "CURDATE",
                           "CURRENT_TIME", "CURTIME", "UTC_TIMESTAMP", "UTC_DATE", "UTC_TIME", "SYSDATE"}
 
@@ -224,21 +216,20 @@ def _parse_type(cur: Cursor) -> _Type:
         else:
             _ = cur.accept("VARCHAR") or cur.accept("VARCHARACTER") or cur.accept("CHAR", "VARYING")
             base = "mediumtext"
-    base = _ALIASES.get(base, base)
+    base = declared_name(base)
     if base in ("char", "binary") and cur.accept("VARYING"):
         base = "var" + base
     elif base == "char" and cur.accept("VARCHAR"):  # NCHAR VARCHAR
         base = "varchar"
     if base in ("bool", "boolean"):
         return _Type("tinyint", ["1"], [])
-    if base not in _INTS and base not in _PLAIN and base not in _TEMPORAL and base not in (
-            "decimal", "float", "double", "bit", "char", "varchar", "binary", "varbinary", "enum", "set", "serial"):
+    if base != "serial" and not declares(base):
         raise SQLSyntaxError(f"unknown column type {word.text!r}")
     args: list[str] = []
     members: list[str] = []
     if cur.at("("):
         inner = cur.skip_group()
-        if base in ("enum", "set"):
+        if codec_for_type(base).ddl_members:
             members = [t.text.rstrip(" ") for t in inner if t.kind == STRING]  # the server drops trailing spaces
         else:
             args = [t.text for t in inner if t.kind == NUMBER]
@@ -284,55 +275,21 @@ def _charset_name(cur: Cursor) -> str:
 
 
 def _column(name: str, t: _Type, nullable: bool) -> Column:
+    """The column a parsed type declares: the names and sizes the type's attributes imply
+    resolved here, the rest its codec's (``Codec.declared_column``)."""
     base = t.data_type
     args = [int(a) for a in t.args if a.isdigit()]
     charset = "utf8mb3" if t.national and t.charset is None else t.charset
     if t.collation and charset is None:
         charset = t.collation.split("_", 1)[0]
-    suffix = " unsigned" if t.unsigned else ""
-    suffix += " zerofill" if t.zerofill else ""
-    if base in ("char", "varchar", "tinytext", "text", "mediumtext", "longtext") and charset == "binary":
+    if base in _BINARY_OF and charset == "binary":
         base = _BINARY_OF[base]
     if base in ("text", "blob") and args:  # TEXT(n)/BLOB(n): the smallest type that holds n characters/bytes
         width = args[0] * (_MAXLEN.get(charset or "utf8mb4", 1) if base == "text" else 1)
         base = next(sized[base == "blob"] for sized in _SIZED_TEXT if width <= sized[2])
         args = []
-    if base in _INTS:
-        width, uwidth, precision = _INTS[base]
-        if t.unsigned and base in ("bigint", "mediumint"):
-            precision += 1  # 18446744073709551615 and 16777215 have one digit more than their signed maxima
-        shown = args[0] if args else (uwidth if t.unsigned else width)
-        return Column(name, base, f"{base}({shown}){suffix}", nullable, precision, 0)
-    if base == "decimal":
-        precision, scale = (args[0] if args else 10), (args[1] if len(args) > 1 else 0)
-        return Column(name, base, f"decimal({precision},{scale}){suffix}", nullable, precision, scale)
-    if base in ("float", "double"):
-        if base == "float" and len(args) == 1 and args[0] > 24:
-            base = "double"
-        if len(args) == 2:
-            return Column(name, base, f"{base}({args[0]},{args[1]}){suffix}", nullable, args[0], args[1])
-        return Column(name, base, f"{base}{suffix}", nullable, _FLOAT_PRECISION[base])
-    if base == "bit":
-        precision = args[0] if args else 1
-        return Column(name, base, f"bit({precision})", nullable, precision)
-    if base in ("char", "varchar", "binary", "varbinary"):
-        char_length = args[0] if args else 1
-        return Column(name, base, f"{base}({char_length})", nullable, char_length=char_length,
-                      collation=_collation(t, charset))
-    if base in ("enum", "set"):
-        inner = ",".join("'" + m.replace("'", "''") + "'" for m in t.members)
-        lengths = [len(m) for m in t.members] or [0]
-        char_length = max(lengths) if base == "enum" else sum(lengths) + len(lengths) - 1
-        return Column(name, base, f"{base}({inner})", nullable, char_length=char_length,
-                      collation=_collation(t, charset))
-    if base in _TEMPORAL:
-        return Column(name, base, f"{base}({args[0]})" if args else base, nullable,
-                      datetime_precision=args[0] if args else 0)
-    if base == "year":
-        return Column(name, base, "year(4)", nullable)
-    if base == "vector":
-        return Column(name, base, f"vector({args[0]})" if args else base, nullable)
-    return Column(name, base, base, nullable, char_length=_TEXT_LENGTH.get(base), collation=_collation(t, charset))
+    declared = DeclaredType(base, tuple(args), tuple(t.members), t.unsigned, t.zerofill, _collation(t, charset))
+    return codec_for_type(base).declared_column(name, declared, nullable)
 
 
 def _collation(t: _Type, charset: str | None) -> str | None:

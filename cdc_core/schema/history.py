@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.schema.table import Column, TableSchema
-from cdc_core.types.mapping import UnsupportedType, arrow_type
+from cdc_core.types.codec import UnsupportedType
+from cdc_core.types.registry import codec_for
 
 
 class Status(enum.StrEnum):
@@ -87,31 +88,13 @@ class HistoryEntry:
 
 # --- columns as the binlog stores them ------------------------------------------------------------
 
-# Types the binlog's table map reports as another type: the history tells them apart.
-_STORED_AS = {"json": "string", "inet6": "binary(16)", "uuid": "binary(16)", "inet4": "binary(4)"}
-_GEOMETRY = {"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
-             "geometrycollection"}
-
-
 def storage_class(col: Column) -> str:
     """How a column's values are stored in a row image: equal for a declared column and
-    the table map's column of the same column exactly when they decode alike."""
-    t = col.data_type
-    if t in _STORED_AS:
-        return _STORED_AS[t]
-    if t in _GEOMETRY:
-        return "geometry"
-    if t in ("enum", "set"):
-        # The member count: information_schema shows 4-byte characters of members as '?', so
-        # the texts are the table map's (see conversion_schema).
-        return f"{t}({len(col.members)})"
-    if t in ("binary", "char"):
-        # BINARY(n) pads to n bytes; CHAR's length is in characters and not in the table map.
-        return f"binary({col.char_length})" if t == "binary" else "string"
-    if t in ("text", "tinytext", "mediumtext", "longtext", "varchar"):
-        return "string"
+    the table map's column of the same column exactly when they decode alike (its codec's
+    ``storage_class``: types the table map reports as another type, such as INET6 as
+    BINARY(16), share that type's)."""
     try:
-        return str(arrow_type(col))
+        return codec_for(col).storage_class(col)
     except UnsupportedType:
         return f"unmapped {col.column_type}"
 

@@ -12,8 +12,9 @@ How a column is ordered (:meth:`KeyOrders.for_column`):
 
 - **No collation** (integers, decimals, floats, dates and times, binary strings): the
   Python order of the canonical values is the server's (binary strings compare as
-  bytes, NO PAD); no round trip. TIMESTAMP values compare as naive UTC (the planner's
-  session is UTC), DECIMAL text (more than 38 digits) as ``Decimal``.
+  bytes, NO PAD); no round trip. Where a canonical value is not in that order, its
+  codec's ``key_sort_key`` makes it so: TIMESTAMP values compare as naive UTC (the
+  planner's session is UTC), DECIMAL text (more than 38 digits) as ``Decimal``.
 - **A collation whose sort keys model its comparisons** (checked once per collation on
   :data:`PROBES`: case, accents, ß/ss, æ/ae, trailing spaces, tabs and control
   characters, the empty string, supplementary characters): the server's sort keys,
@@ -49,13 +50,11 @@ composite and non-string keys; the pure comparison in tests/test_handoff.py):
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import re
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from decimal import Decimal
+from dataclasses import dataclass, field
 from functools import cmp_to_key
 from typing import Protocol
 
@@ -63,6 +62,7 @@ import pymysql
 
 from cdc_core.schema.table import Column
 from cdc_core.types.mapping import binlog_value
+from cdc_core.types.registry import codec_for_type
 
 log = logging.getLogger(__name__)
 
@@ -148,16 +148,14 @@ class KeyOrder(Protocol):
 
 @dataclass(frozen=True)
 class PythonOrder:
-    """Columns whose canonical values Python orders as the server does."""
+    """Columns whose canonical values Python orders as the server does, through their codec's
+    ``key_sort_key`` (a TIMESTAMP as naive UTC, a DECIMAL kept as text as a ``Decimal``)."""
 
     data_type: str | None = None
+    sort_key: Callable[[object], object] = field(init=False, repr=False, compare=False)
 
-    def sort_key(self, v: object) -> object:
-        if self.data_type == "timestamp" and isinstance(v, dt.datetime) and v.tzinfo is not None:
-            return v.astimezone(dt.UTC).replace(tzinfo=None)  # boundaries are naive UTC
-        if self.data_type == "decimal" and isinstance(v, str):
-            return Decimal(v)  # DECIMAL(p > 38) is kept as text
-        return v
+    def __post_init__(self):
+        object.__setattr__(self, "sort_key", codec_for_type(self.data_type).key_sort_key)
 
     def partition(self, bounds: Sequence[object]) -> PythonPartition:
         return PythonPartition(self, [self.sort_key(b) for b in bounds])

@@ -41,9 +41,10 @@ import pyarrow.compute as pc
 
 from cdc_core.errors import TerminalError, is_transient
 from cdc_core.schema.change import SchemaChange
+from cdc_core.schema.column_default import DefaultNotKnown, implicit_default
 from cdc_core.schema.output import CDC_SOURCE, delta_name, is_reserved
 from cdc_core.schema.table import Column
-from cdc_core.types.mapping import arrow_type, widest_type
+from cdc_core.types.mapping import arrow_type, widens, widest_type
 from pipelines.lake.tables import CommitProperties, DeltaTable, add_columns, delta_schema, rewrite
 
 log = logging.getLogger(__name__)
@@ -63,19 +64,12 @@ class ApplyResult:
 
 
 def _implicit_default(col: Column):
-    """MySQL's implicit default of a NOT NULL column without DEFAULT, as binlake stores it."""
-    if col.data_type in ("enum",):
-        return col.members[0] if col.members else ""
-    t = arrow_type(col)
-    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
-        return 0
-    if pa.types.is_string(t):
-        return "0" if col.data_type == "decimal" else ""
-    if pa.types.is_binary(t):
-        return b"\x00" * (col.char_length or 0) if col.data_type == "binary" else b""
-    if pa.types.is_boolean(t):
-        return False
-    return None  # temporal: MySQL's zero date, which binlake stores as NULL
+    """MySQL's implicit default of a NOT NULL column without DEFAULT, as binlake stores it
+    (None where binlake knows none: the column's rows then need a backfill anyway)."""
+    try:
+        return implicit_default(col)
+    except DefaultNotKnown:
+        return None
 
 
 def _fill(col: Column, default, n: int) -> pa.Array:
@@ -86,20 +80,6 @@ def _fill(col: Column, default, n: int) -> pa.Array:
     return pc.cast(pa.array([value] * n), t) if not isinstance(value, (bytes, bool)) else pa.array([value] * n, t)
 
 
-def _widens(old: pa.DataType, new: pa.DataType) -> bool:
-    """Whether every value of ``old`` is exactly a value of ``new``."""
-    if old == new:
-        return True
-    ints = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
-    if old in ints and new in ints:
-        return ints.index(new) >= ints.index(old)
-    if pa.types.is_decimal(old) and pa.types.is_decimal(new):
-        return new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
-    if old in ints and pa.types.is_decimal(new):
-        return new.precision - new.scale >= {8: 3, 16: 5, 32: 10, 64: 19}[old.bit_width]
-    if old == pa.float32() and new == pa.float64():
-        return True
-    return pa.types.is_string(old) and pa.types.is_string(new) or pa.types.is_binary(old) and pa.types.is_binary(new)
 
 
 def _with_column(table: pa.Table, name: str, array, index: int | None = None) -> pa.Table:
@@ -192,7 +172,7 @@ def _alter_type(dt: DeltaTable, change: SchemaChange, behavior: str, current: pa
     have, want = current.field(name).type, arrow_type(col)
     if have == want:
         return results[0] if results else ApplyResult(f"type of {name} unchanged in Delta", skipped=True)
-    if behavior == "lenient" and _widens(want, have):
+    if behavior == "lenient" and widens(want, have):
         return ApplyResult(f"kept {name} as {have} (holds every {col.column_type} value)", skipped=True)
     rewrite(dt, lambda t: _with_column(t, name, pc.cast(t.column(name), want)), props)
     return ApplyResult(f"rewrote: {name} {have} → {want}", rewritten=True)

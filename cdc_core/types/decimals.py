@@ -1,0 +1,141 @@
+"""DECIMAL(p,s) (DEC, NUMERIC, FIXED), signed, UNSIGNED and ZEROFILL.
+
+- Delta: decimal(p,s) up to 38 digits; beyond, Delta has no decimal: the exact plain text
+  with ``s`` fraction digits, no exponent, no ZEROFILL zeros. The snapshot reads the value
+  as text (the bulk reader's decimals are not exact).
+- Checksum: the text with exactly ``s`` fraction digits (``CAST(CAST(c AS DECIMAL(p,s)) AS
+  CHAR)``, again without ZEROFILL); text in Delta already when p > 38.
+- Key order: a p > 38 key (text) compares as ``Decimal``.
+- Row images: MySQL's packed decimal (groups of 9 digits in 4 bytes, the sign in the first
+  bit), built into the same text the library builds.
+- A DEFAULT rounds half away from zero to ``s`` digits.
+
+Tested by tests/test_types.py (type matrix), tests/test_binlog_decoder.py,
+tests/test_reconcile_checksum.py, tests/test_ddl_corpus.py, tests/test_handoff.py.
+"""
+
+from __future__ import annotations
+
+import decimal
+from decimal import ROUND_HALF_UP, Decimal
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+from pymysqlreplication.constants import FIELD_TYPE
+
+from cdc_core.schema.table import Column
+from cdc_core.types.codec import Codec, DeclaredType, Reader
+from cdc_core.types.literals import number
+
+if TYPE_CHECKING:
+    from cdc_core.schema.column_def import DefaultValue
+
+MAX_DELTA_DECIMAL_PRECISION = 38
+_DECIMAL_DIGITS = 9
+_DECIMAL_BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)  # bytes of a group of 0..8 leftover digits
+
+
+def big(col: Column) -> bool:
+    """More digits than a Delta decimal holds: kept as text."""
+    return (col.precision or 10) > MAX_DELTA_DECIMAL_PRECISION
+
+
+def _plain(v) -> str:
+    """A decimal as plain text without exponent or ZEROFILL's leading zeros."""
+    return format(Decimal(v), "f")
+
+
+def _packed(precision: int, scale: int) -> Reader:
+    """MySQL's packed DECIMAL, built into the same text the library builds (its __read_new_decimal)."""
+    integral = precision - scale
+    whole_int, whole_frac = integral // _DECIMAL_DIGITS, scale // _DECIMAL_DIGITS
+    lead, tail_digits = _DECIMAL_BYTES[integral % _DECIMAL_DIGITS], scale % _DECIMAL_DIGITS
+    tail = _DECIMAL_BYTES[tail_digits]
+    size = lead + 4 * (whole_int + whole_frac) + tail
+    Decimal = decimal.Decimal
+
+    def read(buf: bytes, pos: int) -> tuple[object, int]:
+        raw = bytearray(buf[pos:pos + size])
+        if raw[0] & 0x80:
+            text, mask = "", 0
+        else:
+            text, mask = "-", -1
+        raw[0] ^= 0x80
+        at = lead
+        if lead:
+            text += str(int.from_bytes(raw[:lead], "big", signed=True) ^ mask)
+        for _ in range(whole_int):
+            text += f"{int.from_bytes(raw[at:at + 4], 'big', signed=True) ^ mask:09d}"
+            at += 4
+        text += "."
+        for _ in range(whole_frac):
+            text += f"{int.from_bytes(raw[at:at + 4], 'big', signed=True) ^ mask:09d}"
+            at += 4
+        if tail:
+            text += f"{int.from_bytes(raw[at:at + tail], 'big', signed=True) ^ mask:0{tail_digits}d}"
+        return Decimal(text), pos + size
+
+    return read
+
+
+class Decimals(Codec):
+    data_types = frozenset({"decimal"})
+    binlog_types = frozenset({FIELD_TYPE.NEWDECIMAL, FIELD_TYPE.DECIMAL})
+    ddl_aliases = {"dec": "decimal", "numeric": "decimal", "fixed": "decimal"}
+
+    def arrow_type(self, col: Column) -> pa.DataType:
+        if big(col):
+            return pa.string()  # Delta decimals stop at 38 digits: keep the exact text
+        return pa.decimal128(col.precision or 10, col.scale or 0)
+
+    def select_expr(self, col: Column, q: str, raw_dates: bool) -> str | None:
+        return f"CAST({q} AS CHAR)"
+
+    def snapshot_array(self, col: Column, arr: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+        if big(col) and "zerofill" in col.column_type:
+            return pa.array([None if v is None else _plain(v) for v in arr.to_pylist()], type=self.arrow_type(col))
+        return super().snapshot_array(col, arr)
+
+    def binlog_value(self, col: Column, v: object) -> object:
+        return _plain(v) if big(col) else Decimal(v)
+
+    def binlog_value_unchanged(self, col: Column) -> bool:
+        return not big(col)  # the decoder's Decimal, copied: an equal Decimal
+
+    def table_map_column(self, col, collation: str | None) -> Column:
+        p, s = getattr(col, "precision", 10), getattr(col, "decimals", 0)
+        return Column(col.name, "decimal", f"decimal({p},{s})" + (" unsigned" if col.unsigned else ""),
+                      precision=p, scale=s)
+
+    def row_reader(self, col) -> Reader | None:
+        return _packed(col.precision, col.decimals) if col.type == FIELD_TYPE.NEWDECIMAL else None
+
+    def mysql_value(self, col: Column, q: str) -> str:
+        return f"CAST(CAST({q} AS DECIMAL({col.precision or 10},{col.scale or 0})) AS CHAR)"
+
+    def delta_value(self, col: Column, r: str) -> str:
+        return r if big(col) else f"CAST({r} AS VARCHAR)"  # p > 38: exact text already
+
+    def key_sort_key(self, v: object) -> object:
+        return Decimal(v) if isinstance(v, str) else v  # DECIMAL(p > 38) is kept as text
+
+    def key_from_text(self, col: Column, text: str) -> object:
+        return Decimal(text)
+
+    def implicit_default(self, col: Column) -> object:
+        return self._rounded(col, Decimal(0))
+
+    def default_value(self, col: Column, d: DefaultValue) -> object:
+        return self._rounded(col, Decimal(str(number(d))))
+
+    @staticmethod
+    def _rounded(col: Column, v: Decimal) -> object:
+        q = v.quantize(Decimal(1).scaleb(-(col.scale or 0)), rounding=ROUND_HALF_UP)
+        return format(q, "f") if big(col) else q
+
+    def declared_column(self, name: str, t: DeclaredType, nullable: bool) -> Column:
+        precision, scale = (t.args[0] if t.args else 10), (t.args[1] if len(t.args) > 1 else 0)
+        return Column(name, "decimal", f"decimal({precision},{scale}){t.suffix}", nullable, precision, scale)
+
+
+CODECS = (Decimals(),)
