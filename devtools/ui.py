@@ -82,19 +82,25 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def stop_dagster(proc: subprocess.Popen, timeout: float = 60) -> None:
-    """Stop a process started by ``start_dagster`` and every process of its group (webserver,
-    daemon, code servers, run workers: a stream run commits its batch and stops): SIGTERM,
-    SIGKILL to what is left after ``timeout`` seconds."""
+def stop_dagster(*procs: subprocess.Popen, timeout: float = 60) -> None:
+    """Stop processes started by ``start_dagster`` and every process of their groups (webserver,
+    daemon, code servers, run workers: a stream run commits its batch and stops), all at once:
+    SIGTERM, SIGKILL to what is left after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    while (proc.poll() is None or group_members(proc.pid)) and time.monotonic() < deadline:
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+
+    def running() -> list[subprocess.Popen]:
+        return [p for p in procs if p.poll() is None or group_members(p.pid)]
+
+    while running() and time.monotonic() < deadline:
         time.sleep(0.2)
-    if proc.poll() is None or group_members(proc.pid):
+    for proc in running():
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    for proc in procs:
+        proc.wait()
 
 
 def graphql(port: int, query: str, variables: dict | None = None, timeout: float = 30) -> dict:

@@ -68,6 +68,21 @@ def offset_on_asset(port: int, table: str) -> int | None:
     return None
 
 
+def wait_for_code_server(port: int, proc, timeout: float = 300) -> None:
+    """Until the code location server answers (the webserver and the daemon load it when they start)."""
+    from dagster._grpc.client import DagsterGrpcClient
+
+    def serving() -> bool:
+        if proc.poll() is not None:
+            pytest.fail(f"the code location server exited with code {proc.returncode}")
+        try:
+            return DagsterGrpcClient(port=port, host="127.0.0.1").health_check_query() == "SERVING"
+        except Exception:  # noqa: BLE001 - not listening yet
+            return False
+
+    wait(serving, timeout, "the code location server")
+
+
 def snapshot_commits(uri: str) -> int:
     return sum(1 for c in DeltaTable(uri).history() if "binlake.snapshot.chunks" in c)
 
@@ -116,7 +131,9 @@ def test_production_instance_survives_restarts_of_daemon_and_webserver(db, make_
     try:
         pg.start()
         instance = DagsterInstance.from_config(str(home))  # the schema created once, before the services start
-        started += [code_server(), webserver(), daemon()]
+        started.append(code_server())
+        wait_for_code_server(code_port, started[0])
+        started += [webserver(), daemon()]
         wait_for_webserver(web_port, started[1], timeout=300)
         assert type(instance.run_storage).__name__ == "PostgresRunStorage"
         wait(lambda: instance.get_dynamic_partitions(f"binlake_chunks__{name}__a"), 300, "chunk partitions")
@@ -151,7 +168,7 @@ def test_production_instance_survives_restarts_of_daemon_and_webserver(db, make_
 
         # No second stream: one launched by hand waits in the queue; the CLI is refused by the writer lock.
         queued = launch_job(web_port, STREAM_JOB)
-        time.sleep(15)  # several passes of the daemon's run queue
+        time.sleep(8)  # several passes of the daemon's run queue
         assert instance.get_run_by_id(queued).status == DagsterRunStatus.QUEUED
         terminate_run(web_port, queued)
         wait(lambda: instance.get_run_by_id(queued).status == DagsterRunStatus.CANCELED, 60, "the queued run cancelled")
@@ -181,6 +198,7 @@ def test_production_instance_survives_restarts_of_daemon_and_webserver(db, make_
         ended = instance.get_run_by_id(stream.run_id)
         assert ended.status == DagsterRunStatus.SUCCESS and STOPPED_TAG not in ended.tags
         started[0] = code_server()
+        wait_for_code_server(code_port, started[0])
         after = wait(lambda: [r for r in instance.get_runs(RunsFilter(job_name=STREAM_JOB, statuses=[
             DagsterRunStatus.STARTED])) if r.run_id != stream.run_id], 300, "the next stream run")[0]
         print(f"{time.monotonic() - t0:.0f} s: code server restarted, stream run {after.run_id[:8]} started")
@@ -197,8 +215,7 @@ def test_production_instance_survives_restarts_of_daemon_and_webserver(db, make_
             print(f"--- {log.name}\n{log.read_text()[-15000:]}")
         raise
     finally:
-        for proc in reversed(started):
-            stop_dagster(proc)
+        stop_dagster(*started)
         pg.stop()
         state.unlink(missing_ok=True)
     assert_equal(cfg, [table])
