@@ -11,7 +11,6 @@ the key; every cron it accepts, Dagster accepts."""
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 
@@ -24,7 +23,7 @@ from deltalake import DeltaTable
 from cdc_core.chunks.incremental import BackfillState
 from cdc_core.config import ConfigError, parse_config
 from cdc_core.cron import cron_problem
-from cdc_core.source.connection import connect, connection_settings
+from cdc_core.source.connection import connection_settings
 from devtools.ui import component_state_path, dagster_home, start_dagster, stop_dagster
 from orchestration.scheduled_backfills import SCHEDULE_PREFIX, SCHEDULED_TAG
 from orchestration.stream import STREAM_JOB
@@ -33,7 +32,7 @@ from pipelines.lake.delta_sink import table_uri
 from pipelines.snapshot.job import SnapshotJob
 from pipelines.source_catalog import discover
 from tests.helpers import assert_equal, diff_tables, write_config_file
-from tests.test_backfill import _damage, _merges, _table
+from tests.test_backfill import _damage, _merges, _table, _writer
 
 CRONS = ["* * * * *", "0 3 * * 0", "*/5 * * * *", "0 0 1 1 *", "0 0 * * mon-fri", "0 0 * JAN,jul *",
          "5/10 * * * *", "1-10/2 * * * *", "@daily", "@hourly", "@weekly", "@monthly", "@yearly", "@annually",
@@ -83,25 +82,6 @@ def test_backfill_config_defaults_and_bounds_as_text():
     (b,) = parse_config({**BASE, "dagster": {"backfills": [
         {"name": "w", "cron": "0 3 * * sun", "tables": [r"shop\.orders"], "from_key": 1000}]}}).dagster.backfills
     assert (b.from_key, b.to_key, b.repair_only, b.running, b.timezone) == ("1000", None, False, False, None)
-
-
-def _writer(settings, database: str, tables: dict[str, range], stop: threading.Event) -> None:
-    """Updates, deletes and inserts rows of ``tables`` (name → the ids it changes), about 40 a
-    second, until ``stop``."""
-    rng = random.Random(5)
-    with connect(settings) as conn, conn.cursor() as cur:
-        cur.execute(f"USE `{database}`")
-        while not stop.is_set():
-            table, ids = rng.choice(list(tables.items()))
-            k, op = rng.choice(ids), rng.random()
-            if op < 0.6:
-                cur.execute(f"UPDATE {table} SET v = v + 1 WHERE id = %s", (k,))
-            elif op < 0.8:
-                cur.execute(f"DELETE FROM {table} WHERE id = %s", (k,))
-            else:
-                cur.execute(f"INSERT INTO {table} (id, v, s) VALUES (%s, 7, 'new') ON DUPLICATE KEY UPDATE v = 8",
-                            (k,))
-            time.sleep(0.025)
 
 
 def wait(predicate, timeout: float, what: str, proc=None):
@@ -161,14 +141,17 @@ def test_scheduled_backfills_ticked_by_the_daemon_while_the_stream_runs(db, make
     instance = DagsterInstance.from_config(str(home))  # its storage created before the daemon opens it
     daemon = start_dagster(["dagster-daemon", "run", "-w", "workspace.yaml"], config, home, tmp_path / "daemon.log")
     stop_writes = threading.Event()
-    writer = threading.Thread(target=_writer, daemon=True, args=(
-        connection_settings(cfg), name, {"a": range(300, 700), "b": range(200, 500)}, stop_writes))
+    # About 20 changes a second to each table, to rows above the damaged ones.
+    writers = [threading.Thread(target=_writer, daemon=True, kwargs={"lo": lo, "pause": 0.05},
+                                args=(connection_settings(cfg), name, t, hi, stop_writes, seed))
+               for t, lo, hi, seed in (("a", 300, 699, 1), ("b", 200, 499, 2))]
     t0 = time.monotonic()
     try:
         stream = wait(lambda: instance.get_runs(RunsFilter(job_name=STREAM_JOB, statuses=[DagsterRunStatus.STARTED])),
                       300, "the hand-off sensor to start the stream", daemon)[0]
         print(f"{time.monotonic() - t0:.0f} s: stream run started")
-        writer.start()
+        for w in writers:
+            w.start()
         done = {}
         for schedule in ("a_below_300", "b_repair"):
             done[schedule] = wait(lambda s=schedule: [r for r in scheduled_runs(instance, s) if r.is_finished], 360,
@@ -176,7 +159,8 @@ def test_scheduled_backfills_ticked_by_the_daemon_while_the_stream_runs(db, make
             print(f"{time.monotonic() - t0:.0f} s: the first run of {schedule} finished")
         failed = wait(lambda: ticks(instance, "vanished", TickStatus.FAILURE), 120, "a failed tick of vanished", daemon)
         stop_writes.set()
-        writer.join()
+        for w in writers:
+            w.join()
         wait(lambda: all(d.equal for d in diff_tables(cfg, [a, b])), 120, "Delta to catch up with MySQL")
         assert instance.get_run_by_id(stream.run_id).status == DagsterRunStatus.STARTED  # the same stream run
         assert len(instance.get_runs(RunsFilter(job_name=STREAM_JOB))) == 1
