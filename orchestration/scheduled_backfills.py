@@ -51,13 +51,13 @@ def run_config(entry: ScheduledBackfillConfig, tables: list[str]) -> dict:
 def backfill_schedule(entry: ScheduledBackfillConfig) -> ScheduleDefinition:
     """The schedule of one ``dagster.backfills`` entry."""
     name = SCHEDULE_PREFIX + entry.name
-    what = ("reconcile and repair the differing chunks of" if entry.repair_only else "online backfill of") + (
-        f" keys [{entry.from_key or '-'}, {entry.to_key or '-'})" if entry.from_key or entry.to_key else "")
+    keys = f"keys [{entry.from_key or '-'}, {entry.to_key or '-'}) of " if entry.from_key or entry.to_key else ""
+    what = "reconcile and repair the differing chunks of " if entry.repair_only else f"online backfill of {keys}"
 
     @schedule(name=name, cron_schedule=entry.cron, job=repair_job if entry.repair_only else backfill_job,
               execution_timezone=entry.timezone,
               default_status=DefaultScheduleStatus.RUNNING if entry.running else DefaultScheduleStatus.STOPPED,
-              description=f"Scheduled backfill {entry.name!r} (dagster.backfills): {what} the captured tables "
+              description=f"Scheduled backfill {entry.name!r} (dagster.backfills): {what}the captured tables "
                           f"matching {', '.join(entry.tables)}, by the running stream")
     def _tick(context: ScheduleEvaluationContext, binlake: BinlakeResource):
         active = context.instance.get_runs(RunsFilter(tags={"dagster/schedule_name": name}, statuses=ACTIVE),
