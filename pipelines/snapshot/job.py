@@ -58,7 +58,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from cdc_core.binlog.decoder import read_statements
+from cdc_core.binlog.range_reads import read_statements
 from cdc_core.chunks.planning import INTEGER_TYPES, Chunk, chunk_key, plan_chunks
 from cdc_core.chunks.reader import ChunkReader, output_schema
 from cdc_core.chunks.record import ChunkRecord
