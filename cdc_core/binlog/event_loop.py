@@ -7,7 +7,8 @@ class (a dict from class to handler, as Debezium's reader registers one handler 
 type). What a rotate, a GTID, an XA statement or an event binlake cannot decode means is
 decided here, once; the handlers turn events into typed records (cdc_core/binlog/events.py):
 ``TableLayout``, ``RowsEvent``, ``TransactionStart`` (only when asked: ``starts``),
-``TransactionEnd``, ``PreparedCommit``, ``Statement``, ``Heartbeat`` and last ``ReaderEnd``.
+``TransactionEnd``, ``PreparedCommit``, ``Statement`` (a query other than BEGIN, COMMIT and
+XA's, or a LOAD DATA written as SQL), ``Heartbeat`` and last ``ReaderEnd``.
 The readers are consumers of these records: the stream's reader process
 (cdc_core/binlog/reader.py), the chunk windows and the snapshot's statement scan
 (cdc_core/binlog/range_reads.py), the start scan (cdc_core/offset/startup.py), failover's
@@ -53,6 +54,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from pymysqlreplication.event import (
+    ExecuteLoadQueryEvent,
     FormatDescriptionEvent,
     GtidEvent,
     HeartbeatLogEvent,
@@ -112,6 +114,21 @@ def statement_text(event: QueryEvent) -> tuple[str, str]:
     return db, sql
 
 
+_LOAD_QUERY_FIXED = 26  # bytes of an EXECUTE_LOAD_QUERY event's post-header (13 of a query's, 13 of its own)
+
+
+def load_statement_text(event: ExecuteLoadQueryEvent) -> tuple[str, str]:
+    """An EXECUTE_LOAD_QUERY event's (default database, SQL text): the library reads its fixed
+    fields only, and leaves the packet at its status variables, followed by the database
+    (NUL-terminated) and the SQL."""
+    packet = event.packet
+    packet.advance(event.status_vars_length)
+    db = packet.read(event.schema_length).decode("utf-8", "replace")
+    packet.advance(1)
+    size = event.event_size - _LOAD_QUERY_FIXED - event.status_vars_length - event.schema_length - 1
+    return db, packet.read(size).decode("utf-8", "replace")
+
+
 class EventLoop:
     """One read of the binlog from ``start`` through the source ``opener`` gives (see the
     module invariants). Rows are read only with a ``decoder``, of the tables ``capture``
@@ -133,6 +150,7 @@ class EventLoop:
             MariadbGtidEvent: self._mariadb_gtid,
             XidEvent: self._xid,
             QueryEvent: self._query,
+            ExecuteLoadQueryEvent: self._load_query,
             XAPrepareEvent: self._xa_prepare,
             HeartbeatLogEvent: self._heartbeat,
             NotImplementedEvent: self._not_implemented,
@@ -237,6 +255,12 @@ class EventLoop:
         statement = xa_statement(sql) if head.startswith("XA") else None
         if statement is not None:
             return self._xa(statement, event, at)
+        return Statement(db, sql, at, self.gtid, event.timestamp)
+
+    def _load_query(self, event, at: BinlogPosition) -> Statement:
+        # a LOAD DATA its session wrote as SQL (binlog_format STATEMENT or MIXED): its rows are not
+        # in the binlog, the statement is (cdc_core/schema/statements.py reads it as a row change)
+        db, sql = load_statement_text(event)
         return Statement(db, sql, at, self.gtid, event.timestamp)
 
     def _xa(self, statement: XaStatement, event, at: BinlogPosition) -> LoopRecord | None:

@@ -38,7 +38,7 @@ import pymysql
 
 from cdc_core.binlog.decoder import RowDecoder
 from cdc_core.binlog.event_loop import EventLoop
-from cdc_core.binlog.event_source import TableFilter, server_source
+from cdc_core.binlog.event_source import Opener, TableFilter, server_source
 from cdc_core.binlog.events import PreparedCommit, ReaderError, ReadFailure, RowsEvent
 from cdc_core.binlog.xa_lookup import XaLookBack
 from cdc_core.config import captures, excludes_column
@@ -171,13 +171,11 @@ def run_reader(spec: ReaderSpec, queue, parent: int) -> None:
     flusher.join()
 
 
-def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
-    """Read as ``spec`` says (the event loop: cdc_core/binlog/event_loop.py) and add every record to
-    ``buffer``, counting the rows and bytes of row events for its bounds."""
-    source = server_source(spec.conn, spec.server_id, slave_heartbeat=HEARTBEAT_SECONDS, report_slave=spec.report_as,
-                           enable_logging=False)
-    loop = EventLoop(
-        source, spec.start, end=spec.until, skip_through=spec.skip_through,
+def stream_loop(spec: ReaderSpec, opener: Opener) -> EventLoop:
+    """The event loop (cdc_core/binlog/event_loop.py) that reads what ``spec`` says from the
+    source ``opener`` opens."""
+    return EventLoop(
+        opener, spec.start, end=spec.until, skip_through=spec.skip_through,
         # capture by regex inside python-mysql-replication too: row events of other tables are never
         # decoded, and tables created later are captured
         capture=TableFilter(lambda db, table: captures(spec.tables, spec.exclude, f"{db}.{table}")),
@@ -185,8 +183,15 @@ def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
                            spec.first_layout_id),
         unread_commit=XaLookBack(spec.conn, spec.server_id),
     )
+
+
+def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
+    """Read the server's binlog as ``spec`` says and add every record to ``buffer``, counting
+    the rows and bytes of row events for its bounds."""
+    source = server_source(spec.conn, spec.server_id, slave_heartbeat=HEARTBEAT_SECONDS, report_slave=spec.report_as,
+                           enable_logging=False)
     add = buffer.add
-    for record in loop.records():
+    for record in stream_loop(spec, source).records():
         kind = type(record)
         if kind is RowsEvent:
             add(record, len(record.rows), record.size)
