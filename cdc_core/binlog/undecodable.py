@@ -58,7 +58,7 @@ class _Cause:
 
 _COMPRESSED = "log_bin_compress is ON (SET GLOBAL log_bin_compress = OFF)"
 KNOWN: dict[int, _Cause] = {
-    0x27: _Cause("PARTIAL_UPDATE_ROWS_EVENT", "updates whose JSON values hold only what changed",
+    0x27: _Cause("PARTIAL_UPDATE_ROWS_EVENT", "updates that carry only the changed parts of JSON values",
                  "binlog_row_value_options is PARTIAL_JSON (SET GLOBAL binlog_row_value_options = '')"),
     0x28: _Cause("TRANSACTION_PAYLOAD_EVENT", "a compressed transaction",
                  "binlog_transaction_compression is ON (SET GLOBAL binlog_transaction_compression = OFF)"),
