@@ -173,9 +173,10 @@ class EventLoop:
         if self.decoder is not None:
             self.decoder.reset()
         handlers, before = self.handlers, self._before
+        at, end_key = start, end.key if end is not None else None
         try:
             for event in source:
-                at = start.at(source.log_file, source.log_pos)
+                at = at.at(source.log_file, source.log_pos)  # from the last one: a file's number is parsed once
                 handler = handlers.get(type(event))
                 if handler is not None:
                     record = handler(event, at)
@@ -184,7 +185,7 @@ class EventLoop:
                         before.clear()
                     if record is not None:
                         yield record
-                if end is not None and at >= end:
+                if end_key is not None and at.key >= end_key:
                     yield ReaderEnd(at)
                     return
         finally:
