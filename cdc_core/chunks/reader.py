@@ -40,7 +40,7 @@ from functools import cached_property
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc_core.binlog.decoder import PartialRowImage, RowChange, read_changes
+from cdc_core.binlog.range_reads import PartialRowImage, RowChange, read_changes
 from cdc_core.binlog.xa import XaOutsideWindow
 from cdc_core.chunks.bulk_read import Fetch, chunk_fetch, refuses_impossible_dates
 from cdc_core.chunks.planning import Chunk

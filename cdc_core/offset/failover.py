@@ -31,9 +31,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
-from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
-
-from cdc_core.binlog.decoder import ROW_EVENTS, RowDecoder, is_transaction_statement, open_binlog, statement_text
+from cdc_core.binlog.decoder import RowDecoder
+from cdc_core.binlog.event_loop import EventLoop
+from cdc_core.binlog.event_source import Opener, server_source
+from cdc_core.binlog.events import PreparedCommit, RowsEvent, Statement, TransactionEnd, TransactionStart
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.offset.startup import PURGED_WAY_OUT, StartupError
 from cdc_core.offset.stream_offset import StreamOffset
@@ -129,38 +130,39 @@ def choose_base(recorded: Iterable[BinlogPosition], first_file_number: int) -> i
 
 def transaction_spans(conn: ConnectionSettings, server_id: int, start: BinlogPosition, end: BinlogPosition,
                       wanted: set[str], captured: Callable[[str, str], bool]) -> dict[str, TransactionSpan]:
-    """The spans of the ``wanted`` transactions in (``start``, ``end``]; positions carry ``end``'s base."""
+    """The spans of the ``wanted`` transactions in (``start``, ``end``] on the server; positions
+    carry ``start``'s base."""
+    return spans(server_source(conn, server_id), start, end, wanted, captured)
+
+
+def spans(opener: Opener, start: BinlogPosition, end: BinlogPosition, wanted: set[str],
+          captured: Callable[[str, str], bool]) -> dict[str, TransactionSpan]:
+    """:func:`transaction_spans` from the source ``opener`` opens: an event loop whose rows are
+    decoded only in the wanted transactions (counted as the engine counts them: a row event
+    whose images leave columns out has none)."""
     found: dict[str, TransactionSpan] = {}
-    if end <= start or not wanted:
+    if not wanted:
         return found
-    reader = open_binlog(conn, server_id, start,
-                         only_events=[MariadbGtidEvent, GtidEvent, XidEvent, QueryEvent, *ROW_EVENTS])
-    decoder = RowDecoder()
     boundary, before, gtid, rows, n = start, None, None, [], 0
+    loop = EventLoop(opener, start, end=end, decoder=RowDecoder(), starts=True, mysql_gtids=True,
+                     capture=lambda db, table: gtid in wanted and captured(db, table))
+    records = loop.records()
     try:
-        for event in reader:
-            pos = end.at(reader.log_file, reader.log_pos)
-            if isinstance(event, (MariadbGtidEvent, GtidEvent)):
-                gtid, rows, n = event.gtid, [], 0
-            elif isinstance(event, ROW_EVENTS):
-                if gtid in wanted and captured(event.schema, event.table):
-                    d, _ = decoder.decoding(event)
-                    n += len(decoder.rows(event, d))
-                    rows.append((pos, n))
-            elif isinstance(event, XidEvent) or (isinstance(event, QueryEvent) and not _begins(event)):
-                # XID or COMMIT ends a transaction; any other statement (DDL) is one of its own.
+        for record in records:
+            kind = type(record)
+            if kind is TransactionStart:
+                if record.gtid is not None:
+                    gtid, rows, n = record.gtid, [], 0
+            elif kind is RowsEvent:
+                n += len(record.rows)
+                rows.append((record.position, n))
+            elif kind is TransactionEnd or kind is PreparedCommit or kind is Statement:
+                # a transaction's end (XID, COMMIT, an XA outcome or prepare); a statement (DDL) is one of its own
                 if gtid in wanted:
-                    found[gtid] = TransactionSpan(gtid, boundary, before, pos, tuple(rows))
-                boundary, before, gtid = pos, gtid, None
+                    found[gtid] = TransactionSpan(gtid, boundary, before, record.position, tuple(rows))
+                boundary, before, gtid = record.position, gtid, None
                 if len(found) == len(wanted):
                     break
-            if pos >= end:
-                break
     finally:
-        reader.close()
+        records.close()
     return found
-
-
-def _begins(event: QueryEvent) -> bool:
-    sql = statement_text(event)[1]
-    return is_transaction_statement(sql) and sql.lstrip()[:5].upper() == "BEGIN"

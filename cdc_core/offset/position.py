@@ -62,7 +62,10 @@ class BinlogPosition:
 
     def at(self, file: str, pos: int) -> BinlogPosition:
         """Another position of the same server (read after this one): it carries this base."""
-        return BinlogPosition(file, pos, self.base)
+        p = BinlogPosition(file, pos, self.base)
+        if file == self.file and "file_number" in self.__dict__:  # the same file: its number is parsed already
+            p.__dict__["file_number"] = self.__dict__["file_number"]
+        return p
 
     def at_base(self, base: int) -> BinlogPosition:
         """This position with another base (on a server binlake reads after a failover)."""

@@ -10,7 +10,9 @@ Invariants:
   themselves, so it works on MySQL and MariaDB, with or without GTIDs; ``specific`` with a
   GTID starts right after that transaction (the GTID names the last transaction already
   applied, as MariaDB's gtid_slave_pos). Tested on mark sequences directly
-  (tests/test_table_batch.py) and against the server (tests/test_stream.py).
+  (tests/test_engine_parts.py) and against the server (tests/test_stream.py).
+- The scan is an event loop (cdc_core/binlog/event_loop.py) whose records are the marks:
+  what opens and closes a transaction (XA's included) is the loop's decision.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import pymysql
-from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
 
-from cdc_core.binlog.decoder import open_binlog
+from cdc_core.binlog.event_loop import EventLoop, LoopRecord
+from cdc_core.binlog.event_source import Opener, server_source
+from cdc_core.binlog.events import PreparedCommit, Statement, TransactionEnd, TransactionStart
 from cdc_core.errors import BadInput
 from cdc_core.offset.position import BinlogPosition, master_position
 from cdc_core.source.connection import ConnectionSettings
@@ -151,19 +154,18 @@ def find_start(marks: Iterable[Mark], *, timestamp_s: int | None = None, gtid: s
     return None
 
 
-def _marks(reader, end: BinlogPosition) -> Iterator[Mark]:
-    for event in reader:
-        pos = end.at(reader.log_file, reader.log_pos)
-        if isinstance(event, (MariadbGtidEvent, GtidEvent)):
-            yield Mark("gtid", pos, event.timestamp, event.gtid)
-        elif isinstance(event, XidEvent):
-            yield Mark("commit", pos, event.timestamp)
-        elif isinstance(event, QueryEvent):
-            head = str(event.query).lstrip()[:6].upper()
-            yield Mark("begin" if head.startswith("BEGIN") else "commit" if head.startswith("COMMIT")
-                       else "statement", pos, event.timestamp)
-        if pos >= end:
-            return
+def _marks(records: Iterable[LoopRecord]) -> Iterator[Mark]:
+    """The marks of an event loop's records (it yields ``TransactionStart`` when asked: ``starts``)."""
+    for r in records:
+        kind = type(r)
+        if kind is TransactionStart:
+            yield Mark("gtid" if r.gtid is not None else "begin", r.position, r.timestamp, r.gtid)
+        elif kind is TransactionEnd:
+            yield Mark("commit", r.position, r.timestamp)
+        elif kind is PreparedCommit:
+            yield Mark("commit", r.position, r.end.timestamp)
+        elif kind is Statement:
+            yield Mark("statement", r.position, r.timestamp)
 
 
 def scan_for_start(conn: ConnectionSettings, server_id: int, cur, *, timestamp_ms: int | None = None,
@@ -173,14 +175,21 @@ def scan_for_start(conn: ConnectionSettings, server_id: int, cur, *, timestamp_m
     start, end = earliest_position(cur), master_position(cur)
     if end <= start:
         return end
-    reader = open_binlog(conn, server_id, start, only_events=[MariadbGtidEvent, GtidEvent, XidEvent, QueryEvent])
-    try:
-        found = find_start(_marks(reader, end), timestamp_s=None if timestamp_ms is None else timestamp_ms // 1000,
-                           gtid=gtid, start=start)
-    finally:
-        reader.close()
+    found = start_in(server_source(conn, server_id), start, end, timestamp_ms=timestamp_ms, gtid=gtid)
     if found is not None:
         return found
     if timestamp_ms is not None:
         return end
     raise StartupError(f"GTID {gtid} is not in the source's binlogs (it may have been purged)")
+
+
+def start_in(opener: Opener, start: BinlogPosition, end: BinlogPosition, *, timestamp_ms: int | None = None,
+             gtid: str | None = None) -> BinlogPosition | None:
+    """:func:`find_start` over the binlog (start, end] the source ``opener`` opens (an event loop
+    that yields transaction starts and reads MySQL's GTID events too)."""
+    records = EventLoop(opener, start, end=end, starts=True, mysql_gtids=True).records()
+    try:
+        return find_start(_marks(records), timestamp_s=None if timestamp_ms is None else timestamp_ms // 1000,
+                          gtid=gtid, start=start)
+    finally:
+        records.close()

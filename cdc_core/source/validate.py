@@ -94,7 +94,7 @@ def _settings(cur) -> list[str]:
                 "'binlog_row_metadata', 'log_bin_compress')")
     have = {k.lower(): str(v).upper() for k, v in cur.fetchall()}
     out = []
-    if have.get("log_bin_compress") == "ON":  # MariaDB only (cdc_core/binlog/decoder.py: COMPRESSED_EVENTS)
+    if have.get("log_bin_compress") == "ON":  # MariaDB only (cdc_core/binlog/undecodable.py: COMPRESSED_EVENTS)
         out.append("server setting log_bin_compress is ON: binlake cannot decode compressed binlog events "
                    "(SET GLOBAL log_bin_compress = 'OFF')")
     for name, want in REQUIRED_SETTINGS.items():
