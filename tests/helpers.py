@@ -167,3 +167,42 @@ def replay_handoff(cfg: BinlakeConfig, names: list[str]) -> dict[str, dict]:
                 else:
                     state.pop(pk, None)
     return states
+
+
+def _uuid(i: int) -> str:
+    """A UUID of any version and variant MariaDB takes (versions 1-5 with the RFC variant are
+    stored with their groups reversed): text order and stored order differ."""
+    import random
+    import uuid
+
+    rng = random.Random(i)
+    b = bytearray(rng.randbytes(16))
+    b[6] = (b[6] & 0x0F) | (rng.choice([0, 1, 1, 2, 4, 4, 5, 6, 7, 7, 8, 15]) << 4)
+    b[8] = (b[8] & 0x3F) | rng.choice([0x80, 0x80, 0xC0, 0x40] if b[6] >= 0x80 else [0, 0x40, 0x80, 0x80, 0xC0])
+    return str(uuid.UUID(bytes=bytes(b)))
+
+
+def _inet6(i: int) -> str:
+    forms = (f"::ffff:{i % 256}.{i * 7 % 256}.0.{i % 9}", f"::{i % 256}.1.2.{i % 5}", f"2001:db8::{i:x}",
+             f"fe80::{i * 13:x}:1", f"{i % 16:x}::", "::", "::1", f"::{i:x}")
+    return forms[i % len(forms)]
+
+
+_ENUM_MEMBERS = tuple(f"m{(i * 37) % 100:02d}" for i in range(60)) + ("z😀y", "a😀", "", "?", "A b")
+_SET_MEMBERS = ("h", "b", "a", "g", "c", "f", "d", "e")
+
+# Chunk-key types whose server order is not their text's (or whose bound the server returns in
+# another form than the binlog's value): (column type, the i-th value to insert, as pymysql takes it).
+KEY_TYPES = [
+    ("ENUM(" + ",".join("'" + m + "'" for m in _ENUM_MEMBERS if m) + ")",
+     lambda i: _ENUM_MEMBERS[(i * 7) % len(_ENUM_MEMBERS)]),  # '': the error value (INSERT IGNORE)
+    ("SET(" + ",".join(f"'{m}'" for m in _SET_MEMBERS) + ")",
+     lambda i: ",".join(m for b, m in enumerate(_SET_MEMBERS) if (i * 37) % 256 >> b & 1)),
+    ("UUID", _uuid),
+    ("INET6", _inet6),
+    ("INET4", lambda i: f"{(i * 37) % 256}.{i % 7}.{(i * 11) % 256}.{i % 3}"),
+    ("TIME(3)", lambda i: f"{'-' if i % 3 == 0 else ''}{(i * 7) % 839}:{i % 60:02d}:{i % 59:02d}.{i % 1000:03d}"),
+    ("YEAR", lambda i: 0 if i == 0 else 1901 + (i * 37) % 255),
+    ("BIT(12)", lambda i: (i * 37) % 4096),
+    ("FLOAT", lambda i: (i - 150) * 1.2345678 + (i % 3) * 1e-6),
+]

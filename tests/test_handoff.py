@@ -13,6 +13,8 @@ import pytest
 from cdc_core.chunks.handoff import HandoffFilter
 from cdc_core.chunks.planning import Chunk
 from cdc_core.offset.position import BinlogPosition as P
+from cdc_core.schema.table import Column
+from cdc_core.types.enum_set import Ordinal
 from cdc_core.types.key_order import Collation, PythonOrder, WeightOrder, compare_weights
 
 
@@ -60,12 +62,31 @@ def test_drops_answers_a_row_event_at_once():
 
 def test_python_order_compares_canonical_values_with_planned_bounds():
     """The stream's canonical values against bounds as the planner read them: TIMESTAMP
-    aware UTC against naive UTC, DECIMAL(p > 38) text against Decimal."""
-    ts = PythonOrder("timestamp").partition([dt.datetime(2021, 1, 1, 12)])
+    aware UTC against naive UTC, DECIMAL(p > 38) text against Decimal, TIME microseconds
+    against timedelta, BIT bytes and bools against the server's bytes, ENUM and SET text
+    against member numbers (Ordinal), UUID and INET6 text by their stored bytes."""
+    ts = PythonOrder(Column("k", "timestamp", "timestamp")).partition([dt.datetime(2021, 1, 1, 12)])
     assert ts.locate([dt.datetime(2021, 1, 1, 11, 59, tzinfo=dt.UTC), dt.datetime(2021, 1, 1, 12, tzinfo=dt.UTC),
                       dt.datetime(2021, 1, 1, 13, tzinfo=dt.timezone(dt.timedelta(hours=2)))]) == [0, 1, 0]
-    dec = PythonOrder("decimal").partition([Decimal("-10.5"), Decimal("9")])
+    dec = PythonOrder(Column("k", "decimal", "decimal(60,3)", precision=60, scale=3)).partition(
+        [Decimal("-10.5"), Decimal("9")])
     assert dec.locate(["-100.000", "-10.500", "10.00", "9"]) == [0, 1, 2, 2]
+    time = PythonOrder(Column("k", "time", "time")).partition([-dt.timedelta(hours=1), dt.timedelta(seconds=1)])
+    assert time.locate([-3_600_000_001, -3_600_000_000, 999_999, 1_000_000]) == [0, 1, 1, 2]
+    bit = PythonOrder(Column("k", "bit", "bit(10)", precision=10)).partition([b"\x01\x00"])
+    assert bit.locate([b"\x00\xff", b"\x01\x00", b"\x02\x00"]) == [0, 1, 1]
+    assert PythonOrder(Column("k", "bit", "bit(1)", precision=1)).partition([b"\x01"]).locate([False, True]) == [0, 1]
+    enum = PythonOrder(Column("k", "enum", "enum('b','a','c?')")).partition([Ordinal(2), Ordinal(3)])
+    assert enum.locate(["", "b", "a", "c😀", "c?"]) == [0, 0, 1, 2, 2]  # '?': as information_schema shows 😀
+    sets = PythonOrder(Column("k", "set", "set('b','a','d')")).partition([Ordinal(2), Ordinal(4)])
+    assert sets.locate(["", "b", "a", "b,a", "d", "b,d"]) == [0, 0, 1, 1, 2, 2]
+    uuid = PythonOrder(Column("k", "uuid", "uuid")).partition(["10000000-0000-0000-0000-000000000000"])
+    # Version 1 with the RFC variant is stored node first (00...), so below the version-0 bound
+    # stored as written (10...), though its text sorts above it.
+    assert uuid.locate(["ffffffff-0000-1000-8000-000000000000", "10000000-0000-0000-0000-000000000000",
+                        "20000000-0000-0000-0000-000000000000"]) == [0, 1, 1]
+    inet6 = PythonOrder(Column("k", "inet6", "inet6")).partition(["::ffff:1.2.3.4"])
+    assert inet6.locate(["::1.2.3.4", "::ffff:1.2.3.4", "2001:db8::", "::ffff:0.0.0.1"]) == [0, 1, 1, 0]
 
 
 @pytest.mark.parametrize("a,b,pads,want", [

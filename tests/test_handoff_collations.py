@@ -34,7 +34,7 @@ from cdc_core.source.connection import connect, connection_settings
 from cdc_core.types.key_order import ComparisonOrder, KeyOrders, PythonOrder, ServerSql, WeightOrder
 from cdc_core.types.mapping import binlog_value
 from pipelines.stream import StreamEngine
-from tests.helpers import assert_equal, replay_handoff, snapshot
+from tests.helpers import KEY_TYPES, assert_equal, replay_handoff, snapshot
 
 ADVERSARIAL = (
     "", " ", "  ", "a", "A", "a ", "A ", "a  ", "a\t", "a\n", "\t", "a\x01", "ab\x01 ", "á", "Á", "à", "ä", "Ä",
@@ -187,6 +187,7 @@ NON_STRING_KEYS = [
     ("TIMESTAMP(3)", lambda i: f"2021-03-28 0{i % 10}:{i % 60:02d}:00.{i % 1000:03d}"),
     ("VARBINARY(8)", lambda i: bytes([i % 7, (i * 31) % 256, 0, 32])[: i % 4 + 1]),
     ("BINARY(4)", lambda i: bytes([i % 5, (i * 17) % 256])[: i % 2 + 1]),
+    *KEY_TYPES,  # ENUM, SET, UUID, INET4, INET6, TIME, YEAR, BIT, FLOAT: tests/test_chunk_key_types.py
 ]
 
 

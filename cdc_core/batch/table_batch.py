@@ -101,7 +101,8 @@ class TableBatch:
         self.dropped = 0
 
     def _dropped(self, row: tuple, pos: BinlogPosition) -> bool:
-        if self.drop is not None and self.drop(row[self.drop_idx], pos):
+        # No drop column: a table snapshotted as one chunk, whose filter asks for no key.
+        if self.drop is not None and self.drop(None if self.drop_idx is None else row[self.drop_idx], pos):
             self.dropped += 1
             return True
         return False

@@ -51,10 +51,16 @@ def refuses_impossible_dates(conn: ConnectionSettings) -> bool:
 def text_fetch(conn: ConnectionSettings, schema: TableSchema, sql: str) -> pa.Table:
     """Run a chunk SELECT of ``schema`` (columns named as in the table) over a pymysql connection
     and return its rows as Arrow, streamed in batches of ``FETCH_ROWS``."""
+    with connect(conn, database=schema.database) as c:
+        return text_rows(c, schema, sql)
+
+
+def text_rows(conn: pymysql.connections.Connection, schema: TableSchema, sql: str) -> pa.Table:
+    """:func:`text_fetch` on an open connection (in its transaction, if one is open)."""
     column_codecs = [codec_for(c) for c in schema.columns]
     outer = ", ".join(k.text_fetch_expr(c, quote_ident(c.name)) for k, c in zip(column_codecs, schema.columns))
     columns: list[list] = [[] for _ in schema.columns]
-    with connect(conn, database=schema.database, cursorclass=pymysql.cursors.SSCursor) as c, c.cursor() as cur:
+    with conn.cursor(pymysql.cursors.SSCursor) as cur:
         cur.execute(f"SELECT {outer} FROM ({sql}) AS binlake_chunk")
         while rows := cur.fetchmany(FETCH_ROWS):
             for i, values in enumerate(zip(*rows)):

@@ -7,11 +7,13 @@ is filtered.
 
 Which chunk holds k is decided in the server's order of the chunk key
 (cdc_core/types/key_order.py), the order the chunks were planned and read in: Python
-order for keys without a collation (integers, decimals, dates and times, binary
-strings), the column collation's sort keys for string keys (case, accents,
-expansions such as ß = ss, PAD SPACE vs NO PAD), or, for a collation whose sort
+order of the codecs' sort keys for keys without a collation (integers, decimals, dates
+and times, binary strings, BIT, INET4/INET6 and UUID as stored) and for ENUM and SET
+(by member index and bits), the column collation's sort keys for string keys (case,
+accents, expansions such as ß = ss, PAD SPACE vs NO PAD), or, for a collation whose sort
 keys do not model its comparisons, the server's own comparisons. A composite
-key is chunked on its leading column, so only that column is looked up.
+key is chunked on its leading column, so only that column is looked up. A table read
+as one chunk (no chunk key: cdc_core/chunks/planning.py) needs no key at all.
 
 Invariants (tested in tests/test_handoff.py, tests/test_handoff_collations.py and
 tests/test_snapshot_concurrent.py):
@@ -61,6 +63,8 @@ class HandoffFilter:
     def for_table(cls, schema: TableSchema, chunks: Sequence[Chunk], high_watermarks: dict[int, BinlogPosition],
                   orders: KeyOrders) -> HandoffFilter:
         """The filter of ``schema``'s table, its chunk key ordered as the server orders it."""
+        if len(chunks) == 1:  # every key is in the one chunk (which may have no key)
+            return cls(chunks, high_watermarks)
         return cls(chunks, high_watermarks, orders.for_column(schema.column(chunks[0].key)))
 
     @cached_property
@@ -69,6 +73,8 @@ class HandoffFilter:
         return self._order.partition([c.lo for c in self.chunks[1:]])
 
     def _locate(self, keys: Sequence[object]) -> list[int]:
+        if len(self.chunks) == 1:
+            return [0] * len(keys)
         if not self._partition.remote:
             return self._partition.locate(keys)
         cache = self._cache
@@ -105,7 +111,7 @@ class HandoffFilter:
         if not self.min_high_watermark < position <= self.max_high_watermark:
             return
         names = [c.name for c in schema.columns]
-        if self.key not in names:
+        if len(self.chunks) == 1 or self.key not in names:
             return
         i, col = names.index(self.key), schema.column(self.key)
         images = [img for pair in rows for img in pair] if op == "u" else rows

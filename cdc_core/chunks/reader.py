@@ -15,8 +15,12 @@ Invariants (tested in tests/test_chunk_reader.py):
   in (LW, HW] the last image in the window (or its absence, after a delete)
   replaces whatever S saw; untouched keys are the same at the SELECT and at HW.
 - Without a row key (chunk key only) rows have no identity, so a window
-  with in-range changes is not folded: the chunk is read again until a window
-  is quiet for it, and fails after ``max_attempts`` with a clear message.
+  with in-range changes is not folded: the chunk is read instead in one consistent
+  snapshot (cdc_core/chunks/consistent_read.py: its low and high watermark are the
+  position the snapshot matches). A table without any chunk key (``WHOLE_TABLE``) is
+  read that way at once. On a server that reports no snapshot position (or with
+  ``consistent=False``) the chunk is read again until a window is quiet for it, and
+  fails after ``max_attempts`` with a clear message (tests/test_keyless_tables.py).
 - XA transactions (cdc_core/binlog/xa.py): rows prepared in the window and not committed by HW
   are not changes as of HW; a window holding the XA COMMIT of a transaction prepared
   before LW (the SELECT may or may not see its rows) is read again, as is one holding a
@@ -42,8 +46,9 @@ import pyarrow.compute as pc
 
 from cdc_core.binlog.range_reads import PartialRowImage, RowChange, read_changes
 from cdc_core.binlog.xa import XaOutsideWindow
-from cdc_core.chunks.bulk_read import Fetch, chunk_fetch, refuses_impossible_dates
-from cdc_core.chunks.planning import Chunk
+from cdc_core.chunks.bulk_read import Fetch, chunk_fetch, refuses_impossible_dates, text_rows
+from cdc_core.chunks.consistent_read import consistent_snapshot
+from cdc_core.chunks.planning import WHOLE_TABLE, Chunk
 from cdc_core.errors import TerminalError
 from cdc_core.offset.position import BinlogPosition, master_position, visible_position
 from cdc_core.schema.output import CDC_OP, CDC_SEQ, output_schema
@@ -70,7 +75,8 @@ def _year_zero(schema: TableSchema, raw: pa.Table) -> bool:
 
 
 class ChunkNotQuiet(TerminalError):
-    """A key-less chunk kept changing under every read attempt."""
+    """A key-less chunk kept changing under every read attempt (or could not be read in one
+    consistent snapshot)."""
 
 
 @dataclass
@@ -98,8 +104,9 @@ class ChunkReader:
     """Reads chunks of one source; holds a control connection for watermarks."""
 
     def __init__(self, conn: ConnectionSettings, control, fetch: Fetch, server_id: int, max_attempts: int = 20,
-                 base: int = 0, raw_dates: bool = False):
+                 base: int = 0, raw_dates: bool = False, consistent: bool = True):
         self.conn = conn
+        self.consistent = consistent  # read a changing key-less chunk in one consistent snapshot, if the server can
         # ``fetch`` refuses impossible dates itself (bulk_read.refuses_impossible_dates): DATE and
         # DATETIME columns are selected raw, and checked by the server only where they must be.
         self.raw_dates = raw_dates
@@ -130,6 +137,12 @@ class ChunkReader:
         """Read ``chunk`` as of its high watermark (see the module invariants)."""
         target = output_schema(schema)
         keyed = bool(schema.row_key)
+        if chunk.key == WHOLE_TABLE:
+            exact = self.read_consistent(schema, chunk, 1)
+            if exact is None:
+                raise ChunkNotQuiet(f"{schema.qualified_name} has no key to read it by and the server reports no "
+                                    "binlog position for a consistent snapshot (binlog_snapshot_position)")
+            return exact
         for attempt in range(1, self.max_attempts + 1):
             selected = self.select(schema, chunk)
             table, lw, hw = selected.table, selected.low_watermark, selected.high_watermark
@@ -149,12 +162,31 @@ class ChunkReader:
             if keyed:
                 folded = fold(schema, table, changes, target, lambda img, inside=inside: img[chunk.key] in inside)
                 return ChunkResult(chunk, folded, lw, hw, len(changes), attempt)
+            exact = self.read_consistent(schema, chunk, attempt + 1) if self.consistent else None
+            if exact is not None:
+                return exact
             time.sleep(min(0.05 * attempt, 0.5))
         raise ChunkNotQuiet(
             f"{schema.qualified_name} chunk {chunk.index}: rows changed during each of {self.max_attempts} reads; "
             "a table without a row key needs a quiet moment per chunk (add a primary key, a NOT NULL unique key or "
             "source.key_columns for lock-free reads)"
         )
+
+    def read_consistent(self, schema: TableSchema, chunk: Chunk, attempt: int) -> ChunkResult | None:
+        """The chunk read in one consistent snapshot on the control connection, its watermarks
+        both the position the snapshot matches; None on a server that reports none. The rows
+        come over the text protocol (the bulk reader cannot join the transaction), with the
+        server's date check (``bulk_read.text_fetch``)."""
+        with self.control.cursor() as cur:
+            at = consistent_snapshot(cur, self.base)
+            if at is None:
+                return None
+            try:
+                raw = text_rows(self.control, schema, chunk_select_sql(schema, chunk, self.control.escape))
+            finally:
+                cur.execute("ROLLBACK")
+        log.info("%s chunk %d read in one consistent snapshot at %s", schema.qualified_name, chunk.index, at)
+        return ChunkResult(chunk, self._canonical(schema, raw, output_schema(schema), at), at, at, 0, attempt)
 
     def _fetch(self, schema: TableSchema, chunk: Chunk) -> pa.Table:
         """The chunk's rows as the bulk reader returns them. With ``raw_dates``, DATE and DATETIME

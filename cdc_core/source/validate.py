@@ -1,7 +1,9 @@
 """Prerequisite checks for ``binlake validate``: connectivity, privileges, binlog
 settings, that every captured table exists, can be mapped (cdc_core/source/capture.py:
-excluded key columns, column types) and chunked, and that routed tables can share their
-sinks (same key columns, compatible column types)."""
+excluded key columns, column types) and chunked (cdc_core/chunks/planning.py: a table
+without any key is read whole in one consistent snapshot, refused on a server that cannot
+tell its position), and that routed tables can share their sinks (same key columns,
+compatible column types)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from pathlib import Path
 
 import pymysql
 
-from cdc_core.chunks.planning import ChunkKeyError, chunk_key
+from cdc_core.chunks.consistent_read import reports_snapshot_position
+from cdc_core.chunks.planning import ChunkKeyError, choose_chunk_key
 from cdc_core.config import BinlakeConfig
 from cdc_core.routes import Router
 from cdc_core.schema.table import describe_table
@@ -172,7 +175,8 @@ def _tables(cfg: BinlakeConfig, cur) -> list[str]:
             out += e.problems
             continue
         try:
-            chunk_key(schema, cfg.source.snapshot.chunk_key_columns)
+            choose_chunk_key(cur, schema, cfg.source.snapshot.chunk_key_columns,
+                             lambda: reports_snapshot_position(cur))
         except ChunkKeyError as e:
             out.append(str(e))
     for configured in cfg.source.snapshot.chunk_key_columns:

@@ -65,6 +65,17 @@ class Bit(Codec):
     def table_map_column(self, col, collation: str | None) -> Column:
         return Column(col.name, "bit", f"bit({col.bits})", precision=col.bits)
 
+    def key_bound_sql(self, col: Column, q: str) -> str:
+        return f"{q} + 0"  # the number: a bound the server returns as bytes compares as a string
+
+    def key_sort_key(self, col: Column, v: object) -> object:
+        # A bound as the server returns it (big-endian bytes) and a canonical value (bytes, or a
+        # bool for BIT(1)) alike: the unsigned number the server compares.
+        return int.from_bytes(v, "big") if isinstance(v, bytes) else int(v)
+
+    def key_from_text(self, col: Column, text: str) -> object:
+        return _bits(col, int(text, 0))  # 10, 0b1010 or 0xa
+
     def mysql_value(self, col: Column, q: str) -> str:
         if col.precision == 1:
             return f"CAST({q} AS UNSIGNED)"

@@ -216,14 +216,31 @@ class Codec:
 
     # --- key order -------------------------------------------------------------------------
 
-    def key_sort_key(self, v: object) -> object:
-        """A canonical key value as Python orders it the way the server does (no collation)."""
+    # Whether the server orders the column's values by a number of their own (an ENUM's member
+    # index, a SET's bits) and compares them with a number as numbers, whatever the column's
+    # collation: its chunk bounds are those numbers (``enum_set.Ordinal``).
+    ordinal_keys = False
+
+    def key_bound_sql(self, col: Column, q: str) -> str:
+        """The SQL the planner reads a chunk bound of the column ``q`` with: a value the server
+        compares with the column as its index orders it, when rendered as a literal."""
+        return q
+
+    def key_sort_key(self, col: Column, v: object) -> object:
+        """A key value of the column without a collation (or with ``ordinal_keys``) as Python
+        orders it the way the server's index does; ``v`` is canonical (as Delta holds it) or a
+        chunk bound as the server returned it, and both forms of one value give one sort key."""
         return v
 
     def key_from_text(self, col: Column, text: str) -> object:
         """A key bound typed on the command line as the column's Python value; raises
         ValueError when it is not one."""
         return text
+
+    def chunk_key_problem(self, col: Column) -> str | None:
+        """Why the column cannot be a chunk key (binlake cannot order its values as the server
+        does), or None."""
+        return None
 
     # --- defaults --------------------------------------------------------------------------
 

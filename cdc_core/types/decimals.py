@@ -116,7 +116,7 @@ class Decimals(Codec):
     def delta_value(self, col: Column, r: str) -> str:
         return r if big(col) else f"CAST({r} AS VARCHAR)"  # p > 38: exact text already
 
-    def key_sort_key(self, v: object) -> object:
+    def key_sort_key(self, col: Column, v: object) -> object:
         return Decimal(v) if isinstance(v, str) else v  # DECIMAL(p > 38) is kept as text
 
     def key_from_text(self, col: Column, text: str) -> object:

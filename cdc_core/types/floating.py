@@ -2,7 +2,11 @@
 
 - Delta: float (32-bit, the stored bits) and double.
 - The text protocol prints FLOAT with 6 digits, so the TLS text reader fetches FLOAT as
-  ``CAST(… AS DOUBLE)`` (exact) around the chunk's SELECT.
+  ``CAST(… AS DOUBLE)`` (exact) around the chunk's SELECT, as does the row-by-row comparison
+  (``text_select_expr``).
+- Key order: a chunk bound is the server's printed value (6 digits for FLOAT); the server
+  compares the column, widened to DOUBLE, with it as a DOUBLE, as Python compares the float32
+  value widened to float with it (tests/test_chunk_key_types.py).
 - Checksum: the exact value as ``m p k`` (``a = m·2^k``, ``m`` an integer below 2^53, ``k`` ≥
   -1074), computed with LOG2, POW and division, all exact in IEEE arithmetic once the
   exponent is corrected (the server's LOG2 is ``log(x)/log(2)``, which is off by one near
@@ -66,6 +70,9 @@ class Floating(Codec):
 
     def text_fetch_expr(self, col: Column, q: str) -> str:
         return f"CAST({q} AS DOUBLE) AS {q}" if col.data_type == "float" else q
+
+    def text_select_expr(self, col: Column, q: str) -> str | None:
+        return f"CAST({q} AS DOUBLE)" if col.data_type == "float" else None  # the text protocol prints 6 digits
 
     def binlog_value_unchanged(self, col: Column) -> bool:
         return True

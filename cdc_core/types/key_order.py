@@ -10,11 +10,14 @@ lower bounds, the chunk index).
 
 How a column is ordered (:meth:`KeyOrders.for_column`):
 
-- **No collation** (integers, decimals, floats, dates and times, binary strings): the
-  Python order of the canonical values is the server's (binary strings compare as
-  bytes, NO PAD); no round trip. Where a canonical value is not in that order, its
-  codec's ``key_sort_key`` makes it so: TIMESTAMP values compare as naive UTC (the
-  planner's session is UTC), DECIMAL text (more than 38 digits) as ``Decimal``.
+- **No collation** (integers, decimals, floats, dates and times, binary strings, BIT,
+  INET4, INET6, UUID) **or ordered by number** (ENUM, SET): Python orders each value's
+  codec ``key_sort_key`` as the server's index does; no round trip. A sort key takes a
+  canonical value and a bound as the server returned it alike: TIMESTAMP values compare as
+  naive UTC (the planner's session is UTC), DECIMAL text (more than 38 digits) as
+  ``Decimal``, TIME as microseconds, BIT as its number, INET4/INET6/UUID as the bytes the
+  server stores (a UUID's groups reversed for versions 1-5), ENUM and SET as the member's
+  index and the set's bits (cdc_core/types/enum_set.py).
 - **A collation whose sort keys model its comparisons** (checked once per collation on
   :data:`PROBES`: case, accents, ß/ss, æ/ae, trailing spaces, tabs and control
   characters, the empty string, supplementary characters): the server's sort keys,
@@ -39,7 +42,8 @@ grows with the keys, not with the number of chunks), then a binary search here.
 
 Invariants (tested in tests/test_handoff_collations.py against the server's index-order
 ``ORDER BY`` and its ``<=`` per collation, and against the planner's chunks for string,
-composite and non-string keys; the pure comparison in tests/test_handoff.py):
+composite and non-string keys; in tests/test_chunk_key_types.py for every other key type;
+the pure comparison in tests/test_handoff.py):
 - ``Partition.locate(values)[i]`` is the number of bounds ``b`` with ``b <= values[i]``
   by the server's comparison in the column's collation.
 - A collation's sort keys are used only if they order :data:`PROBES` as the server's
@@ -55,14 +59,13 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cmp_to_key
+from functools import cmp_to_key, partial
 from typing import Protocol
 
 import pymysql
 
 from cdc_core.schema.table import Column
-from cdc_core.types.mapping import binlog_value
-from cdc_core.types.registry import codec_for_type
+from cdc_core.types.registry import codec_for
 
 log = logging.getLogger(__name__)
 
@@ -148,14 +151,16 @@ class KeyOrder(Protocol):
 
 @dataclass(frozen=True)
 class PythonOrder:
-    """Columns whose canonical values Python orders as the server does, through their codec's
-    ``key_sort_key`` (a TIMESTAMP as naive UTC, a DECIMAL kept as text as a ``Decimal``)."""
+    """Columns whose values Python orders as the server does, through their codec's
+    ``key_sort_key`` (a TIMESTAMP as naive UTC, an ENUM by its member's index...); None: the
+    values as they are."""
 
-    data_type: str | None = None
+    column: Column | None = None
     sort_key: Callable[[object], object] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "sort_key", codec_for_type(self.data_type).key_sort_key)
+        key = (lambda v: v) if self.column is None else partial(codec_for(self.column).key_sort_key, self.column)
+        object.__setattr__(self, "sort_key", key)
 
     def partition(self, bounds: Sequence[object]) -> PythonPartition:
         return PythonPartition(self, [self.sort_key(b) for b in bounds])
@@ -361,8 +366,8 @@ class KeyOrders:
 
     def for_column(self, column: Column) -> KeyOrder:
         """The server's order of ``column``'s values."""
-        if column.collation is None:
-            return PythonOrder(column.data_type)
+        if column.collation is None or codec_for(column).ordinal_keys:
+            return PythonOrder(column)
         order = self._collations.get(column.collation)
         if order is None:
             coll, modelled = discover(self.sql, column.collation)
@@ -379,9 +384,7 @@ class KeyOrders:
         """For values of ``column`` in binlake's canonical form (as Delta holds them), the number
         of ``bounds`` (chunk bounds as the server returned them, ascending) at or below each, in
         the server's order; an order that asks the server does so once per distinct value."""
-        # Bounds in the values' form: a TIME bound as microseconds, a TIMESTAMP one in UTC...
-        canon = bounds if column.collation is not None else [binlog_value(column, b) for b in bounds]
-        partition = self.for_column(column).partition(canon)
+        partition = self.for_column(column).partition(bounds)
 
         def locate(values: Sequence[object]) -> list[int]:
             if not partition.remote:

@@ -291,7 +291,7 @@ class Timestamp(_Temporal):
     def delta_value(self, col: Column, r: str) -> str:
         return f"CAST(CAST({r} AS BIGINT) AS VARCHAR)"  # epoch microseconds (UTC)
 
-    def key_sort_key(self, v: object) -> object:
+    def key_sort_key(self, col: Column, v: object) -> object:
         if isinstance(v, dt.datetime) and v.tzinfo is not None:
             return v.astimezone(dt.UTC).replace(tzinfo=None)  # boundaries are naive UTC
         return v
@@ -340,6 +340,17 @@ class Time(_Temporal):
 
     def binlog_value(self, col: Column, v: object) -> object:
         return (v.days * 86400 + v.seconds) * 1_000_000 + v.microseconds
+
+    def key_sort_key(self, col: Column, v: object) -> object:
+        return self.binlog_value(col, v) if isinstance(v, dt.timedelta) else v  # a bound: the server's timedelta
+
+    def key_from_text(self, col: Column, text: str) -> object:
+        m = re.fullmatch(r"\s*(-?)(\d+):(\d\d):(\d\d)(?:\.(\d{1,6}))?\s*", text)
+        if m is None:
+            raise ValueError(text)
+        sign, h, mi, s, frac = m.groups()
+        v = dt.timedelta(hours=int(h), minutes=int(mi), seconds=int(s), microseconds=int((frac or "0").ljust(6, "0")))
+        return -v if sign else v
 
     def table_map_column(self, col, collation: str | None) -> Column:
         return _fsp_column(col, "time")

@@ -9,13 +9,22 @@
   printed. A text client reads the server's text.
 - Checksum: the server's text.
 - A NOT NULL column's implicit default is the zero address / the nil UUID.
+- Key order: the server's index orders the stored bytes (``memcmp``), not the text: INET4 and
+  INET6 store the address's bytes; a UUID is stored as written except one of versions 1-5
+  with the RFC 4122 variant, which MariaDB stores with its groups reversed (node, clock
+  sequence, time high, time mid, time low: sql_type_uuid.h, MariaDB 10.11.2 and later), so
+  time-based UUIDs sort by time. A column created by a MariaDB before that (which swaps
+  every UUID, kept until the table is rebuilt) is not in this order: the planner finds its
+  bounds out of order and refuses it as a chunk key (cdc_core/chunks/planning.py).
 
 Tested by tests/test_types.py (type matrix, test_inet_and_uuid_text_is_the_servers),
-tests/test_reconcile_checksum.py, tests/test_ddl_corpus.py.
+tests/test_reconcile_checksum.py, tests/test_ddl_corpus.py; the key order by
+tests/test_chunk_key_types.py against the server's.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import struct
 import uuid
 from typing import TYPE_CHECKING
@@ -70,6 +79,18 @@ def _printed(t: str, v: bytes) -> str:
     return str(uuid.UUID(bytes=b))  # the binlog holds the RFC 4122 byte order, not the swapped stored one
 
 
+def _stored(t: str, text: str) -> bytes:
+    """The bytes the server stores (and its index compares) for a value shown as ``text``."""
+    if t == "inet4":
+        return ipaddress.IPv4Address(text).packed
+    if t == "inet6":
+        return ipaddress.IPv6Address(text).packed
+    b = uuid.UUID(text).bytes
+    if 0 < b[6] < 0x60 and b[8] & 0x80:  # version 1-5, RFC 4122 variant: groups reversed
+        return b[10:16] + b[8:10] + b[6:8] + b[4:6] + b[0:4]
+    return b
+
+
 class TextForms(Codec):
     data_types = frozenset(_SIZES)
 
@@ -88,6 +109,9 @@ class TextForms(Codec):
 
     def delta_value(self, col: Column, r: str) -> str:
         return r
+
+    def key_sort_key(self, col: Column, v: object) -> object:
+        return _stored(col.data_type, v)
 
     def implicit_default(self, col: Column) -> object:
         return _ZERO_VALUES[col.data_type]

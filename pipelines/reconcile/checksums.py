@@ -63,7 +63,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc_core.chunks.planning import INTEGER_TYPES, Chunk, ChunkKeyError, chunk_key, encode_value, plan_chunks
+from cdc_core.chunks.planning import INTEGER_TYPES, Chunk, ChunkKeyError, choose_chunk_key, encode_value, plan_chunks
 from cdc_core.config import BinlakeConfig
 from cdc_core.errors import BadInput
 from cdc_core.offset.position import BinlogPosition, master_position
@@ -264,7 +264,7 @@ class _TableCheck:
         result = TableReconcile(name, sink)
         with self.conn.cursor() as cur:
             schema = self._schema(cur, name)
-            key = None if self.router.routed(name) else self._key(schema)
+            key = None if self.router.routed(name) else self._key(cur, schema)
             chunks = plan_chunks(cur, schema, key, self.cfg.source.snapshot.chunk_size) if key else [Chunk(name, 0, "")]
         result.whole_table = key is None
         dt_ = open_table(table_uri(self.cfg.sink.path, sink), self.cfg.sink.storage_options)
@@ -307,11 +307,12 @@ class _TableCheck:
             # Still compared: the columns binlake cannot map are left out of the checksum, named.
             return without_excluded(schema, self.cfg.source)
 
-    def _key(self, schema: TableSchema) -> str | None:
+    def _key(self, cur, schema: TableSchema) -> str | None:
         try:
-            return chunk_key(schema, self.cfg.source.snapshot.chunk_key_columns)
+            # A table without any key is counted whole, one statement, whatever the server.
+            return choose_chunk_key(cur, schema, self.cfg.source.snapshot.chunk_key_columns, lambda: True) or None
         except ChunkKeyError:
-            return None  # no key: the whole table is one chunk
+            return None  # no key it can be split on: the whole table is one chunk
 
     def _both(self, result: TableReconcile, schema: TableSchema, render: Rendering, chunks: list[Chunk],
               side: _DeltaSide, which: list[int], first: bool = False) -> tuple[_Sums, _Sums]:

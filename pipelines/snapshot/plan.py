@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 
-from cdc_core.chunks.planning import Chunk, chunk_key, plan_chunks
+from cdc_core.chunks.consistent_read import reports_snapshot_position
+from cdc_core.chunks.planning import Chunk, choose_chunk_key, plan_chunks
 from cdc_core.config import BinlakeConfig, SnapshotConfig
 from cdc_core.offset.position import BinlogPosition, master_position
 from cdc_core.routes import Router
@@ -41,7 +42,7 @@ def plan_table(cfg: BinlakeConfig, store: ControlStore, cur, schema: TableSchema
     plan (before any chunk of it is read)."""
     store.record_schema(HistoryEntry(schema.qualified_name, at, 0, "baseline", Status.BASELINE, schema=schema,
                                      description="schema at snapshot start"))
-    key = chunk_key(schema, cfg.source.snapshot.chunk_key_columns)
+    key = choose_chunk_key(cur, schema, cfg.source.snapshot.chunk_key_columns, lambda: reports_snapshot_position(cur))
     chunks = plan_chunks(cur, schema, key, cfg.source.snapshot.chunk_size)
     store.save_plan(chunks)
     return chunks
