@@ -16,7 +16,7 @@ from cdc_core.source.connection import connect, connection_settings
 from pipelines.reconcile.rows import canonical_value
 
 
-def _reader(cfg, db_name, writes_before=(), writes_after=()):
+def _reader(cfg, db_name, writes_before=(), writes_after=(), consistent=True):
     settings = connection_settings(cfg)
     control = connect(settings)
     url = settings.connectorx_url(db_name)
@@ -31,7 +31,7 @@ def _reader(cfg, db_name, writes_before=(), writes_after=()):
                 cur.execute(w)
         return result
 
-    return ChunkReader(settings, control, fetch, server_id=cfg.source.server_id + 1), control
+    return ChunkReader(settings, control, fetch, server_id=cfg.source.server_id + 1, consistent=consistent), control
 
 
 def _expected(conn, schema, chunk):
@@ -100,19 +100,21 @@ def test_string_key_ranges_follow_collation(db, make_config):
 
 
 def test_keyless_chunk_is_reread_until_quiet(db, make_config):
+    """On a server without a consistent snapshot's position (``consistent=False`` stands for
+    one): a key-less chunk is read again until a window is quiet for it."""
     name, conn = db
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE t (k INT NOT NULL, v INT)")
         cur.executemany("INSERT INTO t VALUES (%s, %s)", [(i, i) for i in range(10)])
     cfg = make_config(name)
-    reader, control = _reader(cfg, name, [], ["UPDATE t SET v = v + 1 WHERE k = 3"])
+    reader, control = _reader(cfg, name, [], ["UPDATE t SET v = v + 1 WHERE k = 3"], consistent=False)
     reader.max_attempts = 3
     with control.cursor() as cur:
         schema = describe_table(cur, name, "t")
     with pytest.raises(ChunkNotQuiet, match="rows changed during each of 3 reads"):
         reader.read(schema, Chunk(f"{name}.t", 0, "k", None, None))
     # writes outside the chunk's range do not force a re-read
-    reader2, _ = _reader(cfg, name, [], ["UPDATE t SET v = v + 1 WHERE k = 9"])
+    reader2, _ = _reader(cfg, name, [], ["UPDATE t SET v = v + 1 WHERE k = 9"], consistent=False)
     result = reader2.read(schema, Chunk(f"{name}.t", 0, "k", None, 5))
     assert result.attempts == 1 and result.table.num_rows == 5
 

@@ -60,10 +60,11 @@ class Chunk:
     hi: Any = None
 
     def where(self) -> tuple[str, list]:
-        """SQL condition and parameters selecting this chunk's rows."""
+        """SQL condition and parameters selecting this chunk's rows, in pymysql's form: its
+        ``%s`` placeholders take the parameters, a ``%`` of the key's name is written ``%%``."""
         if self.key == WHOLE_TABLE:
             return "1=1", []
-        q = quote_ident(self.key)
+        q = pyformat(quote_ident(self.key))
         ordinal = isinstance(self.lo, Ordinal) or isinstance(self.hi, Ordinal)
         if ordinal:
             first = 0 if self.lo is None else int(self.lo)
@@ -88,6 +89,11 @@ class Chunk:
 
     def to_json(self) -> str:
         return json.dumps({"lo": encode_value(self.lo), "hi": encode_value(self.hi)})
+
+
+def pyformat(sql: str) -> str:
+    """SQL text in a statement run with parameters (pymysql formats it with ``%``): ``%`` doubled."""
+    return sql.replace("%", "%%")
 
 
 def encode_value(v: Any) -> Any:
@@ -253,6 +259,7 @@ def _ordinal_boundaries(cursor, table: str, q: str, chunk_size: int) -> list[Ord
 def _query_boundaries(cursor, table: str, q: str, bound_sql: str, chunk_size: int) -> list:
     """Boundaries by index walks: each is the key ``chunk_size`` rows past the previous one,
     read as ``bound_sql``."""
+    table, q, bound_sql = pyformat(table), pyformat(q), pyformat(bound_sql)  # run with parameters
     bounds: list = []
     lo = None
     while True:

@@ -92,11 +92,12 @@ class ChunkResult:
 def chunk_select_sql(schema: TableSchema, chunk: Chunk, literal: Callable[[object], str],
                      raw_dates: bool = False) -> str:
     """The chunk's SELECT with its bounds inlined (the bulk reader takes no parameters);
-    ``raw_dates``: see ``types.select_expr``."""
+    ``raw_dates``: see ``types.select_expr``. The bounds are rendered in one pass, as pymysql
+    renders parameters, so a bound's text (``'a%s'``) is never read as a placeholder
+    (tests/test_sql_literals.py)."""
     cols = ", ".join(select_expr(c, raw_dates) for c in schema.columns)
     cond, params = chunk.where()
-    for p in params:
-        cond = cond.replace("%s", literal(p), 1)
+    cond = cond % tuple(literal(p) for p in params)  # `%s` → a literal, `%%` → `%`, once each
     return f"SELECT {cols} FROM {quote_ident(schema.database)}.{quote_ident(schema.table)} WHERE {cond}"
 
 

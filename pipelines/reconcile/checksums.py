@@ -63,7 +63,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc_core.chunks.planning import INTEGER_TYPES, Chunk, ChunkKeyError, choose_chunk_key, encode_value, plan_chunks
+from cdc_core.chunks.planning import (
+    INTEGER_TYPES,
+    WHOLE_TABLE,
+    Chunk,
+    ChunkKeyError,
+    choose_chunk_key,
+    encode_value,
+    plan_chunks,
+    pyformat,
+)
 from cdc_core.config import BinlakeConfig
 from cdc_core.errors import BadInput
 from cdc_core.offset.position import BinlogPosition, master_position
@@ -104,7 +113,7 @@ class ChunkMismatch:
 
     def chunk(self) -> Chunk:
         """The range as a :class:`Chunk` (the whole table for a one-chunk table)."""
-        return Chunk(self.table, self.index, self.key or "", self.lo, self.hi)
+        return Chunk(self.table, self.index, self.key or WHOLE_TABLE, self.lo, self.hi)
 
     def to_json(self) -> dict:
         return {"index": self.index, "key": self.key, "lo": _json_value(self.lo), "hi": _json_value(self.hi),
@@ -265,7 +274,7 @@ class _TableCheck:
         with self.conn.cursor() as cur:
             schema = self._schema(cur, name)
             key = None if self.router.routed(name) else self._key(cur, schema)
-            chunks = plan_chunks(cur, schema, key, self.cfg.source.snapshot.chunk_size) if key else [Chunk(name, 0, "")]
+            chunks = plan_chunks(cur, schema, key or WHOLE_TABLE, self.cfg.source.snapshot.chunk_size)
         result.whole_table = key is None
         dt_ = open_table(table_uri(self.cfg.sink.path, sink), self.cfg.sink.storage_options)
         render = rendering(schema, {f.name: f.type for f in delta_schema(dt_)} if dt_ is not None else {},
@@ -351,8 +360,8 @@ class _TableCheck:
                      out: _Sums, report: Callable[[], None]) -> float:
         """Count and sum the chunks ``which`` on ``conn`` into ``out``; returns when it finished
         (``time.monotonic``)."""
-        sql = (f"SELECT COUNT(*), SUM({render.mysql_hash(schema)}) FROM "
-               f"{quote_ident(schema.database)}.{quote_ident(schema.table)} WHERE ").replace("%", "%%")  # pymysql's
+        sql = pyformat(f"SELECT COUNT(*), SUM({render.mysql_hash(schema)}) FROM "
+                       f"{quote_ident(schema.database)}.{quote_ident(schema.table)} WHERE ")
         with conn.cursor() as cur:
             for i in which:
                 where, params = chunks[i].where()

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import pymysql
 
-from cdc_core.chunks.planning import Chunk
+from cdc_core.chunks.planning import WHOLE_TABLE, Chunk, pyformat
 from cdc_core.config import BinlakeConfig
 from cdc_core.routes import Router
 from cdc_core.schema.table import quote_ident
@@ -114,10 +114,10 @@ def mysql_rows(opened: Callable[[], pymysql.connections.Connection], table: str,
     single COUNT(*) is one server thread scanning the whole index (5 s for 20M rows of
     bench/snapshot.py's table); a table without a plan is counted whole."""
     db, t = table.split(".", 1)
-    sql = f"SELECT COUNT(*) FROM {quote_ident(db)}.{quote_ident(t)} WHERE ".replace("%", "%%")  # pymysql's
+    sql = pyformat(f"SELECT COUNT(*) FROM {quote_ident(db)}.{quote_ident(t)} WHERE ")
     ordered = sorted(chunks, key=lambda c: c.index)
     spans = [Chunk.span(g) for g in chunk_groups(ordered, math.ceil(len(ordered) / parallelism))] if ordered \
-        else [Chunk(table, 0, "", None, None)]
+        else [Chunk(table, 0, WHOLE_TABLE)]
 
     def count(span: Chunk) -> int:
         where, params = span.where()
