@@ -11,6 +11,11 @@ each chunk that differs (exit 0 once they are done).
 when another process holds the lock (a running stream) it hands the request to it and waits.
 ``resync`` (a writing command) is the way out when the stream's binlog position was purged
 (pipelines/resync.py).
+
+Output: tables fit a terminal; on anything else (a pipe, a file, cron, CI, a Dagster run's
+stdout) they are printed at their full width, so no number is cut. ``snapshot``, ``stream``,
+``status`` and ``reconcile`` take ``--json``: their summary as one JSON object on stdout
+(progress goes to stderr) (tests/test_cli.py).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from importlib import metadata
 
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -45,6 +51,23 @@ def _redact(text: str) -> str:
 def _line(prefix: str, text: str) -> None:
     """One problem, one line on stderr: never wrapped, markup in ``text`` not interpreted, secrets masked."""
     err.print(prefix, escape(_redact(text)), soft_wrap=True, highlight=False)
+
+
+def _print_table(t: Table) -> None:
+    """A table on stdout: fitted to a terminal; elsewhere at its full width (a log keeps every
+    digit, where a pipe's 80 columns would cut numbers short)."""
+    if out.is_terminal:
+        out.print(t)
+        return
+    # Console.print caps a width at the console's own, so the table gets a console of its width.
+    width = Measurement.get(out, out.options.update(width=1_000_000), t).maximum
+    Console(file=out.file, width=width).print(t)
+
+
+def _print_json(data: dict) -> None:
+    import json
+
+    out.print_json(json.dumps(data, default=str))
 
 
 def _load(path: str) -> BinlakeConfig:
@@ -104,14 +127,14 @@ def cmd_validate(args) -> int:
     return EXIT_OK
 
 
-def _run_snapshot(cfg: BinlakeConfig) -> int:
+def _run_snapshot(cfg: BinlakeConfig, as_json: bool = False) -> int:
     from cdc_core.retry import RetryBudgetExceeded
     from pipelines.snapshot.driver import SnapshotJob
     from pipelines.snapshot.verify import finished_snapshot
 
     summary = finished_snapshot(cfg)
     if summary is not None:  # nothing to read: no Spark session (its start alone takes seconds)
-        _snapshot_table(cfg, summary)
+        _snapshot_report(cfg, summary, as_json)
         return EXIT_OK
     job = SnapshotJob(cfg)  # starts Spark only where groups run on it (source.snapshot.runner)
     with Progress(TextColumn("snapshot"), BarColumn(), MofNCompleteColumn(), TextColumn("chunks"),
@@ -129,7 +152,7 @@ def _run_snapshot(cfg: BinlakeConfig) -> int:
         except RetryBudgetExceeded as e:
             _line("[red]error[/red]:", f"{e}; committed chunks are kept: run the snapshot again to resume")
             return EXIT_RUNTIME
-    _snapshot_table(cfg, summary)
+    _snapshot_report(cfg, summary, as_json)
     return EXIT_OK
 
 
@@ -138,10 +161,13 @@ def cmd_snapshot(args) -> int:
     with _sole_writer(cfg, args):
         if _problems(cfg):
             return EXIT_BAD_INPUT
-        return _run_snapshot(cfg)
+        return _run_snapshot(cfg, args.json)
 
 
-def _snapshot_table(cfg: BinlakeConfig, summary) -> None:
+def _snapshot_report(cfg: BinlakeConfig, summary, as_json: bool) -> None:
+    if as_json:
+        _print_json(summary.to_json(cfg.pipeline.name))
+        return
     t = Table(title=f"snapshot of {cfg.pipeline.name} ({summary.seconds:.1f}s)")
     t.add_column("table", no_wrap=True, min_width=max((len(s.table) for s in summary.tables), default=5))
     for col in ("chunks", "read now", "rows read", "Delta rows", "MySQL rows", "check"):
@@ -150,13 +176,14 @@ def _snapshot_table(cfg: BinlakeConfig, summary) -> None:
         check = "[green]match[/green]" if s.matches else "[yellow]differs[/yellow]"
         t.add_row(s.table, "streamed" if s.streamed else str(s.chunks), str(s.chunks_read), f"{s.rows_written:,}",
                   f"{s.delta_rows:,}", f"{s.mysql_rows:,}", check)
-    out.print(t)
+    _print_table(t)
     if any(not s.matches for s in summary.tables):
         out.print("Row counts differ where the source changed during the snapshot; the stream catches up from "
                   "the chunks' watermarks.")
 
 
-def _stream(cfg: BinlakeConfig, *, until_now: bool = False, max_seconds: float | None = None) -> int:
+def _stream(cfg: BinlakeConfig, *, until_now: bool = False, max_seconds: float | None = None,
+            as_json: bool = False) -> int:
     from pipelines.stream import StreamEngine
 
     started = time.monotonic()
@@ -169,6 +196,9 @@ def _stream(cfg: BinlakeConfig, *, until_now: bool = False, max_seconds: float |
     engine = StreamEngine(cfg, until_now=until_now, max_seconds=max_seconds, progress=update)
     with err.status(f"starting the stream of {cfg.pipeline.name}") as status:
         summary = engine.run()
+    if as_json:
+        _print_json(summary.to_json(cfg.pipeline.name))
+        return EXIT_OK
     out.print(f"stream of {cfg.pipeline.name}: {summary.changes:,} changes in {summary.batches} batches "
               f"({summary.commits} table commits, {summary.reconnects} reconnects) from {summary.start} to "
               f"{summary.end} in {summary.seconds:.1f}s; stopped: {summary.stop_reason}", soft_wrap=True)
@@ -180,7 +210,7 @@ def cmd_stream(args) -> int:
     with _sole_writer(cfg, args):
         if _problems(cfg):
             return EXIT_BAD_INPUT
-        return _stream(cfg, until_now=args.until == "now", max_seconds=args.max_seconds)
+        return _stream(cfg, until_now=args.until == "now", max_seconds=args.max_seconds, as_json=args.json)
 
 
 def cmd_run(args) -> int:
@@ -277,11 +307,10 @@ def _backfill_list(cfg: BinlakeConfig) -> None:
     for r in ControlStore.of(cfg).backfills():
         t.add_row(r.id, r.table, escape(r.describe_range()), r.reason, escape(r.progress()),
                   r.updated_at.strftime("%Y-%m-%d %H:%M:%S") if r.updated_at else "-")
-    out.print(t)
+    _print_table(t)
 
 
 def cmd_status(args) -> int:
-    import json
 
     from pipelines.lake.writer_lock import writer_lock
     from pipelines.status import pipeline_status
@@ -294,7 +323,7 @@ def cmd_status(args) -> int:
                                                "since": holder.since.isoformat(),
                                                "expires": holder.expires.isoformat() if holder.expires else None}
     if args.json:
-        out.print_json(json.dumps(st, default=str))
+        _print_json(st)
         return EXIT_OK
     out.print(f"pipeline {cfg.pipeline.name}: stream {st['stream']['state']}, committed at "
               f"{st['stream']['committed_position'] or '-'}, lag {_lag(st['stream'])}", soft_wrap=True)
@@ -307,12 +336,11 @@ def cmd_status(args) -> int:
     for r in st["tables"]:
         shown = r["table"] if r["sink"] == r["table"] else f"{r['table']} → {r['sink']}"  # routed: where it goes
         t.add_row(shown, r["phase"], f"{r['rows']:,}", r["committed_position"] or "-", _lag(r))
-    out.print(t)
+    _print_table(t)
     return EXIT_OK
 
 
 def cmd_reconcile(args) -> int:
-    import json
 
     from pipelines.reconcile.checksums import reconcile_tables
 
@@ -330,7 +358,7 @@ def cmd_reconcile(args) -> int:
         report = reconcile_tables(cfg, args.table or None, rechecks=args.rechecks, recheck_wait=args.recheck_wait,
                                   progress=update)
     if args.json:
-        out.print_json(json.dumps(report.to_json(), default=str))
+        _print_json(report.to_json())
         return EXIT_OK if report.equal else EXIT_RUNTIME
     t = Table(title=f"reconcile of {cfg.pipeline.name} ({report.seconds:.1f}s)")
     for col in ("table", "chunks", "differing", "MySQL rows", "Delta rows", "result"):
@@ -338,7 +366,7 @@ def cmd_reconcile(args) -> int:
     for r in report.tables:
         t.add_row(r.table, str(r.chunks_checked), str(len(r.mismatches)), f"{r.mysql_rows:,}", f"{r.delta_rows:,}",
                   "[green]equal[/green]" if r.equal else "[red]differs[/red]")
-    out.print(t)
+    _print_table(t)
     for r in report.tables:
         if r.excluded:
             out.print(f"{escape(r.table)}: not in the checksum (counted only): " + "; ".join(
@@ -413,8 +441,8 @@ def main(argv: list[str] | None = None) -> int:
         if name == "stream":
             p.add_argument("--until", choices=["now"], help="stop after applying the binlog up to its end at start")
             p.add_argument("--max-seconds", type=float, help="stop cleanly after this many seconds")
-        if name in ("status", "reconcile"):
-            p.add_argument("--json", action="store_true", help="machine-readable output")
+        if name in ("snapshot", "stream", "status", "reconcile"):
+            p.add_argument("--json", action="store_true", help="machine-readable output: one JSON object on stdout")
         if name == "backfill":
             p.add_argument("--table", help="the captured source table (db.table)")
             p.add_argument("--from", dest="lo", metavar="KEY", help="only chunk-key values at or above KEY")

@@ -3,6 +3,7 @@ one clear line per problem, no tracebacks, no secrets in the output."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -23,8 +24,12 @@ BINLAKE = str(Path(sys.executable).with_name("binlake")) if Path(sys.executable)
 PASSWORD_VAR = "BINLAKE_CLI_TEST_PASSWORD"
 
 
-def run_cli(*args: str, password: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, PASSWORD_VAR: password, "COLUMNS": "200"}
+def run_cli(*args: str, password: str, timeout: float = 300, columns: str | None = "200"
+            ) -> subprocess.CompletedProcess:
+    """Run ``binlake`` with stdout a pipe; ``columns`` None runs it with COLUMNS unset."""
+    env = {**os.environ, PASSWORD_VAR: password, "COLUMNS": columns}
+    if columns is None:
+        del env["COLUMNS"]
     return subprocess.run([BINLAKE, *args], capture_output=True, text=True, env=env, timeout=timeout)
 
 
@@ -124,13 +129,17 @@ def test_validate_table_without_primary_key(mariadb, items, tmp_path):
     name, conn = items
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE audit_log (at DATETIME NOT NULL, msg VARCHAR(50))")
+    # No key at all: read whole in one consistent snapshot, so nothing to configure.
     r = run_cli("validate", "-c", write_config(tmp_path, mariadb, name), password=mariadb.password)
-    assert r.returncode == 2
-    (line,) = _lines(r.stderr)  # only the table without a key is a problem
-    assert f"{name}.audit_log" in line and "primary key" in line and "chunk_key_columns" in line
+    assert r.returncode == 0, r.stderr
     assert_clean(r, mariadb.password)
 
-    # Naming a NOT NULL chunk key column for it makes the config valid.
+    # A configured chunk key must be NOT NULL: a nullable one is named as the problem.
+    cfg = write_config(tmp_path, mariadb, name, snapshot={"chunk_key_columns": {f"{name}.audit_log": "msg"}})
+    r = run_cli("validate", "-c", cfg, password=mariadb.password)
+    assert r.returncode == 2
+    (line,) = _lines(r.stderr)
+    assert f"{name}.audit_log" in line and "msg" in line
     cfg = write_config(tmp_path, mariadb, name, snapshot={"chunk_key_columns": {f"{name}.audit_log": "at"}})
     r = run_cli("validate", "-c", cfg, password=mariadb.password)
     assert r.returncode == 0, r.stderr
@@ -220,6 +229,40 @@ def test_snapshot_cli(mariadb, items, tmp_path, monkeypatch):
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE later (id INT PRIMARY KEY)")
     assert finished_snapshot(cfg) is None
+
+
+def test_output_a_log_keeps(mariadb, db, tmp_path):
+    """stdout a pipe (cron, CI, ``> log``) with COLUMNS unset or 80: the summary keeps every digit;
+    ``snapshot --json`` and ``stream --json`` print one JSON object."""
+    name, conn = db
+    table = "a_table_with_a_name_long_enough_to_squeeze_a_narrow_summary"
+    n = 21_234
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT)")
+        cur.executemany(f"INSERT INTO {table} VALUES (%s, %s)", [(i, i) for i in range(n)])
+    config = write_config(tmp_path, mariadb, name)
+    for columns in (None, "80"):  # a run that reads, then a re-run that only checks
+        r = run_cli("snapshot", "-c", config, password=mariadb.password, columns=columns)
+        assert r.returncode == 0, r.stderr[-3000:]
+        (row,) = [line for line in r.stdout.splitlines() if table in line]
+        assert "…" not in r.stdout, r.stdout
+        cells = [c.strip() for c in row.split("│")[1:-1]]
+        assert cells[0] == f"{name}.{table}"
+        assert cells[4:7] == [f"{n:,}", f"{n:,}", "match"], row
+    r = run_cli("snapshot", "--json", "-c", config, password=mariadb.password, columns="80")
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = json.loads(r.stdout)
+    (t,) = summary["tables"]
+    assert summary["pipeline"] == f"cli_{name}"
+    assert (t["table"], t["delta_rows"], t["mysql_rows"], t["matches"]) == (f"{name}.{table}", n, n, True)
+    with conn.cursor() as cur:
+        cur.execute(f"UPDATE {table} SET v = v + 1 WHERE id < 5")
+    r = run_cli("stream", "--until", "now", "--json", "-c", config, password=mariadb.password, columns=None)
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = json.loads(r.stdout)
+    assert summary["changes"] == 5 and summary["tables"] == {f"{name}.{table}": 5}, summary
+    assert summary["stop_reason"] and summary["end"]
+    assert_clean(r, mariadb.password)
 
 
 def test_runtime_failure_is_exit_1_one_line_without_secret(mariadb, tmp_path, monkeypatch, capsys):

@@ -58,6 +58,15 @@ class SnapshotSummary:
     driver_peak_rss_mb: float = 0.0
     retries: int = 0  # chunk-group attempts repeated after a transient source fault
 
+    def to_json(self, pipeline: str) -> dict:
+        """The summary as ``binlake snapshot --json`` prints it (docs/contracts.md)."""
+        return {"pipeline": pipeline, "seconds": round(self.seconds, 3), "rows_read": self.rows_read,
+                "retries": self.retries,
+                "tables": [{"table": s.table, "chunks": s.chunks, "streamed": s.streamed,
+                            "chunks_read": s.chunks_read, "rows_written": s.rows_written,
+                            "delta_rows": s.delta_rows, "mysql_rows": s.mysql_rows, "matches": s.matches}
+                           for s in self.tables]}
+
 
 def finished_snapshot(cfg: BinlakeConfig, only: set[str] | None = None) -> SnapshotSummary | None:
     """The summary a snapshot run would print when it has nothing left to do — every captured

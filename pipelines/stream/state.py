@@ -44,6 +44,13 @@ class StreamSummary:
     tables: dict[str, int] = field(default_factory=dict)  # changes per table
     held_rows_peak: int = 0  # most rows of held tables kept in memory at once (external schema changes)
 
+    def to_json(self, pipeline: str) -> dict:
+        """The summary as ``binlake stream --json`` prints it (docs/contracts.md)."""
+        return {"pipeline": pipeline, "start": str(self.start) if self.start else None,
+                "end": str(self.end) if self.end else None, "changes": self.changes, "batches": self.batches,
+                "commits": self.commits, "reconnects": self.reconnects, "seconds": round(self.seconds, 3),
+                "stop_reason": self.stop_reason, "tables": dict(self.tables)}
+
 
 @dataclass
 class Hold:
