@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -127,6 +128,8 @@ class StreamMetrics(StreamObserver):
         self.last_rows = time.monotonic()  # when the last batch with rows was committed
         self.started = time.time()
         self._binlog: tuple[float, list[tuple[str, int]] | None] = (0.0, None)
+        self._source = None  # the connection lag in bytes is asked on, kept between scrapes
+        self._source_lock = threading.Lock()
         self._holder: tuple[float, Holder | None] = (0.0, None)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
@@ -184,11 +187,14 @@ class StreamMetrics(StreamObserver):
             def log_message(self, *args) -> None:  # no line per scrape
                 pass
 
+        class Server(ThreadingHTTPServer):
+            address_family = socket.AF_INET6 if ":" in m.host else socket.AF_INET  # "::" or an IPv6 address
+            daemon_threads = True
+
         try:
-            self._server = ThreadingHTTPServer((m.host, m.port), Handler)
+            self._server = Server((m.host, m.port), Handler)
         except OSError as e:
             raise StartupError(f"metrics: cannot listen on {m.host}:{m.port}: {e.strerror or e}") from None
-        self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="binlake-metrics", daemon=True)
         self._thread.start()
         log.info("metrics at http://%s:%d/metrics", m.host, m.port)
@@ -199,6 +205,8 @@ class StreamMetrics(StreamObserver):
             self._server.server_close()
             self._thread.join()
             self._server = None
+        with self._source_lock:
+            self._close_source()
 
     # --- a scrape (the server's thread) --------------------------------------------------------------
 
@@ -289,20 +297,38 @@ class StreamMetrics(StreamObserver):
         yield from (chunks, done, rows)
 
     def _binlog_files(self) -> list[tuple[str, int]] | None:
-        """The source's binlogs and their sizes, asked at most every ``BINLOG_END_SECONDS``; None
-        when the source does not answer."""
-        at, files = self._binlog
-        if time.monotonic() - at < BINLOG_END_SECONDS:
-            return files
-        try:
-            with connect(self.engine.conn, connect_timeout=SOURCE_TIMEOUT, read_timeout=SOURCE_TIMEOUT) as c, \
-                    c.cursor() as cur:
-                files = binlog_files(cur)
-        except Exception as e:  # noqa: BLE001 - a scrape leaves lag in bytes out, it never fails
-            log.debug("metrics: binlog list not read: %s", e)
+        """The source's binlogs and their sizes, asked at most every ``BINLOG_END_SECONDS`` on a
+        connection kept between scrapes (a new one costs more than the question); None when the
+        source does not answer."""
+        with self._source_lock:  # scrapes may overlap
+            at, files = self._binlog
+            if time.monotonic() - at < BINLOG_END_SECONDS:
+                return files
             files = None
-        self._binlog = (time.monotonic(), files)
-        return files
+            for _ in range(2):  # a kept connection the server closed (wait_timeout) is made again once
+                kept = self._source is not None
+                try:
+                    if self._source is None:
+                        self._source = connect(self.engine.conn, connect_timeout=SOURCE_TIMEOUT,
+                                               read_timeout=SOURCE_TIMEOUT)
+                    with self._source.cursor() as cur:
+                        files = binlog_files(cur)
+                    break
+                except Exception as e:  # noqa: BLE001 - a scrape leaves lag in bytes out, it never fails
+                    log.debug("metrics: binlog list not read: %s", e)
+                    self._close_source()
+                    if not kept:
+                        break
+            self._binlog = (time.monotonic(), files)
+            return files
+
+    def _close_source(self) -> None:
+        if self._source is not None:
+            try:
+                self._source.close()
+            except Exception:  # noqa: BLE001 - a connection already broken
+                pass
+            self._source = None
 
     def _lock_holder(self) -> Holder | None:
         """The writer lock's holder, read at most every ``HOLDER_SECONDS``."""
