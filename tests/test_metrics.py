@@ -1,6 +1,7 @@
 """The stream's Prometheus endpoint (pipelines/stream/metrics.py) in the process, on the real
 MariaDB and real Delta: its series count the changes made, carry the ``pipeline`` label, and
-never hold the password, a row's value or the configuration beyond names; it is off unless
+never hold the password, a row's value or the configuration beyond names; a table held by a
+pending schema change is shown held, its lag growing, while another table flows at lag 0; it is off unless
 ``metrics.port`` is set, listens on 127.0.0.1 unless told otherwise, serves ``/metrics`` only,
 and a port in use stops the start as bad input. Prometheus itself scraping ``binlake stream``:
 tests/test_metrics_prometheus.py."""
@@ -125,3 +126,41 @@ def test_metrics_off_by_default_on_loopback_when_set_and_a_port_in_use_is_bad_in
         assert isinstance(engine.metrics, StreamMetrics)
         with pytest.raises(StartupError, match=f"metrics: cannot listen on 127.0.0.1:{taken.getsockname()[1]}"):
             engine.run()
+
+
+def test_a_held_table_is_shown_held_and_its_lag_grows_while_others_flow(db, make_config):
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, a INT)")
+        cur.execute("CREATE TABLE u (id INT PRIMARY KEY, a INT)")
+    port = _free_port()
+    cfg = make_config(name, source={"startup": {"mode": "latest"}}, metrics={"port": port},
+                      stream={"schema_changes": "external", "max_batch_seconds": 0.2})
+    engine = StreamEngine(cfg, max_seconds=120)
+    worker = threading.Thread(target=engine.run, daemon=True)
+    worker.start()
+    t, u = f"{name}.t", f"{name}.u"
+    try:
+        wait_for(lambda: value(_serving(port) or "", "binlake_state", state="streaming") == 1, 60, "streaming")
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO t VALUES (1, 1)")
+            cur.execute("ALTER TABLE t ADD COLUMN n INT")  # external: t waits for another process to apply it
+            cur.execute("INSERT INTO t VALUES (2, 2, 2)")
+            cur.execute("INSERT INTO u VALUES (1, 1)")
+
+        def held() -> str | None:
+            text = scrape(port)
+            flowed = value(text, "binlake_changes_total", table=u, op="insert") == 1
+            return text if flowed and value(text, "binlake_table_held", table=t) == 1 else None
+
+        text = wait_for(held, 60, f"{t} held and {u} streamed")
+        time.sleep(2)
+        later = scrape(port)
+    finally:
+        engine.request_stop()
+        worker.join(60)
+    assert value(text, "binlake_tables_held") == 1 and value(text, "binlake_held_rows") == 1
+    assert value(text, "binlake_table_held", table=u) == 0 and value(text, "binlake_lag_seconds", table=u) == 0
+    assert value(text, "binlake_changes_total", table=t, op="insert") == 1  # the row before the DDL
+    assert value(later, "binlake_lag_seconds", table=t) >= value(text, "binlake_lag_seconds", table=t) + 1.9
+    assert value(later, "binlake_source_idle_seconds") == 0  # t's row waits for its commit
