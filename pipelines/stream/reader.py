@@ -153,6 +153,18 @@ class ReaderProcess:
         except queue_mod.Empty:
             return [ReaderError(ReadFailure.TRANSIENT, f"reader process exited with code {self.process.exitcode}")]
 
+    def queued(self) -> int:
+        """Record lists the reader process has put and the engine has not taken yet (at most
+        ``QUEUE_ITEMS``; 0 for a spool, whose backlog is on disk). Safe from another thread
+        (the metrics endpoint, pipelines/stream/metrics.py)."""
+        q = self._queue
+        if q is None or self.spool:
+            return 0
+        try:
+            return q.qsize()
+        except (NotImplementedError, OSError, ValueError):  # no sem_getvalue here, or a queue being closed
+            return 0
+
     def stop(self) -> None:
         if self.process is None:
             return
@@ -269,6 +281,10 @@ class ParallelReader:
             self._reading.popleft()
             self._fill()
         return records
+
+    def queued(self) -> int:
+        """The queue of the reader after the backlog's chunks (0 while chunks are taken from spools)."""
+        return 0 if self._reading else self._live.queued()
 
     def stop(self) -> None:
         """Stop every reader process; spools go with them."""
