@@ -1,7 +1,7 @@
 """Where the stream starts, and the server-side checks before it connects.
 
 Invariants:
-- Every start position is a transaction boundary (a SHOW MASTER STATUS position, the
+- Every start position is a transaction boundary (a binlog end the server reported, the
   start of a binlog file, or the end of a transaction found by scanning).
 - A start position the server no longer has (purged) is an error that says so and
   what to do; it is never replaced by a later position (that would lose changes).
@@ -30,6 +30,7 @@ from cdc_core.binlog.events import PreparedCommit, Statement, TransactionEnd, Tr
 from cdc_core.errors import BadInput
 from cdc_core.offset.position import BinlogPosition, master_position
 from cdc_core.source.connection import ConnectionSettings
+from cdc_core.source.flavour import flavour_of
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +49,21 @@ class ServerIdInUse(StartupError):
 
 def binlog_files(cur) -> list[tuple[str, int]]:
     """(file, size) of every binlog the server still has, oldest first."""
-    cur.execute("SHOW BINARY LOGS")
+    cur.execute(flavour_of(cur).binary_logs_sql)
     return [(r[0], int(r[1])) for r in cur.fetchall()]
+
+
+def connected_replicas(cur) -> list[tuple[int, str]] | None:
+    """(server_id, reported host) of each replica connected to the server (SHOW REPLICAS, SHOW
+    SLAVE HOSTS before MySQL 8.0.22 and on MariaDB), or None when the user may not list them
+    (cdc_core/source/flavour.py: ``replicas_privilege``; the server then refuses a second
+    replica with one server_id itself, MariaDB with error 4052)."""
+    try:
+        cur.execute(flavour_of(cur).replicas_sql)
+    except pymysql.err.OperationalError as e:
+        log.debug("cannot list replicas: %s", e)
+        return None
+    return [(int(r[0]), r[1]) for r in cur.fetchall()]
 
 
 def clock_offset(cur) -> float:
@@ -102,12 +116,10 @@ def check_server_id(cur, server_id: int, own: str | None = None, wait_seconds: f
                             "choose a server_id no server or replica uses")
     deadline = time.monotonic() + wait_seconds
     while True:
-        try:
-            cur.execute("SHOW SLAVE HOSTS")
-        except pymysql.err.OperationalError as e:  # needs REPLICATION MASTER ADMIN on MariaDB: rely on error 4052
-            log.debug("cannot list replicas: %s", e)
+        replicas = connected_replicas(cur)
+        if replicas is None:
             return
-        hosts = [r for r in cur.fetchall() if int(r[0]) == server_id and (own is None or r[1] != own)]
+        hosts = [r for r in replicas if r[0] == server_id and (own is None or r[1] != own)]
         if not hosts:
             return
         if time.monotonic() >= deadline:
