@@ -59,11 +59,12 @@ from cdc_core.source.flavour import flavour_of
 # How long a low watermark waits for the transactions the binlog holds before it to become visible.
 VISIBLE_WAIT_SECONDS = 30.0
 
-# One owned GTID in @@GLOBAL.gtid_owned: the UUID (with 8.4's tag) is printed once, before its
-# GTIDs' ":number#owner" parts, and the next UUID follows without a separator.
-_OWNED_SOURCE = re.compile(r"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"
-                           r"((?::[A-Za-z_][A-Za-z0-9_]*)?)((?::\d+#\d+)+)")
-_OWNED_GTID = re.compile(r":(\d+)#(\d+)")
+# @@GLOBAL.gtid_owned: each UUID (with 8.4's tag) printed once, then its GTIDs' ":number#owner"
+# parts, and the next UUID right after, with no separator: an owner's digits end where a whole
+# UUID begins (a UUID has its first '-' after 8 characters, so the split is unique).
+_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_OWNED = re.compile(rf"(?P<uuid>{_UUID})|:(?P<number>\d+)#(?P<owner>\d+?)(?=:|$|{_UUID})"
+                    r"|:(?P<tag>[A-Za-z_][A-Za-z0-9_]*)")
 
 
 def visible_position(cursor, base: int = 0) -> BinlogPosition:
@@ -111,10 +112,14 @@ def snapshot_position(cursor, base: int) -> BinlogPosition | None:
 def owned_gtids(text: str | None) -> set[tuple[str, int, int]]:
     """The (source, number, owner thread) of each GTID in ``@@GLOBAL.gtid_owned``; the source is
     the UUID, with its tag (``uuid:tag``) on MySQL 8.4."""
-    out = set()
-    for uuid, tag, owned in _OWNED_SOURCE.findall(text or ""):
-        source = uuid.lower() + tag.lower()
-        out |= {(source, int(n), int(owner)) for n, owner in _OWNED_GTID.findall(owned)}
+    out, source = set(), ""
+    for m in _OWNED.finditer(text or ""):
+        if m["uuid"]:
+            source = m["uuid"].lower()
+        elif m["tag"]:
+            source = source.split(":")[0] + ":" + m["tag"].lower()
+        else:
+            out.add((source, int(m["number"]), int(m["owner"])))
     return out
 
 

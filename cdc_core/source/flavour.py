@@ -39,11 +39,12 @@ class Flavour:
     @classmethod
     def parse(cls, version_text: str, comment: str | None = "") -> Flavour:
         """The flavour of a server whose ``VERSION()`` is ``version_text``. MariaDB names itself
-        in it (before 11.0 behind a ``5.5.5-`` prefix some clients add); anything else is MySQL."""
+        in it (before 11.0 behind a ``5.5.5-`` prefix some clients add); anything else is MySQL
+        (Aurora MySQL's may read ``8.0.mysql_aurora.3.05.2``: 8.0)."""
         text = str(version_text)
         mariadb = "mariadb" in text.lower()
-        numbers = re.search(r"(\d+)\.(\d+)\.(\d+)", text.removeprefix("5.5.5-"))
-        version = tuple(int(n) for n in numbers.groups()) if numbers else (0, 0, 0)
+        numbers = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", text.removeprefix("5.5.5-"))
+        version = tuple(int(n or 0) for n in numbers.groups()) if numbers else (0, 0, 0)
         return cls(MARIADB if mariadb else MYSQL, version, text, str(comment or ""))  # type: ignore[arg-type]
 
     @property
