@@ -120,3 +120,17 @@ def test_mariadb_through_the_seam(mariadb):
         assert server_gtids(cur) == position and position.mariadb is not False
         assert server_purged(cur) == GtidSet()
         assert connected_replicas(cur) is not None  # root may list them
+
+
+def test_status_shows_the_sources_gtids(db, make_config):
+    """``binlake status --json``'s ``source_gtids``: the server's own set, as it prints it."""
+    from pipelines.status import pipeline_status
+
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO t VALUES (1)")
+        cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
+        expected = cur.fetchone()[0]
+    stream = pipeline_status(make_config(name))["stream"]
+    assert stream["source_gtids"] == str(GtidSet.parse(expected)) and stream["source_gtids"]
