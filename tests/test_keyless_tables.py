@@ -31,6 +31,7 @@ from pipelines.lake.control_store import ControlStore
 from pipelines.reconcile.rows import mysql_rows
 from pipelines.stream import StreamEngine
 from tests.helpers import assert_equal, snapshot
+from tests.mysql_double import MySqlDouble
 
 
 def test_chunk_key_of_a_table_without_a_key(db):
@@ -54,6 +55,16 @@ def test_chunk_key_of_a_table_without_a_key(db):
                                                     r"and this server cannot read it in one consistent snapshot"):
                 choose_chunk_key(cur, schemas[t], {}, cannot)
         assert reports_snapshot_position(cur)  # MariaDB does
+
+
+def test_mysql_reports_no_snapshot_position_and_opens_no_transaction():
+    """MySQL's flavour answers that its consistent snapshot tells no binlog position: no read is
+    opened (the planner then refuses a table only such a read could take, as above)."""
+    server = MySqlDouble()
+    with server.connect() as conn, conn.cursor() as cur:
+        assert not reports_snapshot_position(cur)
+        assert consistent_snapshot(cur) is None
+    assert not any("TRANSACTION" in sql.upper() for sql in server.sent)
 
 
 def test_consistent_snapshot_is_the_table_at_its_position(db, make_config):
