@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
-import pytest
 from deltalake import DeltaTable
 
+from pipelines.lake.control_store import ControlStore
 from pipelines.lake.tables import table_uri
 from tests.helpers import assert_equal, snapshot
 
@@ -100,12 +100,17 @@ def test_rerun_after_success_is_noop(db, spark, make_config):
     assert_equal(cfg, [f"{name}.t"])
 
 
-@pytest.mark.parametrize("ddl", ["CREATE TABLE k (a INT, b INT)"])
-def test_table_without_key_is_refused(db, spark, make_config, ddl):
-    from cdc_core.chunks.planning import ChunkKeyError
+def test_table_without_key_is_read_whole(db, spark, make_config):
+    """No key, no index, no configuration: one chunk read in one consistent snapshot, duplicates kept
+    (under writes: tests/test_keyless_tables.py)."""
+    from cdc_core.chunks.planning import WHOLE_TABLE
 
     name, conn = db
     with conn.cursor() as cur:
-        cur.execute(ddl)
-    with pytest.raises(ChunkKeyError, match="has no primary key"):
-        snapshot(make_config(name), spark)
+        cur.execute("CREATE TABLE k (a INT, b INT)")
+        cur.execute("INSERT INTO k SELECT seq % 7, NULLIF(seq % 3, 0) FROM seq_1_to_300")
+    cfg = make_config(name, source={"snapshot": {"chunk_size": 50}})
+    summary = snapshot(cfg, spark)
+    assert summary.tables[0].rows_written == 300
+    assert [c.key for c in ControlStore.of(cfg).load_plans()[f"{name}.k"]] == [WHOLE_TABLE]
+    assert_equal(cfg, [f"{name}.k"])
