@@ -201,3 +201,65 @@ def decode_pymysqlreplication(
         )
         out.append(wrapped.event)
     return out
+
+
+# --- an event source over recorded bytes (cdc_core/binlog/event_source.py's seam) ----------------------------
+
+
+class RecordedSource:
+    """The events of ``events`` (``(end position, bytes in server form)`` pairs, in order) as
+    python-mysql-replication's stream reader yields them: library event objects of the requested classes,
+    ``log_file``/``log_pos`` of each, table maps kept as the reader keeps them (reset at a rotate), a format
+    description's server version and post-header lengths used for the events after it. It starts after
+    ``request.start``."""
+
+    def __init__(self, events: list[tuple[Any, bytes]], request: Any, mysql_version: tuple[int, int, int] = (8, 0, 0)):
+        from pymysqlreplication.event import FormatDescriptionEvent, RotateEvent
+        from pymysqlreplication.row_event import TableMapEvent
+
+        self._events = [(at, raw) for at, raw in events if at > request.start]
+        self._yield = frozenset(request.events)
+        self._built = self._yield | {TableMapEvent, FormatDescriptionEvent, RotateEvent}
+        self._mysql_version = mysql_version
+        self.log_file, self.log_pos = request.start.file, request.start.pos
+        self.closed = False
+
+    def __iter__(self):
+        from pymysql.protocol import MysqlPacket
+        from pymysqlreplication.event import FormatDescriptionEvent, RotateEvent
+        from pymysqlreplication.packet import BinLogPacketWrapper
+
+        table_map: dict[int, Any] = {}
+        version, post_header = self._mysql_version, None
+        for at, raw in self._events:
+            wrapped = BinLogPacketWrapper(MysqlPacket(b"\x00" + raw, "utf8"), table_map, _NoControlConnection(),
+                                          version, True, self._built, None, None, None, None, False, False, False,
+                                          True, False, False, post_header)
+            event = wrapped.event
+            if isinstance(event, RotateEvent) and event.timestamp:
+                table_map = {}
+            if isinstance(event, FormatDescriptionEvent):
+                version, post_header = event.mysql_version, event.post_header_len
+            self.log_file, self.log_pos = at.file, at.pos
+            if event is not None and type(event) in self._yield:
+                yield event
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def recorded_opener(events: list[tuple[Any, bytes]]) -> Callable[[Any], RecordedSource]:
+    """An opener (cdc_core/binlog/event_source.py) of :class:`RecordedSource` over ``events``."""
+    return lambda request: RecordedSource(events, request)
+
+
+def positioned(events: Iterable[bytes], file: str = "binlog.000001", first: int = 4) -> list[tuple[Any, bytes]]:
+    """Server-form event bytes given the end positions they would have one after another in ``file``
+    from ``first`` (a file's first event starts after its 4-byte magic number)."""
+    from cdc_core.offset.position import BinlogPosition
+
+    out, pos = [], first
+    for raw in events:
+        pos += len(raw)
+        out.append((BinlogPosition(file, pos), raw))
+    return out
