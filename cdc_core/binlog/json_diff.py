@@ -219,11 +219,22 @@ def _is_json(col) -> bool:
     return getattr(col, "binlake_type", col.type) == FIELD_TYPE.JSON
 
 
-def partial_rows(event) -> list[dict]:
-    """A PARTIAL_UPDATE_ROWS_EVENT's rows in the library's form (``before_values``,
-    ``before_none_sources``, ``after_values``, ``after_none_sources``), a partially updated JSON
-    column's after value being the MySQL text of its before value with its diffs applied; the
-    columns were prepared (cdc_core/binlog/columns.py: a MySQL JSON column reads its raw bytes)."""
+@dataclass(frozen=True)
+class PartialImage:
+    """One row of a PARTIAL_UPDATE_ROWS_EVENT as read: values by column name (a MySQL JSON
+    column's as its bytes: binary JSON, or for the ``partial`` columns of the after image their
+    diffs) and the library's none sources."""
+
+    before: dict
+    before_none: dict
+    after: dict
+    after_none: dict
+    partial: tuple[str, ...]
+
+
+def partial_images(event) -> list[PartialImage]:
+    """The rows of a PARTIAL_UPDATE_ROWS_EVENT whose columns were prepared (cdc_core/binlog/columns.py:
+    a MySQL JSON column reads its bytes), as read; raises DiffError when they cannot be."""
     if not event.complete:
         return []
     packet = event.packet
@@ -232,17 +243,31 @@ def partial_rows(event) -> list[dict]:
         while packet.read_bytes < event.event_size:
             before, before_none, _ = _image(event, event.columns_present_bitmap, after=False)
             after, after_none, partial = _image(event, event.columns_present_bitmap2, after=True)
-            for name in partial:
-                old = before.get(name)
-                if old is None:
-                    raise DiffError(f"column {name}: its diffs have no before image to apply to")
+            rows.append(PartialImage(before, before_none, after, after_none, tuple(partial)))
+    except (ValueError, IndexError, KeyError) as e:
+        raise DiffError(f"its row images cannot be read ({e})") from None
+    return rows
+
+
+def partial_rows(event) -> list[dict]:
+    """A PARTIAL_UPDATE_ROWS_EVENT's rows in the library's form (``before_values``,
+    ``before_none_sources``, ``after_values``, ``after_none_sources``), a partially updated JSON
+    column's after value being the MySQL text of its before value with its diffs applied."""
+    rows = []
+    for img in partial_images(event):
+        after = dict(img.after)
+        for name in img.partial:
+            old = img.before.get(name)
+            if old is None:
+                raise DiffError(f"column {name}: its diffs have no before image to apply to")
+            try:
                 after[name] = mysql_json.text(apply(mysql_json.parse(bytes(old)), read_diffs(after[name])))
-            rows.append({"before_values": before, "before_none_sources": before_none,
-                         "after_values": after, "after_none_sources": after_none})
-    except DiffError:
-        raise
-    except (ValueError, UnicodeDecodeError) as e:  # a malformed binary JSON value
-        raise DiffError(str(e)) from None
+            except DiffError:
+                raise
+            except (ValueError, UnicodeDecodeError) as e:  # a malformed binary JSON value
+                raise DiffError(f"column {name}: {e}") from None
+        rows.append({"before_values": img.before, "before_none_sources": img.before_none,
+                     "after_values": after, "after_none_sources": img.after_none})
     return rows
 
 
