@@ -105,16 +105,14 @@ def inner_event_bytes(body: bytes, at: BinlogPosition) -> list[bytes]:
                               f"decodes ({MAX_UNCOMPRESSED})", at)
     data = body[head.data_at:head.data_at + head.payload_size]
     if head.compression == ZSTD:
-        try:
-            raw = zstandard.ZstdDecompressor().decompress(data, max_output_size=max(head.uncompressed_size, 1))
-        except zstandard.ZstdError as e:
-            raise _refused(f"its zstd data does not decompress to its stated size ({e})", at) from None
+        raw = _zstd(data, head.uncompressed_size, at)
     elif head.compression == NONE:
         raw = bytes(data)
     else:
         raise _refused(f"its compression type {head.compression} is not zstd (0) or none (255)", at)
     if len(raw) != head.uncompressed_size:
-        raise _refused(f"it decompresses to {len(raw)} bytes, its header says {head.uncompressed_size}", at)
+        raise _refused(f"its data does not decompress to its stated size ({len(raw)} bytes, the header says "
+                       f"{head.uncompressed_size})", at)
     events, pos = [], 0
     while pos < len(raw):
         if pos + HEADER > len(raw):
@@ -125,6 +123,19 @@ def inner_event_bytes(body: bytes, at: BinlogPosition) -> list[bytes]:
         events.append(raw[pos:pos + size])
         pos += size
     return events
+
+
+def _zstd(data: bytes, size: int, at: BinlogPosition) -> bytes:
+    """A zstd frame's data, never more than ``size`` bytes: a frame that states another content size
+    is refused before anything is allocated for it."""
+    try:
+        stated = zstandard.frame_content_size(data)
+        if stated not in (-1, size):
+            raise _refused(f"its data does not decompress to its stated size (its zstd frame says {stated} bytes, "
+                           f"the header {size})", at)
+        return zstandard.ZstdDecompressor().decompress(data, max_output_size=max(size, 1))
+    except zstandard.ZstdError as e:
+        raise _refused(f"its data does not decompress to its stated size ({e})", at) from None
 
 
 def server_form(raw: bytes) -> bytes:
