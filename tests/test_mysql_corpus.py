@@ -18,9 +18,9 @@ import pytest
 from cdc_core.binlog import columns as binlog_columns
 from cdc_core.binlog.decoder import RowDecoder
 from cdc_core.binlog.event_loop import EventLoop
-from cdc_core.binlog.events import Op, PreparedCommit, RowsEvent, TableLayout, TransactionEnd
+from cdc_core.binlog.events import Op, PreparedCommit, RowsEvent, TableLayout, TransactionEnd, TransactionStart
 from cdc_core.binlog.json_diff import REMOVE, partial_images, read_diffs
-from cdc_core.binlog.mysql_gtid import gtid_event
+from cdc_core.binlog.mysql_gtid import gtid_event, previous_gtids, tagged_gtid_event
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.types.registry import codec_for
 from tests.binlog_bytes import (
@@ -458,3 +458,34 @@ def test_binlake_reads_mysql_8019_gtid_events():
     for event, entry in zip(seq.events, seq.expected["events"], strict=True):
         got = gtid_event(event.body)
         assert {k: getattr(got, k) for k in entry["expect"]} == entry["expect"], entry["case"]
+
+
+def test_binlake_reads_tagged_gtids_and_gtid_sets():
+    """MySQL 8.4+ tagged GTIDs: the GTID_TAGGED_LOG_EVENT's fields (MySQL's serialization library format) and
+    the tagged PREVIOUS_GTIDS sets, as the source states them; the transaction's GTID is ``uuid:tag:gno``."""
+    seq = load_sequence("gomysql_gtid_tagged")
+    tagged, *previous = zip(seq.events, seq.expected["events"], strict=True)
+    event, entry = tagged
+    got, want = tagged_gtid_event(event.body), entry["expect"]
+    assert (got.sid, got.gno, got.tag, got.last_committed, got.sequence_number, got.immediate_commit_timestamp,
+            got.transaction_length, got.immediate_server_version) == (
+        want["sid"], want["gno"], want["tag"], want["last_committed"], want["sequence_number"],
+        want["immediate_commit_timestamp"], want["transaction_length"], want["immediate_server_version"])
+    assert not want["original_commit_timestamp_encoded"]  # so the original equals the immediate one
+    assert got.original_commit_timestamp == got.immediate_commit_timestamp
+    assert not want["original_server_version_encoded"] and got.original_server_version == got.immediate_server_version
+    assert got.gtid == f"{want['sid']}:{want['tag']}:{want['gno']}"
+    for event, entry in previous:
+        assert previous_gtids(event.body) == entry["expect"]["gtid_set"]
+
+
+def test_the_loop_carries_mysqls_gtids_on_its_records():
+    """Through binlake's loop: a GTID_LOG_EVENT's ``uuid:n`` and a GTID_TAGGED_LOG_EVENT's ``uuid:tag:n`` on the
+    transaction's records (the library reads neither the 8.0 fields nor the tagged event)."""
+    plain = load_sequence("gomysql_gtid_8019").events[2]
+    tagged = load_sequence("gomysql_gtid_tagged").events[0]
+    events = positioned([server_form(plain), server_form(tagged)])
+    starts = [r for r in EventLoop(recorded_opener(events), START, starts=True).records()
+              if isinstance(r, TransactionStart)]
+    assert [(r.position, r.gtid) for r in starts] == [
+        (events[0][0], gtid_event(plain.body).gtid), (events[1][0], "896e7882-18fe-11ef-ab88-22222d34d411:foobaz:1")]
