@@ -16,7 +16,7 @@ import pymysqlreplication.row_event
 import pytest
 
 from cdc_core.binlog import columns as binlog_columns
-from cdc_core.binlog.decoder import RowDecoder
+from cdc_core.binlog.decoder import RowDecoder, layout_schema
 from cdc_core.binlog.event_loop import EventLoop
 from cdc_core.binlog.events import Op, PreparedCommit, RowsEvent, TableLayout, TransactionEnd, TransactionStart
 from cdc_core.binlog.json_diff import REMOVE, partial_images, read_diffs
@@ -489,3 +489,16 @@ def test_the_loop_carries_mysqls_gtids_on_its_records():
               if isinstance(r, TransactionStart)]
     assert [(r.position, r.gtid) for r in starts] == [
         (events[0][0], gtid_event(plain.body).gtid), (events[1][0], "896e7882-18fe-11ef-ab88-22222d34d411:foobaz:1")]
+
+
+def test_binlake_captures_invisible_columns_of_a_mysql_table_map():
+    """MySQL 8.0.23+ INVISIBLE columns are in the table map (VISIBILITY metadata, which the library reads as the
+    source states) and so in binlake's layout, each one a column like the others (tests/test_invisible_columns.py:
+    the snapshot's SELECT names them, the stream fills them)."""
+    seq = load_sequence("gomysql_table_map_visibility_80")
+    (event,) = decode_pymysqlreplication([server_form(seq.events[0])], use_checksum=True)
+    want = seq.expected["events"][0]["expect"]
+    assert event.optional_metadata.visibility_list == [want["visible_by_index"][str(i)] for i in range(11)]
+    binlog_columns.prepare(event)  # as the decoder prepares a table map's columns
+    layout = layout_schema(event.get_table())
+    assert [c.name for c in layout.columns] == want["column_names"]
