@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from pymysqlreplication.constants import FIELD_TYPE
 
+from cdc_core.binlog.payload import lenenc
 from cdc_core.binlog.undecodable import UndecodableEvent, refusal
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.types import mysql_json
@@ -141,6 +142,8 @@ def read_diffs(data: bytes) -> list[Diff]:
         if op not in (REPLACE, INSERT, REMOVE):
             raise DiffError(f"JSON diff operation {op} is not REPLACE, INSERT or REMOVE")
         size, at = _lenenc(data, at + 1)
+        if at + size > len(data):
+            raise DiffError("a JSON diff's path runs past its column")
         path = parse_path(data[at:at + size].decode("utf-8"))
         at += size
         value = None
@@ -155,15 +158,10 @@ def read_diffs(data: bytes) -> list[Diff]:
 
 
 def _lenenc(data: bytes, at: int) -> tuple[int, int]:
-    if at >= len(data):
-        raise DiffError("a JSON diff is cut short")
-    first = data[at]
-    if first < 0xFB:
-        return first, at + 1
-    width = {0xFC: 2, 0xFD: 3, 0xFE: 8}.get(first)
-    if width is None or at + 1 + width > len(data):
-        raise DiffError("a JSON diff has a bad length")
-    return int.from_bytes(data[at + 1:at + 1 + width], "little"), at + 1 + width
+    try:
+        return lenenc(data, at)
+    except ValueError as e:
+        raise DiffError(f"a JSON diff is cut short or malformed ({e})") from None
 
 
 def apply(doc: object, diffs: list[Diff]) -> object:

@@ -36,6 +36,8 @@ import struct
 import uuid
 from dataclasses import dataclass
 
+from cdc_core.binlog.payload import lenenc
+
 _UNDEFINED_SERVER_VERSION = 999999
 _TAGGED_SERIALIZATION_VERSION = 1
 
@@ -90,7 +92,7 @@ def gtid_event(body: bytes, anonymous: bool = False) -> MysqlGtid:
                 at += 7
             fields["immediate_commit_timestamp"], fields["original_commit_timestamp"] = immediate, original
         if len(body) > at:  # transaction length (8.0.2+)
-            fields["transaction_length"], at = _lenenc(body, at)
+            fields["transaction_length"], at = lenenc(body, at)
         if len(body) >= at + 4:  # server versions (8.0.14+)
             immediate = struct.unpack_from("<I", body, at)[0]
             at += 4
@@ -101,17 +103,6 @@ def gtid_event(body: bytes, anonymous: bool = False) -> MysqlGtid:
                 original = struct.unpack_from("<I", body, at)[0]
             fields["immediate_server_version"], fields["original_server_version"] = immediate, original
     return MysqlGtid(sid, gno, **fields)
-
-
-def _lenenc(body: bytes, at: int) -> tuple[int, int]:
-    first = body[at]
-    if first < 0xFB:
-        return first, at + 1
-    width = {0xFC: 2, 0xFD: 3, 0xFE: 8}.get(first)
-    if width is None:
-        raise ValueError(f"GTID event: bad length-encoded integer prefix 0x{first:02x}")
-    _need(body, at + 1 + width, "transaction length")
-    return int.from_bytes(body[at + 1:at + 1 + width], "little"), at + 1 + width
 
 
 # --- the MySQL serialization library's format (tagged GTIDs) ----------------------------------

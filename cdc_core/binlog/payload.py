@@ -62,7 +62,11 @@ def _refused(why: str, at: BinlogPosition):
     return refusal(TRANSACTION_PAYLOAD_EVENT, at, why)
 
 
-def _lenenc(body: bytes, at: int) -> tuple[int, int]:
+def lenenc(body: bytes, at: int) -> tuple[int, int]:
+    """A length-encoded integer (MySQL's net_field_length) at ``at`` and the position after it;
+    raises ValueError when it is malformed or runs past ``body``."""
+    if at >= len(body):
+        raise ValueError(f"a length-encoded integer past the end (byte {at})")
     first = body[at]
     if first < 0xFB:
         return first, at + 1
@@ -79,13 +83,13 @@ def payload_header(body: bytes) -> PayloadHeader:
     while True:
         if at >= len(body):
             raise ValueError("the payload's fields run past the event")
-        kind, at = _lenenc(body, at)
+        kind, at = lenenc(body, at)
         if kind == _END:
             break
-        length, at = _lenenc(body, at)
+        length, at = lenenc(body, at)
         if at + length > len(body):
             raise ValueError(f"payload field {kind} runs past the event")
-        fields[kind], _ = _lenenc(body[:at + length], at)
+        fields[kind], _ = lenenc(body[:at + length], at)
         at += length
     size = fields.get(_PAYLOAD_SIZE, len(body) - at)
     if at + size > len(body):
