@@ -8,6 +8,7 @@ library upgrade fixes the gap, so the list stays true.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import Any
@@ -21,6 +22,7 @@ from cdc_core.binlog.event_loop import EventLoop
 from cdc_core.binlog.events import Op, PreparedCommit, RowsEvent, TableLayout, TransactionEnd, TransactionStart
 from cdc_core.binlog.json_diff import REMOVE, partial_images, read_diffs
 from cdc_core.binlog.mysql_gtid import gtid_event, previous_gtids, tagged_gtid_event
+from cdc_core.binlog.undecodable import PartialJsonUpdate
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.types.registry import codec_for
 from tests.binlog_bytes import (
@@ -502,3 +504,21 @@ def test_binlake_captures_invisible_columns_of_a_mysql_table_map():
     binlog_columns.prepare(event)  # as the decoder prepares a table map's columns
     layout = layout_schema(event.get_table())
     assert [c.name for c in layout.columns] == want["column_names"]
+
+
+def test_a_partial_update_binlake_cannot_complete_stops_the_readers_of_its_table(named):
+    """A diff MySQL itself would reject (a REPLACE of a member the before image lacks: the recorded 'replace' event
+    with its path changed to $.rolx) is refused with the event's position, never applied half right; a reader of
+    other tables passes over it."""
+    named("vitess_partial_json_8040")
+    seq = load_sequence("vitess_partial_json_8040")
+    index = next(i for i, e in enumerate(seq.expected["events"]) if e.get("case") == "replace")
+    event = seq.events[index]
+    broken = dataclasses.replace(event, body=event.body.replace(b"$.role", b"$.rolx"))
+    events = positioned([server_form(e) for e in seq.events[:3]] + [server_form(broken)])
+    with pytest.raises(PartialJsonUpdate, match=rf"ending at {events[-1][0]} \(PARTIAL_UPDATE_ROWS_EVENT, type 39\)"
+                                                r".*REPLACE \$\.\"rolx\": nothing there to replace.*"
+                                                r"binlog_row_value_options is PARTIAL_JSON"):
+        list(EventLoop(recorded_opener(events), START, decoder=RowDecoder()).records())
+    other = EventLoop(recorded_opener(events), START, decoder=RowDecoder(), capture=lambda db, table: False)
+    assert not [r for r in other.records() if isinstance(r, RowsEvent)]
