@@ -269,7 +269,7 @@ class EventLoop:
         before.extend(records[:-1])
         return records[-1]
 
-    def _read_gtid(self, parse: Callable[[bytes], mysql_gtid.MysqlGtid], event, at: BinlogPosition) -> str | None:
+    def _read_gtid(self, parse: Callable[[bytes], mysql_gtid.MysqlGtid], event, at: BinlogPosition) -> str:
         try:
             return parse(event_body(event)).gtid
         except (ValueError, IndexError) as e:

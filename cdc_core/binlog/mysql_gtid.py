@@ -1,7 +1,7 @@
 """MySQL's GTID events read from their bytes: GTID_LOG_EVENT (33) with the fields MySQL 8.0 added
-after the logical clock, ANONYMOUS_GTID_LOG_EVENT (34, the same layout without a GTID),
-GTID_TAGGED_LOG_EVENT (42, MySQL 8.4+: the MySQL serialization library's format) and
-PREVIOUS_GTIDS_LOG_EVENT (35, untagged and tagged). python-mysql-replication reads a GTID event's
+after the logical clock, GTID_TAGGED_LOG_EVENT (42, MySQL 8.4+: the MySQL serialization library's
+format) and PREVIOUS_GTIDS_LOG_EVENT (35, untagged and tagged). An ANONYMOUS_GTID_LOG_EVENT (34,
+a server without GTIDs) starts a transaction that has none: the event loop needs no field of it. python-mysql-replication reads a GTID event's
 sid, gno and logical clock only, and knows neither the tagged event nor the tagged GTID set.
 
 A transaction's GTID is written ``uuid:n``, or ``uuid:tag:n`` for a tagged one (MySQL's own text,
@@ -44,9 +44,9 @@ _TAGGED_SERIALIZATION_VERSION = 1
 
 @dataclass(frozen=True)
 class MysqlGtid:
-    """One GTID event's fields (an anonymous one has no ``sid``/``gno``)."""
+    """One GTID event's fields."""
 
-    sid: str | None
+    sid: str
     gno: int
     tag: str | None = None
     last_committed: int = 0
@@ -58,10 +58,8 @@ class MysqlGtid:
     original_server_version: int = 0
 
     @property
-    def gtid(self) -> str | None:
-        """``uuid:n`` or ``uuid:tag:n``; None for an anonymous transaction."""
-        if self.sid is None:
-            return None
+    def gtid(self) -> str:
+        """``uuid:n`` or ``uuid:tag:n``."""
         return f"{self.sid}:{self.tag}:{self.gno}" if self.tag else f"{self.sid}:{self.gno}"
 
 
@@ -70,10 +68,10 @@ def _need(body: bytes, end: int, what: str) -> None:
         raise ValueError(f"GTID event of {len(body)} bytes ends before its {what}")
 
 
-def gtid_event(body: bytes, anonymous: bool = False) -> MysqlGtid:
-    """A GTID_LOG_EVENT's (or with ``anonymous`` an ANONYMOUS_GTID_LOG_EVENT's) body."""
+def gtid_event(body: bytes) -> MysqlGtid:
+    """A GTID_LOG_EVENT's body."""
     _need(body, 25, "gno")
-    sid = None if anonymous else str(uuid.UUID(bytes=body[1:17]))
+    sid = str(uuid.UUID(bytes=body[1:17]))
     gno = struct.unpack_from("<q", body, 17)[0]
     fields: dict[str, int] = {}
     at = 25
