@@ -1,8 +1,9 @@
 """MySQL's GTID events read from their bytes: GTID_LOG_EVENT (33) with the fields MySQL 8.0 added
 after the logical clock, GTID_TAGGED_LOG_EVENT (42, MySQL 8.4+: the MySQL serialization library's
 format) and PREVIOUS_GTIDS_LOG_EVENT (35, untagged and tagged). An ANONYMOUS_GTID_LOG_EVENT (34,
-a server without GTIDs) starts a transaction that has none: the event loop needs no field of it. python-mysql-replication reads a GTID event's
-sid, gno and logical clock only, and knows neither the tagged event nor the tagged GTID set.
+a server without GTIDs) starts a transaction that has none: the event loop needs no field of it.
+python-mysql-replication reads a GTID event's sid, gno and logical clock only, and knows neither
+the tagged event nor the tagged GTID set.
 
 A transaction's GTID is written ``uuid:n``, or ``uuid:tag:n`` for a tagged one (MySQL's own text,
 what ``gtid_executed`` holds): the plain string every record carries (cdc_core/binlog/events.py).
