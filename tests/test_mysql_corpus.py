@@ -23,6 +23,7 @@ from cdc_core.binlog.events import Op, PreparedCommit, RowsEvent, TableLayout, T
 from cdc_core.binlog.json_diff import REMOVE, partial_images, read_diffs
 from cdc_core.binlog.mysql_gtid import gtid_event, previous_gtids, tagged_gtid_event
 from cdc_core.binlog.undecodable import PartialJsonUpdate
+from cdc_core.offset.gtid import Gtid, GtidSet
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.types.registry import codec_for
 from tests.binlog_bytes import (
@@ -478,7 +479,9 @@ def test_binlake_reads_tagged_gtids_and_gtid_sets():
     assert not want["original_server_version_encoded"] and got.original_server_version == got.immediate_server_version
     assert got.gtid == f"{want['sid']}:{want['tag']}:{want['gno']}"
     for event, entry in previous:
-        assert previous_gtids(event.body) == entry["expect"]["gtid_set"]
+        text = previous_gtids(event.body)
+        assert text == entry["expect"]["gtid_set"]
+        assert str(GtidSet.parse(text)) == text  # the GTID set type's canonical form (cdc_core/offset/gtid.py)
 
 
 def test_the_loop_carries_mysqls_gtids_on_its_records():
@@ -491,6 +494,8 @@ def test_the_loop_carries_mysqls_gtids_on_its_records():
               if isinstance(r, TransactionStart)]
     assert [(r.position, r.gtid) for r in starts] == [
         (events[0][0], gtid_event(plain.body).gtid), (events[1][0], "896e7882-18fe-11ef-ab88-22222d34d411:foobaz:1")]
+    # the plain string is the GTID type's canonical form: a checkpoint or startup.gtid compares it as is
+    assert all(str(Gtid.parse(r.gtid)) == r.gtid for r in starts)
 
 
 def test_binlake_captures_invisible_columns_of_a_mysql_table_map():

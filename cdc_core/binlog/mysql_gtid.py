@@ -5,8 +5,9 @@ a server without GTIDs) starts a transaction that has none: the event loop needs
 python-mysql-replication reads a GTID event's sid, gno and logical clock only, and knows neither
 the tagged event nor the tagged GTID set.
 
-A transaction's GTID is written ``uuid:n``, or ``uuid:tag:n`` for a tagged one (MySQL's own text,
-what ``gtid_executed`` holds): the plain string every record carries (cdc_core/binlog/events.py).
+A transaction's GTID is written ``uuid:n``, or ``uuid:tag:n`` for a tagged one, lower case (MySQL's
+own text, what ``gtid_executed`` holds, cdc_core/offset/gtid.py's canonical form): the plain string
+every record carries (cdc_core/binlog/events.py).
 
 Formats (MySQL's libs/mysql/binlog/event/control_events.h, libs/mysql/serialization/readme.md):
 - GTID_LOG_EVENT: flags (1), sid (16), gno (8), then from 5.7: typecode 2, last_committed (8),
@@ -26,7 +27,7 @@ Formats (MySQL's libs/mysql/binlog/event/control_events.h, libs/mysql/serializat
   bits 8-55), else the sid count; per sid: uuid (16), in the tagged format a tag (varlen length +
   bytes, empty for none), the interval count (8), intervals [start, end) (8 + 8).
 
-Invariants (tests/test_mysql_gtid.py, tests/test_mysql_corpus.py): every field a source states is
+Invariants (tests/test_mysql_corpus.py): every field a source states is
 read as it states it; an event shorter than its fields say, a tagged event whose version or
 non-ignorable field binlake does not know raise ``ValueError`` (the event loop stops there).
 """
@@ -150,7 +151,7 @@ def tagged_gtid_event(body: bytes) -> MysqlGtid:
         elif field == 3:
             length, at = varlen(body, at)
             _need(body, at + length, "tag")
-            raw[3] = body[at:at + length].decode("ascii")
+            raw[3] = body[at:at + length].decode("ascii").lower()  # MySQL's tags are lower case; be sure
             at += length
         elif field in (2, 4, 5):
             raw[field], at = signed_varlen(body, at)
@@ -185,7 +186,7 @@ def previous_gtids(body: bytes) -> str:
         if tagged:
             length, at = varlen(body, at)
             _need(body, at + length, "tag")
-            tag = body[at:at + length].decode("ascii")
+            tag = body[at:at + length].decode("ascii").lower()
             at += length
         _need(body, at + 8, "interval count")
         n = struct.unpack_from("<Q", body, at)[0]

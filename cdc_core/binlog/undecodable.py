@@ -12,11 +12,13 @@ Invariants (tests/test_event_loop.py, tests/test_compressed_binlog.py):
   transaction-context, view-change and v2 heartbeat events) or the server flagged it
   ``LOG_EVENT_IGNORABLE_F`` (a replica that does not know it may pass over it). An unknown
   type stops with its number.
-- Named with their setting: MariaDB's compressed events 0xA5-0xAB (``log_bin_compress``).
-  MySQL's TRANSACTION_PAYLOAD (40, ``binlog_transaction_compression``) and PARTIAL_UPDATE_ROWS
-  (39, ``binlog_row_value_options=PARTIAL_JSON``) are decoded (cdc_core/binlog/payload.py,
-  cdc_core/binlog/json_diff.py); one binlake cannot decode (a compression type, size or JSON diff
-  it does not know) stops reading with the reason and the setting.
+- Named with their setting: MariaDB's compressed events 0xA5-0xAB (``log_bin_compress``), in
+  ``KNOWN``, the types binlake refuses (cdc_core/source/server_settings.py has ``validate`` refuse
+  the setting of each type in it, tests/test_validate_mysql.py). MySQL's TRANSACTION_PAYLOAD (40,
+  ``binlog_transaction_compression``) and PARTIAL_UPDATE_ROWS (39,
+  ``binlog_row_value_options=PARTIAL_JSON``) are decoded (cdc_core/binlog/payload.py,
+  cdc_core/binlog/json_diff.py), in ``DECODED``: one event binlake cannot decode (a compression
+  type, size or JSON diff it does not know) stops reading with the reason and the setting.
 - A loop that reads no rows (the start scan, the statement scan) passes over the types in
   ``ROW_CHANGES_ONLY``, which hide row changes and nothing else (no statement, no
   transaction's start or end); every other refused type hides more and stops every loop.
@@ -58,16 +60,20 @@ class _Cause:
 
 
 _COMPRESSED = "log_bin_compress is ON (SET GLOBAL log_bin_compress = OFF)"
+# Types binlake refuses whenever it meets one (`binlake validate` refuses the settings that write them).
 KNOWN: dict[int, _Cause] = {
-    0x27: _Cause("PARTIAL_UPDATE_ROWS_EVENT", "an update that carries only the changed parts of JSON values",
-                 "binlog_row_value_options is PARTIAL_JSON (SET GLOBAL binlog_row_value_options = '')"),
-    0x28: _Cause("TRANSACTION_PAYLOAD_EVENT", "a compressed transaction",
-                 "binlog_transaction_compression is ON (SET GLOBAL binlog_transaction_compression = OFF)"),
     0xA5: _Cause("QUERY_COMPRESSED_EVENT", "a compressed statement", _COMPRESSED),
     **{t: _Cause(name, "compressed row changes", _COMPRESSED) for t, name in (
         (0xA6, "WRITE_ROWS_COMPRESSED_EVENT_V1"), (0xA7, "UPDATE_ROWS_COMPRESSED_EVENT_V1"),
         (0xA8, "DELETE_ROWS_COMPRESSED_EVENT_V1"), (0xA9, "WRITE_ROWS_COMPRESSED_EVENT"),
         (0xAA, "UPDATE_ROWS_COMPRESSED_EVENT"), (0xAB, "DELETE_ROWS_COMPRESSED_EVENT"))},
+}
+# Types binlake decodes: only an event of them it cannot decode is refused, naming its setting.
+DECODED: dict[int, _Cause] = {
+    0x27: _Cause("PARTIAL_UPDATE_ROWS_EVENT", "an update that carries only the changed parts of JSON values",
+                 "binlog_row_value_options is PARTIAL_JSON (SET GLOBAL binlog_row_value_options = '')"),
+    0x28: _Cause("TRANSACTION_PAYLOAD_EVENT", "a compressed transaction",
+                 "binlog_transaction_compression is ON (SET GLOBAL binlog_transaction_compression = OFF)"),
 }
 COMPRESSED_EVENTS = frozenset(range(0xA5, 0xAC))  # MariaDB's (log_bin_compress)
 # Types that hold row changes and nothing else: MariaDB's compressed row events, MySQL's partial JSON updates.
@@ -116,7 +122,7 @@ def harmless(event) -> bool:
 def refusal(event_type: int, position: BinlogPosition, detail: str | None = None) -> UndecodableEvent:
     """The error for an event of ``event_type`` ending at ``position`` that binlake cannot decode;
     ``detail``: why, for a type binlake decodes but not this event of it."""
-    cause = KNOWN.get(event_type)
+    cause = KNOWN.get(event_type) or DECODED.get(event_type)
     if cause is None:
         name = NAMES.get(event_type, "not a type binlake knows")
         return UnknownEvent(f"the binlog event ending at {position} is of type {event_type} (0x{event_type:02X}, "
