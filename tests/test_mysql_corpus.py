@@ -25,6 +25,7 @@ from cdc_core.binlog.mysql_gtid import gtid_event, previous_gtids, tagged_gtid_e
 from cdc_core.binlog.undecodable import PartialJsonUpdate
 from cdc_core.offset.gtid import Gtid, GtidSet
 from cdc_core.offset.position import BinlogPosition
+from cdc_core.offset.startup import Mark, _marks, find_start, first_not_in
 from cdc_core.types.registry import codec_for
 from tests.binlog_bytes import (
     CorpusSequence,
@@ -350,6 +351,26 @@ def test_a_restart_after_a_compressed_transaction_reads_none_of_its_rows(name, n
     records, events = _loop_records(name, skip_through=events_end(name))
     assert not [r for r in records if isinstance(r, PreparedCommit | RowsEvent)]
     assert [r.position for r in records if isinstance(r, TransactionEnd)] == [events[0][0]]
+
+
+@pytest.mark.parametrize("name", PAYLOADS)
+def test_the_start_scans_see_a_compressed_transaction_as_one_transaction(name):
+    """A MySQL GTID event, then the payload, then the next transaction's GTID event: startup.gtid with a set holding
+    the first GTID (cdc_core/offset/startup.py: first_not_in) starts at the payload's end, before the next one; a
+    set without it starts before the GTID event; a timestamp start names no position inside the payload."""
+    first, second = (load_sequence("gomysql_gtid_8019").events[i] for i in (2, 0))
+    events = positioned([server_form(first), *(server_form(e) for e in load_sequence(name).events),
+                         server_form(second)])
+    payload_end = events[-2][0]
+
+    def marks() -> list[Mark]:
+        return list(_marks(EventLoop(recorded_opener(events), START, starts=True).records()))
+
+    gtid = gtid_event(first.body).gtid
+    assert first_not_in(marks(), GtidSet.parse(gtid), START) == (payload_end, GtidSet.parse(gtid))
+    assert first_not_in(marks(), GtidSet(), START) == (START, GtidSet())
+    assert {m.position for m in marks() if m.kind != "gtid"} == {payload_end}
+    assert find_start(marks(), gtid=gtid, start=START) == payload_end
 
 
 def events_end(name: str) -> BinlogPosition:
