@@ -78,7 +78,7 @@ def load(server, rows: int) -> tuple[dict, dict]:
 
 def measure(port: int, password: str, start: dict, end: dict) -> dict:
     """In the child: seconds spent decoding and converting, and rows, per table."""
-    from pymysqlreplication.event import RotateEvent
+    from pymysqlreplication.event import RotateEvent, XidEvent
 
     from cdc_core.binlog.decoder import ROW_EVENTS, RowDecoder
     from cdc_core.binlog.event_source import open_binlog
@@ -88,7 +88,8 @@ def measure(port: int, password: str, start: dict, end: dict) -> dict:
 
     conn = ConnectionSettings(host="127.0.0.1", port=port, user="root", password=password)
     lo, hi = BinlogPosition(start["file"], start["pos"]), BinlogPosition(end["file"], end["pos"])
-    reader = open_binlog(conn, 7001, lo, only_events=[*ROW_EVENTS, RotateEvent])
+    # the XID too: the range ends at a commit, and the reader blocks at the binlog's end
+    reader = open_binlog(conn, 7001, lo, only_events=[*ROW_EVENTS, RotateEvent, XidEvent])
     decoder = RowDecoder()
     out = {t: {"rows": 0, "decode_s": 0.0, "convert_s": 0.0} for t in TABLES}
     clock = time.thread_time  # CPU time of this thread: what decoding costs, whatever else the machine runs

@@ -201,3 +201,169 @@ def decode_pymysqlreplication(
         )
         out.append(wrapped.event)
     return out
+
+
+# --- an event source over recorded bytes (cdc_core/binlog/event_source.py's seam) ----------------------------
+
+
+class RecordedSource:
+    """The events of ``events`` (``(end position, bytes in server form)`` pairs, in order) as
+    python-mysql-replication's stream reader yields them: library event objects of the requested classes,
+    ``log_file``/``log_pos`` of each, table maps kept as the reader keeps them (reset at a rotate), a format
+    description's server version and post-header lengths used for the events after it. It starts after
+    ``request.start``."""
+
+    def __init__(self, events: list[tuple[Any, bytes]], request: Any, mysql_version: tuple[int, int, int] = (8, 0, 0)):
+        from pymysqlreplication.event import FormatDescriptionEvent, RotateEvent
+        from pymysqlreplication.row_event import TableMapEvent
+
+        self._events = [(at, raw) for at, raw in events if at > request.start]
+        self._yield = frozenset(request.events)
+        self._built = self._yield | {TableMapEvent, FormatDescriptionEvent, RotateEvent}
+        self._mysql_version = mysql_version
+        self.log_file, self.log_pos = request.start.file, request.start.pos
+        self.closed = False
+
+    def __iter__(self):
+        from pymysql.protocol import MysqlPacket
+        from pymysqlreplication.event import FormatDescriptionEvent, RotateEvent
+        from pymysqlreplication.packet import BinLogPacketWrapper
+
+        table_map: dict[int, Any] = {}
+        version, post_header = self._mysql_version, None
+        for at, raw in self._events:
+            wrapped = BinLogPacketWrapper(MysqlPacket(b"\x00" + raw, "utf8"), table_map, _NoControlConnection(),
+                                          version, True, self._built, None, None, None, None, False, False, False,
+                                          True, False, False, post_header)
+            event = wrapped.event
+            if isinstance(event, RotateEvent) and event.timestamp:
+                table_map = {}
+            if isinstance(event, FormatDescriptionEvent):
+                version, post_header = event.mysql_version, event.post_header_len
+            self.log_file, self.log_pos = at.file, at.pos
+            if event is not None and type(event) in self._yield:
+                yield event
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def recorded_opener(events: list[tuple[Any, bytes]]) -> Callable[[Any], RecordedSource]:
+    """An opener (cdc_core/binlog/event_source.py) of :class:`RecordedSource` over ``events``."""
+    return lambda request: RecordedSource(events, request)
+
+
+def positioned(events: Iterable[bytes], file: str = "binlog.000001", first: int = 4) -> list[tuple[Any, bytes]]:
+    """Server-form event bytes given the end positions they would have one after another in ``file``
+    from ``first`` (a file's first event starts after its 4-byte magic number)."""
+    from cdc_core.offset.position import BinlogPosition
+
+    out, pos = [], first
+    for raw in events:
+        pos += len(raw)
+        out.append((BinlogPosition(file, pos), raw))
+    return out
+
+
+# --- TRANSACTION_PAYLOAD_EVENTs built from events (a server's own, or recorded) -----------------------------
+
+
+def _lenenc_bytes(n: int) -> bytes:
+    if n < 0xFB:
+        return bytes([n])
+    if n < 1 << 16:
+        return b"\xfc" + n.to_bytes(2, "little")
+    if n < 1 << 24:
+        return b"\xfd" + n.to_bytes(3, "little")
+    return b"\xfe" + n.to_bytes(8, "little")
+
+
+def _field(kind: int, value: int) -> bytes:
+    encoded = _lenenc_bytes(value)
+    return _lenenc_bytes(kind) + _lenenc_bytes(len(encoded)) + encoded
+
+
+def without_checksum(raw: bytes) -> bytes:
+    """A server-form event (CRC32 trailer) as MySQL writes it inside a payload: no trailer, no position."""
+    h = EventHeader.parse(raw)
+    return struct.pack("<IBIIIH", h.timestamp, h.type_code, h.server_id, h.event_size - CRC_LEN, 0, h.flags) + \
+        raw[HEADER_LEN:-CRC_LEN]
+
+
+def transaction_payload(inner: list[bytes], *, timestamp: int, server_id: int, log_pos: int, compression: int = 0,
+                        uncompressed_size: int | None = None) -> bytes:
+    """A TRANSACTION_PAYLOAD_EVENT in server form holding ``inner`` (events without trailers), its payload
+    zstd-compressed (compression 0) or as is (255; any other type is stored as is too, to be refused)."""
+    import zstandard
+
+    data = b"".join(inner)
+    payload = zstandard.ZstdCompressor().compress(data) if compression == 0 else data
+    body = (_field(1, len(payload)) + _field(2, compression)
+            + _field(3, len(data) if uncompressed_size is None else uncompressed_size) + b"\x00" + payload)
+    header = EventHeader(timestamp, TRANSACTION_PAYLOAD_EVENT, server_id, HEADER_LEN + len(body), log_pos, 0)
+    return server_form(RecordedEvent(header, body, None, "synthesized"))
+
+
+class CompressingSource:
+    """A server's event source whose transactions come compressed, as a MySQL with
+    binlog_transaction_compression=ON writes them: the events of each transaction after its GTID event (table
+    maps, row events, its XID) are read from the server as they are and yielded as one TRANSACTION_PAYLOAD_EVENT
+    (zstd) ending where the XID ends. A statement of its own, an XA transaction and everything outside a
+    transaction pass as they are. The library event of the payload is built as the stream's reader builds an
+    event it does not know (with the reader's table map cache and control connection)."""
+
+    def __init__(self, opener: Callable[[Any], Any], request: Any, read: Callable[[], None] = lambda: None):
+        from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
+        from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
+
+        from cdc_core.binlog.event_source import SourceRequest
+
+        self._wanted = frozenset(request.events)
+        needed = {MariadbGtidEvent, QueryEvent, XidEvent, TableMapEvent, WriteRowsEvent, UpdateRowsEvent,
+                  DeleteRowsEvent}
+        self._source = opener(SourceRequest(request.start, self._wanted | needed, None))
+        self.log_file, self.log_pos = request.start.file, request.start.pos
+        self._read = read  # called at each payload yielded
+
+    def __iter__(self):
+        from pymysql.protocol import MysqlPacket
+        from pymysqlreplication.event import MariadbGtidEvent, NotImplementedEvent, QueryEvent, XidEvent
+        from pymysqlreplication.packet import BinLogPacketWrapper
+
+        def ends(e: Any) -> bool:  # an XID, or the COMMIT of a transaction of non-transactional tables
+            return type(e) is XidEvent or (type(e) is QueryEvent and str(e.query).strip().upper() == "COMMIT")
+
+        held: list[bytes] | None = None
+        source = self._source
+        for event in source:
+            raw = bytes(event.packet.packet.get_all_data()[1:])
+            if held is not None:
+                held.append(without_checksum(raw))
+                if not ends(event):
+                    continue
+                h = EventHeader.parse(raw)
+                data = transaction_payload(held, timestamp=h.timestamp, server_id=h.server_id, log_pos=h.log_pos)
+                held = None
+                wrapped = BinLogPacketWrapper(MysqlPacket(b"\x00" + data, "utf8"), source.table_map,
+                                              source._ctl_connection, source.mysql_version, True,
+                                              frozenset({NotImplementedEvent}), None, None, None, None, False, False,
+                                              False, True, False)
+                self.log_file, self.log_pos = source.log_file, source.log_pos
+                self._read()
+                yield wrapped.event
+                continue
+            if type(event) is MariadbGtidEvent and not event.flags & 0x01 and not event.flags & 0x40:
+                held = []  # a transaction (not a statement of its own, FL_STANDALONE; not XA, FL_PREPARED_XA)
+            self.log_file, self.log_pos = source.log_file, source.log_pos
+            if type(event) in self._wanted:
+                yield event
+
+    def close(self) -> None:
+        self._source.close()
+
+
+def compressing(opener: Callable[[Any], Any], read: Callable[[], None] = lambda: None
+                ) -> Callable[[Any], CompressingSource]:
+    """An opener of :class:`CompressingSource` over the sources ``opener`` opens (``read``: called at each
+    payload a source yields)."""
+    return lambda request: CompressingSource(opener, request, read)

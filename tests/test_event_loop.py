@@ -7,9 +7,10 @@ and an end right after a rotate is seen; ``skip_through`` leaves applied rows ou
 On constructed events (library event objects built here, fed through the event-source seam,
 cdc_core/binlog/event_source.py): the refusal floor (cdc_core/binlog/undecodable.py) in every
 reader (the stream's loop, a chunk window, the statement scan, the start scan, failover's
-spans), for the types no MariaDB writes here (MySQL's TRANSACTION_PAYLOAD and
-PARTIAL_UPDATE_ROWS, unknown types); the harmless types; the bounds; XA's records and the
-GTIDs they carry.
+spans), for the types no MariaDB writes here (MariaDB's compressed events, unknown types); the
+harmless types; the bounds; XA's records and the GTIDs they carry (MySQL's from recorded bytes).
+MySQL's compressed transactions and partial JSON updates, which binlake decodes, are tested on
+recorded and constructed bytes in tests/test_transaction_payload.py and tests/test_mysql_corpus.py.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from types import SimpleNamespace
 import pytest
 from pymysqlreplication.event import (
     FormatDescriptionEvent,
-    GtidEvent,
     MariadbGtidEvent,
     NotImplementedEvent,
     QueryEvent,
@@ -28,7 +28,6 @@ from pymysqlreplication.event import (
     XAPrepareEvent,
     XidEvent,
 )
-from pymysqlreplication.row_event import PartialUpdateRowsEvent
 
 from cdc_core.binlog.decoder import RowDecoder
 from cdc_core.binlog.event_loop import END_MARKERS, EventLoop
@@ -47,8 +46,6 @@ from cdc_core.binlog.reader import ReaderSpec, stream_loop
 from cdc_core.binlog.undecodable import (
     LOG_EVENT_IGNORABLE_F,
     CompressedBinlog,
-    CompressedTransaction,
-    PartialJsonUpdate,
     UnknownEvent,
 )
 from cdc_core.binlog.xa import FL_PREPARED_XA
@@ -56,6 +53,7 @@ from cdc_core.offset.failover import spans
 from cdc_core.offset.position import BinlogPosition, master_position
 from cdc_core.offset.startup import start_in
 from cdc_core.source.connection import ConnectionSettings, connection_settings
+from tests.binlog_bytes import decode_pymysqlreplication, load_sequence, server_form
 
 # --- constructed events --------------------------------------------------------------------------
 
@@ -141,10 +139,8 @@ def xid_event():
 
 
 @pytest.mark.parametrize("event_type, error, says", [
-    (0x28, CompressedTransaction, r"\(TRANSACTION_PAYLOAD_EVENT, type 40\).*binlog_transaction_compression is ON"),
     (0xA5, CompressedBinlog, r"\(QUERY_COMPRESSED_EVENT, type 165\).*log_bin_compress is ON"),
     (0xA9, CompressedBinlog, r"\(WRITE_ROWS_COMPRESSED_EVENT, type 169\).*log_bin_compress is ON"),
-    (0x2A, UnknownEvent, r"type 42 \(0x2A, GTID_TAGGED_LOG_EVENT\)"),
     (0xC8, UnknownEvent, r"type 200 \(0xC8, not a type binlake knows\)"),
 ])
 @pytest.mark.parametrize("reader", READERS)
@@ -171,19 +167,6 @@ def test_harmless_events_are_passed_over(reader, event_type, flags):
     READERS[reader](Opener(_around(typed(event_type, flags))), P(4), P(500))
 
 
-def test_a_partial_json_update_stops_the_readers_of_its_tables_rows():
-    """PARTIAL_UPDATE_ROWS is an UpdateRowsEvent to the library; the loop's handlers are keyed by
-    the exact class, so it goes to the refusal, never to the rows handler."""
-    partial = make(PartialUpdateRowsEvent, event_type=0x27, schema="d", table="t")
-    with pytest.raises(PartialJsonUpdate, match=r"ending at binlog.000001:300 \(PARTIAL_UPDATE_ROWS_EVENT, type 39\)"
-                                                r".*binlog_row_value_options is PARTIAL_JSON"):
-        list(changes(Opener(_around(partial)), P(4), P(500), {("d", "t")}))
-    assert not list(changes(Opener(_around(partial)), P(4), P(500), {("d", "other")}))  # not a table it reads
-    assert [r.position for r in statements(Opener(_around(partial)), P(4), P(500))] == []
-    loop = EventLoop(Opener([]), P(4), decoder=RowDecoder())
-    assert loop.handlers[PartialUpdateRowsEvent] != loop.handlers[XidEvent]
-
-
 def test_bounds_positions_and_end_markers():
     """Records carry their event's end position in order; the loop stops after the first event at
     or past ``end`` (an end right after a rotate and a new file's header is seen: END_MARKERS are
@@ -203,10 +186,17 @@ def test_bounds_positions_and_end_markers():
     assert len(opener.requests) == 2  # the last loop opened nothing
 
 
+def _mysql_gtid_event():
+    """A MySQL 8.0.19 GTID_LOG_EVENT, recorded (tests/mysql_binlogs/gomysql_gtid_8019, the 8.0-only case)."""
+    seq = load_sequence("gomysql_gtid_8019")
+    (event,) = decode_pymysqlreplication([server_form(seq.events[2])], use_checksum=True)
+    return event
+
+
 def test_gtids_xa_and_transaction_starts():
-    """Every record carries the last GTID read; MySQL's GTID events only where asked for. XA START
-    and XA END yield nothing, XA_PREPARE is a transaction's end; an XA COMMIT whose XA PREPARE the
-    loop did not read goes to ``unread_commit``, unless it is at or before ``skip_through``."""
+    """Every record carries the last GTID read, MariaDB's and MySQL's. XA START and XA END yield
+    nothing, XA_PREPARE is a transaction's end; an XA COMMIT whose XA PREPARE the loop did not
+    read goes to ``unread_commit``, unless it is at or before ``skip_through``."""
     asked = []
 
     def unread(xid, end, loop):
@@ -215,20 +205,20 @@ def test_gtids_xa_and_transaction_starts():
 
     events = [(P(100), gtid("0-1-7", FL_PREPARED_XA)), (P(150), query("XA END X'61',X'',1")),
               (P(200), make(XAPrepareEvent)), (P(250), gtid("0-1-8")), (P(300), query("XA COMMIT X'62',X'',1")),
-              (P(350), make(GtidEvent, sid=bytes(range(16)), gno=5)), (P(400), query("BEGIN")), (P(450), xid_event()),
+              (P(350), _mysql_gtid_event()), (P(400), query("BEGIN")), (P(450), xid_event()),
               (P(500), gtid("0-1-9")), (P(550), query("XA ROLLBACK X'63',X'',1"))]
     loop = EventLoop(Opener(events), P(4), end=P(550), starts=True, unread_commit=unread)
+    mysql = "5ccc1033-44a8-11ea-bd59-0242ac190003:119"  # as go-mysql's test of these bytes states it
+    mysql_ts = events[5][1].timestamp
     assert list(loop.records()) == [
         TransactionStart(P(100), "0-1-7", 1), TransactionEnd(P(200), "0-1-7", 1),
         TransactionStart(P(250), "0-1-8", 1), TransactionStart(P(300), None, 1), TransactionEnd(P(300), "0-1-8", 1),
-        TransactionStart(P(400), None, 1), TransactionEnd(P(450), "0-1-8", 1),  # MySQL's GTID not asked for
+        TransactionStart(P(350), mysql, mysql_ts), TransactionStart(P(400), None, 1), TransactionEnd(P(450), mysql, 1),
         TransactionStart(P(500), "0-1-9", 1), TransactionStart(P(550), None, 1), TransactionEnd(P(550), "0-1-9", 1),
         ReaderEnd(P(550))]
     assert asked == [("x'62',x'',1", P(300))]
-    with_mysql = list(EventLoop(Opener(events), P(4), end=P(550), mysql_gtids=True, skip_through=P(300),
-                                unread_commit=unread).records())
-    mysql_gtid = "00010203-0405-0607-0809-0a0b0c0d0e0f:5"
-    assert TransactionEnd(P(450), mysql_gtid, 1) in with_mysql and len(asked) == 1  # the commit was skipped
+    again = list(EventLoop(Opener(events), P(4), end=P(550), skip_through=P(300), unread_commit=unread).records())
+    assert TransactionEnd(P(450), mysql, 1) in again and len(asked) == 1  # the commit was skipped
 
 
 def test_a_table_filter_asks_once_per_table():

@@ -75,12 +75,13 @@ class MicroBatch:
         return tb is None or tb.schema == schema
 
     def add(self, table: str, schema: TableSchema, make: Callable[[], TableBatch], op: str, rows: list,
-            position: BinlogPosition, size: int, now: float) -> TableBatch:
-        """Fold one row event of ``table`` (``make`` builds its TableBatch on first use)."""
+            position: BinlogPosition, size: int, now: float, first_row: int = 0) -> TableBatch:
+        """Fold one row event of ``table`` (``make`` builds its TableBatch on first use); its rows
+        are numbered from ``first_row`` (cdc_core/binlog/events.py: RowsEvent)."""
         tb = self.tables.get(table)
         if tb is None:
             tb = self.tables[table] = make()
-        tb.add_event(op, rows, position)
+        tb.add_event(op, rows, position, first_row)
         if not self.rows:
             self.opened = now
         self.rows += len(rows)

@@ -117,16 +117,17 @@ class TableBatch:
         self.may_exist.setdefault(k, True)
         self.final[k] = (*row, "d", seq)
 
-    def add_event(self, op: str, rows: list, pos: BinlogPosition) -> None:
+    def add_event(self, op: str, rows: list, pos: BinlogPosition, first_row: int = 0) -> None:
         """Fold one row event (op c/u/d; value tuples in schema order, updates as (before,
-        after) pairs) into the batch."""
+        after) pairs) into the batch; its rows are numbered from ``first_row`` in ``_cdc_seq``
+        (cdc_core/binlog/events.py: RowsEvent)."""
         conv = self._convert
         self.events += 1
         self.rows_in += len(rows)
         self.changes[op] += len(rows)
         base = pos.seq(0)
         for i, r in enumerate(rows):
-            seq = base | min(i, 4095)
+            seq = base | min(first_row + i, 4095)
             if op == "c":
                 after = conv(r)
                 if not self._dropped(after, pos):

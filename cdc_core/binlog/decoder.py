@@ -25,6 +25,9 @@ Invariants (tests/test_binlog_decoder.py, tests/test_types.py):
   the library's CPU: the reader's largest cost); any other, by the library.
 - Columns ``keep`` rejects (``source.exclude_columns``) are in neither the layout nor the
   value tuples.
+- A MySQL partial JSON update (PARTIAL_UPDATE_ROWS) is an update whose after images binlake
+  completes by applying its JSON diffs to the before images (cdc_core/binlog/json_diff.py); one it
+  cannot complete raises ``DiffError``.
 """
 
 from __future__ import annotations
@@ -33,29 +36,37 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, PartialUpdateRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc_core.binlog import columns as binlog_columns
 from cdc_core.binlog.events import Op, TableLayout
+from cdc_core.binlog.json_diff import partial_rows
 from cdc_core.binlog.row_images import RowImages, column_key, compile_images
 from cdc_core.schema.table import Column, TableSchema
 from cdc_core.types.registry import table_map_codec
 
 log = logging.getLogger(__name__)
 
-ROW_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
+ROW_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, PartialUpdateRowsEvent)
 
 
 def partial_image(event) -> bool:
     """Whether a row event's images leave columns out (a session's ``binlog_row_image`` other
-    than FULL, although the server's is FULL): its values cannot be applied as rows."""
-    n = event.number_of_columns
-    full = bytes([0xFF] * (n // 8) + ([(1 << (n % 8)) - 1] if n % 8 else []))
-    maps = [event.columns_present_bitmap] + [getattr(event, "columns_present_bitmap2", full)]
-    return any(bytes(m) != full for m in maps)
+    than FULL, although the server's is FULL): its values cannot be applied as rows. Only the
+    bits of the columns count: MySQL sets the unused bits of a bitmap's last byte, MariaDB
+    clears them."""
+    maps = (event.columns_present_bitmap, getattr(event, "columns_present_bitmap2", None))
+    return any(not full_bitmap(m, event.number_of_columns) for m in maps if m is not None)
 
 
-OPS = {WriteRowsEvent: Op.INSERT, UpdateRowsEvent: Op.UPDATE, DeleteRowsEvent: Op.DELETE}
+def full_bitmap(bitmap: bytes, columns: int) -> bool:
+    """Whether a column bitmap names each of ``columns`` columns (whatever its unused bits)."""
+    mask = (1 << columns) - 1
+    return int.from_bytes(bitmap, "little") & mask == mask
+
+
+OPS = {WriteRowsEvent: Op.INSERT, UpdateRowsEvent: Op.UPDATE, DeleteRowsEvent: Op.DELETE,
+       PartialUpdateRowsEvent: Op.UPDATE}
 
 
 # --- table map → columns -------------------------------------------------------------------
@@ -140,6 +151,8 @@ class RowDecoder:
             return tuple(values[n] for n in names)
 
         if isinstance(event, UpdateRowsEvent):
+            # a partial JSON update's rows: binlake applies its JSON diffs (cdc_core/binlog/json_diff.py)
+            source = partial_rows(event) if type(event) is PartialUpdateRowsEvent else event.rows
             return [(image(r["before_values"], r["before_none_sources"]),
-                     image(r["after_values"], r["after_none_sources"])) for r in event.rows]
+                     image(r["after_values"], r["after_none_sources"])) for r in source]
         return [image(r["values"], r["none_sources"]) for r in event.rows]

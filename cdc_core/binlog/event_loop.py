@@ -30,8 +30,17 @@ Invariants, what the loop guarantees every consumer (tests/test_event_loop.py):
 - Rotate and reconnect: the decoder's table-map cache is reset when the source opens, at
   every rotate (a new file, and the rotate a reconnect begins with: table ids may be
   reused) and after an XA look-back (its table ids are another reader's).
-- GTIDs: every record carries the GTID of the last GTID event read (None before one);
-  MariaDB's GTID events always, MySQL's (``GtidEvent``) with ``mysql_gtids``.
+- GTIDs: every record carries the GTID of its transaction, the last GTID event read (None before
+  one): MariaDB's ``d-s-n``, MySQL's ``uuid:n`` (GTID_LOG_EVENT) or ``uuid:tag:n``
+  (GTID_TAGGED_LOG_EVENT), read by cdc_core/binlog/mysql_gtid.py; an anonymous transaction's
+  (ANONYMOUS_GTID_LOG_EVENT, a MySQL without GTIDs) is None.
+- Compressed transactions (TRANSACTION_PAYLOAD_EVENT, cdc_core/binlog/payload.py): the events
+  inside go to the same handlers as an uncompressed transaction's, every one at the payload's end
+  position (its position in the file). Their row events come as one ``PreparedCommit`` with the
+  transaction's end, each numbering its rows on from the events before it (``first_row``), so
+  ``_cdc_seq`` orders and tells apart the transaction's rows and no checkpoint falls inside it; row
+  events at or before ``skip_through`` are left out as any are (a restart after the payload reads
+  none of it again). A payload without row events yields its records as they come.
 - XA (cdc_core/binlog/xa.py): the row events of a prepared XA group are held, not yielded;
   XA START and XA END yield nothing; an XA_PREPARE is a ``TransactionEnd`` (nothing to
   apply: a place to resume from). An XA COMMIT after ``skip_through`` yields its held rows
@@ -40,11 +49,14 @@ Invariants, what the loop guarantees every consumer (tests/test_event_loop.py):
   an XA ROLLBACK, a commit without captured rows or one at or before ``skip_through`` is a
   ``TransactionEnd``.
 - Capture: a row event is decoded only when ``capture(schema, table)`` accepts its table.
+- Partial JSON updates (PARTIAL_UPDATE_ROWS_EVENT) are updates whose JSON diffs the decoder
+  applies (cdc_core/binlog/json_diff.py).
 - Refusal: reading stops with an ``UndecodableEvent`` (cdc_core/binlog/undecodable.py) at
   any event that may hold what the loop reads and is not decoded: an event the library does
-  not know (``NotImplementedEvent``) unless known to be harmless (a loop without a decoder
-  also passes over those that hold row changes only), and, where rows are read, a captured
-  table's PARTIAL_UPDATE_ROWS event. None is passed over unnamed.
+  not know (``NotImplementedEvent``) unless binlake reads it (a compressed transaction, a tagged
+  GTID) or it is known to be harmless (a loop without a decoder also passes over those that hold
+  row changes only); a compressed transaction binlake cannot open; a captured table's partial
+  JSON update whose diffs it cannot apply. None is passed over unnamed.
 """
 
 from __future__ import annotations
@@ -68,8 +80,8 @@ from pymysqlreplication.event import (
     XAPrepareEvent,
     XidEvent,
 )
-from pymysqlreplication.row_event import PartialUpdateRowsEvent
 
+from cdc_core.binlog import mysql_gtid
 from cdc_core.binlog.decoder import OPS, ROW_EVENTS, RowDecoder, partial_image
 from cdc_core.binlog.event_source import Opener, SourceRequest, TableFilter
 from cdc_core.binlog.events import (
@@ -82,6 +94,8 @@ from cdc_core.binlog.events import (
     TransactionEnd,
     TransactionStart,
 )
+from cdc_core.binlog.json_diff import DiffError, refused
+from cdc_core.binlog.payload import TRANSACTION_PAYLOAD_EVENT, event_body, inner_events
 from cdc_core.binlog.undecodable import ROW_CHANGES_ONLY, harmless, refusal
 from cdc_core.binlog.xa import FL_PREPARED_XA, XaHold, XaStatement, XaVerb, xa_statement
 from cdc_core.offset.position import BinlogPosition
@@ -89,6 +103,8 @@ from cdc_core.offset.position import BinlogPosition
 LoopRecord = (TableLayout | RowsEvent | TransactionStart | TransactionEnd | PreparedCommit | Statement | Heartbeat
               | ReaderEnd)
 Handler = Callable[[Any, BinlogPosition], LoopRecord | None]
+
+ANONYMOUS_GTID_LOG_EVENT, GTID_TAGGED_LOG_EVENT = 0x22, 0x2A
 
 # Every kind of event a binlog end (SHOW MASTER STATUS) can come right after: a transaction's
 # end, a statement, and the events a server writes between transactions (a new file's
@@ -138,7 +154,7 @@ class EventLoop:
     def __init__(self, opener: Opener, start: BinlogPosition, *, end: BinlogPosition | None = None,
                  skip_through: BinlogPosition | None = None, decoder: RowDecoder | None = None,
                  capture: Callable[[str, str], bool] | None = None, starts: bool = False,
-                 mysql_gtids: bool = False, unread_commit: UnreadCommit | None = None) -> None:
+                 unread_commit: UnreadCommit | None = None) -> None:
         self.start, self.end, self.skip_through = start, end, skip_through
         self.decoder, self.capture = decoder, capture
         self.gtid: str | None = None  # the GTID of the transaction being read
@@ -148,6 +164,7 @@ class EventLoop:
         self.handlers: dict[type, Handler] = {
             RotateEvent: self._rotate,
             MariadbGtidEvent: self._mariadb_gtid,
+            GtidEvent: self._mysql_gtid,
             XidEvent: self._xid,
             QueryEvent: self._query,
             ExecuteLoadQueryEvent: self._load_query,
@@ -155,11 +172,8 @@ class EventLoop:
             HeartbeatLogEvent: self._heartbeat,
             NotImplementedEvent: self._not_implemented,
         }
-        if mysql_gtids:
-            self.handlers[GtidEvent] = self._gtid
         if decoder is not None:
             self.handlers.update(dict.fromkeys(ROW_EVENTS, self._rows))
-            self.handlers[PartialUpdateRowsEvent] = self._partial_update
 
     def records(self) -> Iterator[LoopRecord]:
         """Read and yield the records (see the module invariants); the source is closed when
@@ -210,18 +224,56 @@ class EventLoop:
         if new:
             self._before.append(d.layout)
         partial = partial_image(event)  # not decoded: its table needs a backfill
-        rows = [] if partial else self.decoder.rows(event, d)
+        try:
+            rows = [] if partial else self.decoder.rows(event, d)
+        except DiffError as e:  # a partial JSON update binlake cannot complete
+            raise refused(e, at) from None
         return RowsEvent(d.layout.table, OPS[type(event)], at, d.layout.id, rows, event.timestamp, event.event_size,
                          self.gtid, partial)
 
-    def _partial_update(self, event, at: BinlogPosition) -> None:
-        if self.capture is None or self.capture(event.schema, event.table):
-            raise refusal(event.event_type, at)
-
-    def _not_implemented(self, event, at: BinlogPosition) -> None:
-        if harmless(event) or (self.decoder is None and event.event_type in ROW_CHANGES_ONLY):
+    def _not_implemented(self, event, at: BinlogPosition) -> LoopRecord | None:
+        kind = event.event_type
+        if kind == TRANSACTION_PAYLOAD_EVENT:
+            return self._payload(event, at)
+        if kind == GTID_TAGGED_LOG_EVENT:
+            return self._gtid_text(self._read_gtid(mysql_gtid.tagged_gtid_event, event, at), event, at)
+        if kind == ANONYMOUS_GTID_LOG_EVENT:
+            self.gtid = None  # a transaction without a GTID (a MySQL whose gtid_mode is OFF)
+            return None
+        if harmless(event) or (self.decoder is None and kind in ROW_CHANGES_ONLY):
             return None  # no change in it, or none this loop reads
-        raise refusal(event.event_type, at)
+        raise refusal(kind, at)
+
+    def _payload(self, event, at: BinlogPosition) -> LoopRecord | None:
+        """A compressed transaction: its events through the handlers, at its end position (see
+        the module invariants)."""
+        records: list[LoopRecord] = []
+        before, handlers = self._before, self.handlers
+        for inner in inner_events(event, handlers, at):
+            record = handlers[type(inner)](inner, at)
+            records.extend(before)
+            before.clear()
+            if record is not None:
+                records.append(record)
+        rows = [r for r in records if type(r) is RowsEvent]
+        if rows:
+            end = records[-1]
+            if type(end) is not TransactionEnd or any(type(r) not in (TableLayout, TransactionStart, RowsEvent)
+                                                      for r in records[:-1]):
+                raise refusal(TRANSACTION_PAYLOAD_EVENT, at, "its row events are not one transaction ending it "
+                              f"({', '.join(type(r).__name__ for r in records)})")
+            records = [r for r in records if type(r) is not RowsEvent and r is not end]
+            records.append(PreparedCommit(_numbered(rows, end), end))
+        if not records:
+            return None
+        before.extend(records[:-1])
+        return records[-1]
+
+    def _read_gtid(self, parse: Callable[[bytes], mysql_gtid.MysqlGtid], event, at: BinlogPosition) -> str:
+        try:
+            return parse(event_body(event)).gtid
+        except (ValueError, IndexError) as e:
+            raise refusal(event.event_type, at, str(e)) from None
 
     def _rotate(self, event, at: BinlogPosition) -> None:
         if self.decoder is not None:
@@ -230,11 +282,14 @@ class EventLoop:
     def _mariadb_gtid(self, event, at: BinlogPosition) -> TransactionStart | None:
         if event.flags & FL_PREPARED_XA:  # MariaDB's start of an XA group
             self.xa.start()
-        return self._gtid(event, at)
+        return self._gtid_text(event.gtid, event, at)
 
-    def _gtid(self, event, at: BinlogPosition) -> TransactionStart | None:
-        self.gtid = event.gtid
-        return TransactionStart(at, event.gtid, event.timestamp) if self._starts else None
+    def _mysql_gtid(self, event, at: BinlogPosition) -> TransactionStart | None:
+        return self._gtid_text(self._read_gtid(mysql_gtid.gtid_event, event, at), event, at)
+
+    def _gtid_text(self, gtid: str | None, event, at: BinlogPosition) -> TransactionStart | None:
+        self.gtid = gtid
+        return TransactionStart(at, gtid, event.timestamp) if self._starts else None
 
     def _xid(self, event, at: BinlogPosition) -> TransactionEnd:
         return TransactionEnd(at, self.gtid, event.timestamp)
@@ -287,5 +342,15 @@ class EventLoop:
             held = [r for r in found if isinstance(r, RowsEvent)]
         if not held:
             return end
-        return PreparedCommit(tuple(dataclasses.replace(ev, position=at, gtid=end.gtid, timestamp=end.timestamp)
-                                    for ev in held), end)
+        return PreparedCommit(_numbered(held, end), end)
+
+
+def _numbered(events: list[RowsEvent], end: TransactionEnd) -> tuple[RowsEvent, ...]:
+    """Row events that become one unit at ``end``: stamped with its position, GTID and time, each
+    numbering its rows on from the events before it (``RowsEvent.first_row``)."""
+    out, first = [], 0
+    for ev in events:
+        out.append(dataclasses.replace(ev, position=end.position, gtid=end.gtid, timestamp=end.timestamp,
+                                       first_row=first))
+        first += len(ev.rows)
+    return tuple(out)

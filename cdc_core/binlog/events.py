@@ -48,8 +48,12 @@ class TableLayout:
 class RowsEvent:
     """One row event of a captured table. ``rows`` are value tuples in the layout's column
     order; for updates, ``(before, after)`` pairs. ``size`` is the event's size in bytes;
-    ``gtid`` its transaction's GTID (None on a server without GTIDs). A ``partial`` event's
-    images leave columns out: its rows are not decoded, and its table needs a backfill."""
+    ``gtid`` its transaction's GTID (None on a server without GTIDs): MariaDB's ``d-s-n``,
+    MySQL's ``uuid:n`` or ``uuid:tag:n``. A ``partial`` event's images leave columns out: its
+    rows are not decoded, and its table needs a backfill. ``first_row`` is the index of its first
+    row among the rows at its position: 0, but where several row events share one position (the
+    events of a ``PreparedCommit``) it counts on from the rows before it, so that ``_cdc_seq``
+    (``position.seq(first_row + i)``) orders and tells apart every row of the unit."""
 
     table: str
     op: Op
@@ -60,6 +64,7 @@ class RowsEvent:
     size: int
     gtid: str | None = None
     partial: bool = False  # its images leave columns out (binlog_row_image not FULL): ``rows`` is empty
+    first_row: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +90,12 @@ class TransactionEnd:
 
 @dataclass(frozen=True, slots=True)
 class PreparedCommit:
-    """An XA transaction committed by its ``XA COMMIT`` (``end``): its row events, read at its
-    XA PREPARE and held until now (cdc_core/binlog/xa.py), all stamped at ``end.position``: applied
-    as one unit, so no batch ends among them."""
+    """A transaction's row events that share one position, ``end.position``, applied as one unit
+    (no batch ends among them, so no checkpoint falls inside) and then ``end``: an XA transaction
+    committed by its ``XA COMMIT`` (its rows, read at its XA PREPARE, were held until now:
+    cdc_core/binlog/xa.py), or a transaction MySQL compressed into one TRANSACTION_PAYLOAD event
+    (cdc_core/binlog/payload.py: every event inside ends where the payload ends). Each event's
+    ``first_row`` counts on from the rows of the events before it."""
 
     events: tuple[RowsEvent, ...]
     end: TransactionEnd

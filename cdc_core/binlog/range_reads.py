@@ -40,7 +40,7 @@ class RowChange:
 
     ``before`` is set for updates and deletes, ``after`` for inserts and updates, as
     {column: value} in the names of the row's own table map. ``position`` is the end of
-    the row event; ``row_index`` orders rows inside it.
+    the row event; ``row_index`` orders rows at that position (``RowsEvent.first_row`` on).
     """
 
     database: str
@@ -90,7 +90,7 @@ def _row_changes(ev: RowsEvent, layout: TableLayout) -> Iterator[RowChange]:
     db, table = layout.schema.database, layout.schema.table
     names = tuple(c.name for c in layout.schema.columns)
     op, at = ev.op, ev.position
-    for i, row in enumerate(ev.rows):
+    for i, row in enumerate(ev.rows, ev.first_row):
         if op == Op.UPDATE:
             yield RowChange(db, table, op, dict(zip(names, row[0])), dict(zip(names, row[1])), at, i)
         elif op == Op.INSERT:

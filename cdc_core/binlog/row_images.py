@@ -56,13 +56,18 @@ class RowImages:
 
     readers: tuple[Reader, ...]
     keep: tuple[int, ...] | None  # indexes of the kept columns; None: all of them
-    full: bytes  # a column bitmap naming every column
+    full: bytes  # a column bitmap naming every column (unused bits clear)
+    mask: int  # ``full`` as an integer
 
     def applies(self, event) -> bool:
-        """Whether ``event``'s images hold every column (binlog_row_image=FULL), as the readers expect."""
-        if event.event_type == BINLOG.PARTIAL_UPDATE_ROWS_EVENT or event.columns_present_bitmap != self.full:
+        """Whether ``event``'s images hold every column (binlog_row_image=FULL), as the readers expect
+        (MySQL sets a bitmap's unused bits, MariaDB clears them: they do not count)."""
+        if event.event_type == BINLOG.PARTIAL_UPDATE_ROWS_EVENT or not self._full(event.columns_present_bitmap):
             return False
-        return not isinstance(event, UpdateRowsEvent) or event.columns_present_bitmap2 == self.full
+        return not isinstance(event, UpdateRowsEvent) or self._full(event.columns_present_bitmap2)
+
+    def _full(self, bitmap: bytes) -> bool:
+        return bitmap == self.full or int.from_bytes(bitmap, "little") & self.mask == self.mask
 
     def rows(self, event) -> list:
         """The event's rows as value tuples (updates: (before, after) pairs); consumes its row data."""
@@ -116,4 +121,5 @@ def compile_images(columns: list, keep: tuple[int, ...] | None) -> RowImages | N
             return None
         readers.append(r)
     n = len(columns)
-    return RowImages(tuple(readers), keep, ((1 << n) - 1).to_bytes((n + 7) // 8, "little"))
+    mask = (1 << n) - 1
+    return RowImages(tuple(readers), keep, mask.to_bytes((n + 7) // 8, "little"), mask)

@@ -12,10 +12,13 @@ Invariants (tests/test_event_loop.py, tests/test_compressed_binlog.py):
   transaction-context, view-change and v2 heartbeat events) or the server flagged it
   ``LOG_EVENT_IGNORABLE_F`` (a replica that does not know it may pass over it). An unknown
   type stops with its number.
-- Named with their setting: MariaDB's compressed events 0xA5-0xAB (``log_bin_compress``),
-  MySQL's TRANSACTION_PAYLOAD (40, ``binlog_transaction_compression``) and
-  PARTIAL_UPDATE_ROWS (39, ``binlog_row_value_options=PARTIAL_JSON``; the library reads it,
-  binlake does not: the loop refuses it where it reads rows of its table).
+- Named with their setting: MariaDB's compressed events 0xA5-0xAB (``log_bin_compress``), in
+  ``KNOWN``, the types binlake refuses (cdc_core/source/server_settings.py has ``validate`` refuse
+  the setting of each type in it, tests/test_validate_mysql.py). MySQL's TRANSACTION_PAYLOAD (40,
+  ``binlog_transaction_compression``) and PARTIAL_UPDATE_ROWS (39,
+  ``binlog_row_value_options=PARTIAL_JSON``) are decoded (cdc_core/binlog/payload.py,
+  cdc_core/binlog/json_diff.py), in ``DECODED``: one event binlake cannot decode (a compression
+  type, size or JSON diff it does not know) stops reading with the reason and the setting.
 - A loop that reads no rows (the start scan, the statement scan) passes over the types in
   ``ROW_CHANGES_ONLY``, which hide row changes and nothing else (no statement, no
   transaction's start or end); every other refused type hides more and stops every loop.
@@ -57,16 +60,20 @@ class _Cause:
 
 
 _COMPRESSED = "log_bin_compress is ON (SET GLOBAL log_bin_compress = OFF)"
+# Types binlake refuses whenever it meets one (`binlake validate` refuses the settings that write them).
 KNOWN: dict[int, _Cause] = {
-    0x27: _Cause("PARTIAL_UPDATE_ROWS_EVENT", "updates that carry only the changed parts of JSON values",
-                 "binlog_row_value_options is PARTIAL_JSON (SET GLOBAL binlog_row_value_options = '')"),
-    0x28: _Cause("TRANSACTION_PAYLOAD_EVENT", "a compressed transaction",
-                 "binlog_transaction_compression is ON (SET GLOBAL binlog_transaction_compression = OFF)"),
     0xA5: _Cause("QUERY_COMPRESSED_EVENT", "a compressed statement", _COMPRESSED),
     **{t: _Cause(name, "compressed row changes", _COMPRESSED) for t, name in (
         (0xA6, "WRITE_ROWS_COMPRESSED_EVENT_V1"), (0xA7, "UPDATE_ROWS_COMPRESSED_EVENT_V1"),
         (0xA8, "DELETE_ROWS_COMPRESSED_EVENT_V1"), (0xA9, "WRITE_ROWS_COMPRESSED_EVENT"),
         (0xAA, "UPDATE_ROWS_COMPRESSED_EVENT"), (0xAB, "DELETE_ROWS_COMPRESSED_EVENT"))},
+}
+# Types binlake decodes: only an event of them it cannot decode is refused, naming its setting.
+DECODED: dict[int, _Cause] = {
+    0x27: _Cause("PARTIAL_UPDATE_ROWS_EVENT", "an update that carries only the changed parts of JSON values",
+                 "binlog_row_value_options is PARTIAL_JSON (SET GLOBAL binlog_row_value_options = '')"),
+    0x28: _Cause("TRANSACTION_PAYLOAD_EVENT", "a compressed transaction",
+                 "binlog_transaction_compression is ON (SET GLOBAL binlog_transaction_compression = OFF)"),
 }
 COMPRESSED_EVENTS = frozenset(range(0xA5, 0xAC))  # MariaDB's (log_bin_compress)
 # Types that hold row changes and nothing else: MariaDB's compressed row events, MySQL's partial JSON updates.
@@ -76,7 +83,7 @@ ROW_CHANGES_ONLY = frozenset({0x27, *range(0xA6, 0xAC)})
 NAMES = {0x00: "UNKNOWN_EVENT", 0x01: "START_EVENT_V3", 0x06: "LOAD_EVENT", 0x07: "SLAVE_EVENT",
          0x08: "CREATE_FILE_EVENT", 0x09: "APPEND_BLOCK_EVENT", 0x0A: "EXEC_LOAD_EVENT", 0x0B: "DELETE_FILE_EVENT",
          0x0C: "NEW_LOAD_EVENT", 0x14: "PRE_GA_WRITE_ROWS_EVENT", 0x15: "PRE_GA_UPDATE_ROWS_EVENT",
-         0x16: "PRE_GA_DELETE_ROWS_EVENT", 0x1A: "INCIDENT_EVENT", 0x2A: "GTID_TAGGED_LOG_EVENT"}
+         0x16: "PRE_GA_DELETE_ROWS_EVENT", 0x1A: "INCIDENT_EVENT"}
 
 
 class UndecodableEvent(TerminalError):
@@ -92,11 +99,12 @@ class CompressedBinlog(UndecodableEvent):
 
 
 class CompressedTransaction(UndecodableEvent):
-    """A transaction MySQL compressed (binlog_transaction_compression=ON)."""
+    """A transaction MySQL compressed (binlog_transaction_compression=ON) that binlake cannot decode."""
 
 
 class PartialJsonUpdate(UndecodableEvent):
-    """An update MySQL wrote with partial JSON values (binlog_row_value_options=PARTIAL_JSON)."""
+    """An update MySQL wrote with partial JSON values (binlog_row_value_options=PARTIAL_JSON) that
+    binlake cannot decode."""
 
 
 class UnknownEvent(UndecodableEvent):
@@ -111,15 +119,17 @@ def harmless(event) -> bool:
     return event.event_type in HARMLESS or bool(event.packet.flags & LOG_EVENT_IGNORABLE_F)
 
 
-def refusal(event_type: int, position: BinlogPosition) -> UndecodableEvent:
-    """The error for an event of ``event_type`` ending at ``position`` that binlake cannot decode."""
-    cause = KNOWN.get(event_type)
+def refusal(event_type: int, position: BinlogPosition, detail: str | None = None) -> UndecodableEvent:
+    """The error for an event of ``event_type`` ending at ``position`` that binlake cannot decode;
+    ``detail``: why, for a type binlake decodes but not this event of it."""
+    cause = KNOWN.get(event_type) or DECODED.get(event_type)
     if cause is None:
         name = NAMES.get(event_type, "not a type binlake knows")
         return UnknownEvent(f"the binlog event ending at {position} is of type {event_type} (0x{event_type:02X}, "
                             f"{name}), which binlake cannot decode and which may hold changes. {_CANNOT_PASS}",
                             event_type, position)
+    why = f"that binlake cannot decode: {detail}" if detail else "which binlake cannot decode"
     return _ERRORS[event_type](
-        f"the binlog event ending at {position} ({cause.name}, type {event_type}) holds {cause.what}, which binlake "
-        f"cannot decode; the server writes such events while {cause.setting}: turn that off so no more are "
-        f"written. {_CANNOT_PASS}", event_type, position)
+        f"the binlog event ending at {position} ({cause.name}, type {event_type}) holds {cause.what}, {why}; the "
+        f"server writes such events while {cause.setting}: turn that off so no more are written. {_CANNOT_PASS}",
+        event_type, position)

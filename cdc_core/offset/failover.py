@@ -134,7 +134,7 @@ def spans(opener: Opener, start: BinlogPosition, end: BinlogPosition, wanted: se
     if not wanted:
         return found
     boundary, before, gtid, rows, n = start, None, None, [], 0
-    loop = EventLoop(opener, start, end=end, decoder=RowDecoder(), starts=True, mysql_gtids=True,
+    loop = EventLoop(opener, start, end=end, decoder=RowDecoder(), starts=True,
                      capture=lambda db, table: gtid in wanted and captured(db, table))
     records = loop.records()
     try:

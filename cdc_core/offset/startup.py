@@ -211,7 +211,7 @@ def start_in(opener: Opener, start: BinlogPosition, end: BinlogPosition, *, time
              gtid: str | None = None) -> BinlogPosition | None:
     """:func:`find_start` over the binlog (start, end] the source ``opener`` opens (an event loop
     that yields transaction starts and reads MySQL's GTID events too)."""
-    records = EventLoop(opener, start, end=end, starts=True, mysql_gtids=True).records()
+    records = EventLoop(opener, start, end=end, starts=True).records()
     try:
         return find_start(_marks(records), timestamp_s=None if timestamp_ms is None else timestamp_ms // 1000,
                           gtid=gtid, start=start)

@@ -6,9 +6,10 @@ Invariants (tests/test_validate_mysql.py with answers as the MySQL 8.0 / 8.4 man
 them, tests/test_cli.py and tests/test_compressed_binlog.py on MariaDB):
 - Every setting that makes the server write an event binlake cannot decode, or rows it would
   get wrong, is refused by name with its fix: binlog off, a format other than ROW, row images
-  or table-map metadata not FULL, MariaDB's ``log_bin_compress``, MySQL's
-  ``binlog_transaction_compression`` and ``binlog_row_value_options=PARTIAL_JSON``.
-- A setting whose events binlake could decode would not be refused: a row with an
+  or table-map metadata not FULL, MariaDB's ``log_bin_compress``. (MySQL's
+  ``binlog_transaction_compression`` and ``binlog_row_value_options=PARTIAL_JSON`` write events
+  the reader decodes, so the next invariant lets them be.)
+- A setting whose events binlake decodes is not refused: a row with an
   ``event_type`` is checked only while that type is in cdc_core/binlog/undecodable.py's
   ``KNOWN`` (the binlog reader's list of what it refuses), so teaching the reader a type
   lifts the refusal here with no other change.

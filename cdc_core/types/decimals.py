@@ -45,8 +45,9 @@ def _plain(v) -> str:
     return format(Decimal(v), "f")
 
 
-def _packed(precision: int, scale: int) -> Reader:
-    """MySQL's packed DECIMAL, built into the same text the library builds (its __read_new_decimal)."""
+def packed(precision: int, scale: int) -> Reader:
+    """MySQL's packed DECIMAL, built into the same text the library builds (its __read_new_decimal);
+    also the binary of a DECIMAL inside MySQL's binary JSON (cdc_core/types/mysql_json.py)."""
     integral = precision - scale
     whole_int, whole_frac = integral // _DECIMAL_DIGITS, scale // _DECIMAL_DIGITS
     lead, tail_digits = _DECIMAL_BYTES[integral % _DECIMAL_DIGITS], scale % _DECIMAL_DIGITS
@@ -108,7 +109,7 @@ class Decimals(Codec):
                       precision=p, scale=s)
 
     def row_reader(self, col) -> Reader | None:
-        return _packed(col.precision, col.decimals) if col.type == FIELD_TYPE.NEWDECIMAL else None
+        return packed(col.precision, col.decimals) if col.type == FIELD_TYPE.NEWDECIMAL else None
 
     def mysql_value(self, col: Column, q: str) -> str:
         return f"CAST(CAST({q} AS DECIMAL({col.precision or 10},{col.scale or 0})) AS CHAR)"
