@@ -81,6 +81,7 @@ class ChunkResult:
     high_watermark: BinlogPosition
     window_changes: int
     attempts: int
+    read_at: float = 0.0  # the host's clock (time.time()) when the high watermark was taken
 
 
 def chunk_select_sql(schema: TableSchema, chunk: Chunk, literal: Callable[[object], str],
@@ -124,7 +125,8 @@ class ChunkReader:
             lw = visible_position(cur, self.base)
             raw = self._fetch(schema, chunk)
             hw = master_position(cur, self.base)
-        return ChunkResult(chunk, self._canonical(schema, raw, output_schema(schema), hw), lw, hw, 0, 1)
+        read_at = time.time()
+        return ChunkResult(chunk, self._canonical(schema, raw, output_schema(schema), hw), lw, hw, 0, 1, read_at)
 
     def read(self, schema: TableSchema, chunk: Chunk) -> ChunkResult:
         """Read ``chunk`` as of its high watermark (see the module invariants)."""
@@ -145,10 +147,10 @@ class ChunkReader:
             changes = [ch for ch in window if any(img is not None and img[chunk.key] in inside
                                                   for img in (ch.before, ch.after))]
             if not changes:
-                return ChunkResult(chunk, table, lw, hw, 0, attempt)
+                return ChunkResult(chunk, table, lw, hw, 0, attempt, selected.read_at)
             if keyed:
                 folded = fold(schema, table, changes, target, lambda img, inside=inside: img[chunk.key] in inside)
-                return ChunkResult(chunk, folded, lw, hw, len(changes), attempt)
+                return ChunkResult(chunk, folded, lw, hw, len(changes), attempt, selected.read_at)
             time.sleep(min(0.05 * attempt, 0.5))
         raise ChunkNotQuiet(
             f"{schema.qualified_name} chunk {chunk.index}: rows changed during each of {self.max_attempts} reads; "
