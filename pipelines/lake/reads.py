@@ -44,10 +44,11 @@ def live_filter(names: list[str]) -> ds.Expression | None:
     """Dataset filter on the rows MySQL holds, of a table with columns ``names``: a history
     table's current versions, a soft_delete table's rows that are not tombstones; None for
     every row (cdc_core/schema/modes.py)."""
+    # The boolean field itself: delta-rs's datasets drop every row for ``field == True`` (pyarrow 26).
     if IS_CURRENT in names:
-        return ds.field(IS_CURRENT) == True  # noqa: E712 - a dataset expression, not a Python comparison
+        return ds.field(IS_CURRENT)
     if CDC_DELETED in names:
-        return ds.field(CDC_DELETED) == False  # noqa: E712
+        return ~ds.field(CDC_DELETED)
     return None
 
 

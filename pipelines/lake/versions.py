@@ -182,7 +182,7 @@ def kept_rows(dt: DeltaTable, key: tuple[str, ...], keys: pa.Table, columns: Sin
         return schema.empty_table()
     cond = pc.field(key[0]).isin(pc.unique(keys.column(key[0])))
     if columns.history:
-        cond = cond & (pc.field(IS_CURRENT) == pa.scalar(True))
+        cond = cond & pc.field(IS_CURRENT)  # (not ``== True``: see pipelines/lake/reads.py: live_filter)
     rows = dt.to_pyarrow_dataset().to_table(filter=cond).cast(schema)
     if len(key) > 1:
         rows = rows.join(keys.group_by(list(key)).aggregate([]), list(key), join_type="left semi")
