@@ -3,7 +3,7 @@
 of a ``soft_delete`` table, every version of a ``history`` table, and the changelog of a table
 with a change feed.
 
-Invariants (tests/test_table_batch.py):
+Invariants (tests/test_history_modes.py, tests/test_history_stream.py):
 - ``StampedBatch`` folds as ``TableBatch`` does (the last change per key wins), each row carrying
   its own change's time and position. In ``soft_delete`` mode a deleted key's last row is
   written as a tombstone (its before image, op 'd') instead of being removed, and every key is
@@ -97,17 +97,18 @@ class StampedBatch(TableBatch):
 
 @dataclass
 class HistoryPlan:
-    """A history table's batch: ``close``, per key whose version Delta holds as current may end
-    here: the key's values, then the time (µs) and ``_cdc_seq`` of the change closing it;
-    ``versions``: the new versions, as StampedBatch rows followed by ``_valid_from``,
-    ``_valid_to``, ``_valid_to_seq`` and ``_is_current``."""
+    """A history table's batch: ``keys``, one per key the batch changes: the key's values, the
+    time (µs) and ``_cdc_seq`` of its first change, and whether that change ends the version
+    Delta holds as current (it is not an insert); ``versions``: the new versions, as
+    StampedBatch rows followed by ``_valid_from``, ``_valid_to``, ``_valid_to_seq`` and
+    ``_is_current``."""
 
-    close: list[tuple] = field(default_factory=list)
+    keys: list[tuple] = field(default_factory=list)
     versions: list[tuple] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
-        return not (self.close or self.versions)
+        return not (self.keys or self.versions)
 
 
 class HistoryBatch(StampedBatch):
@@ -142,9 +143,8 @@ class HistoryBatch(StampedBatch):
             for ch in changes:
                 t = ch[at + 2] if t is None else max(t, ch[at + 2])
                 times.append(t)
-            if self.may_exist[k]:
-                first = changes[0]
-                out.close.append((*(first[i] for i in self._key_at), times[0], first[at + 1]))
+            first = changes[0]
+            out.keys.append((*(first[i] for i in self._key_at), times[0], first[at + 1], self.may_exist[k]))
             last = len(changes) - 1
             for i, ch in enumerate(changes):
                 if ch[at] == "d":

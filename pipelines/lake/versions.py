@@ -8,7 +8,8 @@ Invariants (tests/test_history_modes.py, tests/test_delta_apply.py):
   batch did not end it), else none (the key is deleted).
 - A closed version gets ``_valid_to`` = the closing change's time and ``_valid_to_seq`` = its
   ``_cdc_seq``; times never step back along a key: a new version's ``_valid_from`` (and its
-  ``_valid_to``) is at least the ``_valid_from`` of the version it follows.
+  ``_valid_to``) is at least the key's latest time in Delta (its current version's start, or
+  the end of its last version: also across a delete and a re-insert).
 - A key's new versions go into the file that held its current version (a file keeps its key
   range, so later batches still prune on key statistics), the other new versions into one
   new file; files without such a version are not rewritten.
@@ -42,33 +43,41 @@ from pipelines.lake.apply import files_holding
 from pipelines.lake.files import write_parquet
 from pipelines.lake.tables import delta_schema, post_commit_hooks
 
-_ROW, _CLOSE, _VERSION = "_binlake_row", "_binlake_close", "_binlake_version"
-_AT, _SEQ = "_binlake_at", "_binlake_seq"  # the closing change's time and _cdc_seq in ``close``
+_ROW, _KEY, _VERSION = "_binlake_row", "_binlake_key", "_binlake_version"
+# In ``keys``: the time and _cdc_seq of the key's first change in the batch, and whether it ends the
+# version Delta holds as current.
+_AT, _SEQ, _CLOSES = "_binlake_at", "_binlake_seq", "_binlake_closes"
+_MIN = np.iinfo(np.int64).min
 
 
-def close_table(key: tuple[str, ...], key_types: pa.Schema, close: list[tuple]) -> pa.Table:
-    """``HistoryPlan.close`` rows as a table: the key columns, the closing time and seq."""
-    cols = list(zip(*close)) or [()] * (len(key) + 2)
+def key_table(key: tuple[str, ...], key_types: pa.Schema, keys: list[tuple]) -> pa.Table:
+    """``HistoryPlan.keys`` rows as a table: the key columns, the first change's time and seq,
+    whether it closes Delta's current version."""
+    cols = list(zip(*keys)) or [()] * (len(key) + 3)
+    n = len(key)
     arrays = [pa.array(c, key_types.field(k).type) for c, k in zip(cols, key)]
-    arrays += [pa.array(cols[len(key)], pa.int64()), pa.array(cols[len(key) + 1], pa.int64())]
-    return pa.Table.from_arrays(arrays, names=[*key, _AT, _SEQ])
+    arrays += [pa.array(cols[n], pa.int64()), pa.array(cols[n + 1], pa.int64()), pa.array(cols[n + 2], pa.bool_())]
+    return pa.Table.from_arrays(arrays, names=[*key, _AT, _SEQ, _CLOSES])
 
 
-def apply_history(dt: DeltaTable, key: tuple[str, ...], close: pa.Table, versions: pa.Table,
+def apply_history(dt: DeltaTable, key: tuple[str, ...], keys: pa.Table, versions: pa.Table,
                   props: CommitProperties, uri: str, storage_options: dict[str, str] | None = None) -> RowsApplied:
-    """One commit closing the current versions of ``close``'s keys (:func:`close_table`) and
-    adding ``versions`` (in the Delta table's schema); see the module invariants."""
+    """One commit closing the current versions that ``keys`` (:func:`key_table`, one row per key
+    the batch touches) end, and adding ``versions`` (in the Delta table's schema); see the
+    module invariants. Files that may hold a version of one of ``keys`` are read (their key
+    statistics rule the others out): a key's latest time there is the floor of its new ones."""
     hooks = post_commit_hooks(dt)
-    if not close.num_rows:
+    if not keys.num_rows:
         write_deltalake(dt, versions, mode="append", commit_properties=props, post_commithook_properties=hooks)
         return RowsApplied(inserted=versions.num_rows)
     schema = versions.schema
-    closing = close.select(list(key)).append_column(_CLOSE, pa.array(np.arange(close.num_rows)))
+    touched = keys.select(list(key)).append_column(_KEY, pa.array(np.arange(keys.num_rows)))
+    closes = keys.column(_CLOSES).to_numpy(zero_copy_only=False)
     dataset = dt.to_pyarrow_dataset()
     prune = next((k for k in key if pa.types.is_integer(schema.field(k).type)), key[0])
-    candidates = files_holding(dt, prune, close.column(prune))
-    hit_file = np.full(close.num_rows, -1)  # the file holding each key's current version
-    current_from = np.full(close.num_rows, np.iinfo(np.int64).min)
+    candidates = files_holding(dt, prune, keys.column(prune))
+    hit_file = np.full(keys.num_rows, -1)  # the file holding each key's current version, if the batch ends it
+    floor = np.full(keys.num_rows, _MIN)  # each key's latest time in Delta: its versions' end, or the current's start
     files: list[tuple[str, int, pa.Table, np.ndarray, np.ndarray]] = []
     for fragment in dataset.get_fragments():
         size = candidates.get(fragment.path)
@@ -76,21 +85,23 @@ def apply_history(dt: DeltaTable, key: tuple[str, ...], close: pa.Table, version
             continue
         rows = fragment.to_table(schema=dataset.schema).cast(schema)
         ids = rows.select(list(key)).append_column(_ROW, pa.array(np.arange(rows.num_rows)))
-        hits = ids.filter(pc.fill_null(rows.column(IS_CURRENT), False)).join(closing, list(key), join_type="inner",
-                                                                               use_threads=False)
+        hits = ids.join(touched, list(key), join_type="inner", use_threads=False)
         if not hits.num_rows:
             continue
-        at, which = hits.column(_ROW).to_numpy(), hits.column(_CLOSE).to_numpy()
-        hit_file[which] = len(files)
-        current_from[which] = rows.column(VALID_FROM).cast(pa.int64()).to_numpy()[at]
-        files.append((fragment.path, size, rows, at, which))
-    versions = _clamped(versions, key, closing, current_from)
-    placed = _placement(versions, key, closing, hit_file)
+        at, which = hits.column(_ROW).to_numpy(), hits.column(_KEY).to_numpy()
+        ends = pc.coalesce(rows.column(VALID_TO), rows.column(VALID_FROM)).cast(pa.int64()).to_numpy()
+        np.maximum.at(floor, which, ends[at])
+        current = pc.fill_null(rows.column(IS_CURRENT), False).to_numpy(zero_copy_only=False)[at] & closes[which]
+        if current.any():
+            hit_file[which[current]] = len(files)
+            files.append((fragment.path, size, rows, at[current], which[current]))
+    versions = _clamped(versions, key, touched, floor)
+    placed = _placement(versions, key, touched, hit_file)
     actions: list[AddAction | RemoveAction] = []
     now = int(time.time() * 1000)
-    close_at, close_seq = close.column(_AT).to_numpy(), close.column(_SEQ).to_numpy()
+    first_at, first_seq = keys.column(_AT).to_numpy(), keys.column(_SEQ).to_numpy()
     for i, (path, size, rows, at, which) in enumerate(files):
-        rows = _closed(rows, at, np.maximum(close_at[which], current_from[which]), close_seq[which])
+        rows = _closed(rows, at, np.maximum(first_at[which], floor[which]), first_seq[which])
         mine = versions.filter(pa.array(placed == i))
         actions.append(RemoveAction(path, True, now, size, {}))
         actions.append(write_parquet(uri, pa.concat_tables([rows, mine]), storage_options, kind="stream").add_action())
@@ -103,22 +114,22 @@ def apply_history(dt: DeltaTable, key: tuple[str, ...], close: pa.Table, version
     return RowsApplied(inserted=versions.num_rows, updated=int(np.count_nonzero(hit_file >= 0)))
 
 
-def _version_close(versions: pa.Table, key: tuple[str, ...], closing: pa.Table) -> np.ndarray:
-    """For each version, the index of its key in ``closing``, -1 for none."""
+def _version_key(versions: pa.Table, key: tuple[str, ...], touched: pa.Table) -> np.ndarray:
+    """For each version, the index of its key in ``touched``, -1 for none."""
     ids = versions.select(list(key)).append_column(_VERSION, pa.array(np.arange(versions.num_rows)))
-    joined = ids.join(closing, list(key), join_type="inner", use_threads=False)
+    joined = ids.join(touched, list(key), join_type="inner", use_threads=False)
     out = np.full(versions.num_rows, -1)
-    out[joined.column(_VERSION).to_numpy()] = joined.column(_CLOSE).to_numpy()
+    out[joined.column(_VERSION).to_numpy()] = joined.column(_KEY).to_numpy()
     return out
 
 
-def _clamped(versions: pa.Table, key: tuple[str, ...], closing: pa.Table, current_from: np.ndarray) -> pa.Table:
-    """``versions`` whose ``_valid_from``/``_valid_to`` are at least the ``_valid_from`` of their
-    key's current version in Delta (see the module invariants)."""
+def _clamped(versions: pa.Table, key: tuple[str, ...], touched: pa.Table, floors: np.ndarray) -> pa.Table:
+    """``versions`` whose ``_valid_from``/``_valid_to`` are at least their key's latest time in
+    Delta (see the module invariants)."""
     if not versions.num_rows:
         return versions
-    which = _version_close(versions, key, closing)
-    floor = np.where(which >= 0, current_from[np.maximum(which, 0)], np.iinfo(np.int64).min)
+    which = _version_key(versions, key, touched)
+    floor = np.where(which >= 0, floors[np.maximum(which, 0)], _MIN)
     for name in (VALID_FROM, VALID_TO):
         col = versions.column(name).cast(pa.int64())
         lifted = pc.max_element_wise(col, pa.array(floor))
@@ -128,10 +139,10 @@ def _clamped(versions: pa.Table, key: tuple[str, ...], closing: pa.Table, curren
     return versions
 
 
-def _placement(versions: pa.Table, key: tuple[str, ...], closing: pa.Table, hit_file: np.ndarray) -> np.ndarray:
+def _placement(versions: pa.Table, key: tuple[str, ...], touched: pa.Table, hit_file: np.ndarray) -> np.ndarray:
     """For each version, the rewritten file it goes into (its key's current version's), -1 for
     the new file."""
-    which = _version_close(versions, key, closing)
+    which = _version_key(versions, key, touched)
     return np.where(which >= 0, hit_file[np.maximum(which, 0)], -1) if versions.num_rows else which
 
 

@@ -50,7 +50,7 @@ from pipelines.lake.conform import conform, conform_routed
 from pipelines.lake.feed import append_changes
 from pipelines.lake.offsets import CHANGES_KEY, stream_commit_properties
 from pipelines.lake.tables import commit_no_data, table_uri
-from pipelines.lake.versions import apply_history, close_table
+from pipelines.lake.versions import apply_history, key_table
 from pipelines.stream.sinks import Sinks
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ def _rows(part: _Part) -> RowsApplied:
     """What a part's plan writes, counted from the plan (when Delta's own metrics are lost)."""
     p, at = part.plan, len(part.schema.columns)
     if isinstance(p, HistoryPlan):
-        return RowsApplied(inserted=len(p.versions), updated=len(p.close))
+        return RowsApplied(inserted=len(p.versions), updated=sum(1 for k in p.keys if k[-1]))
     return RowsApplied(*(sum(1 for rows in (p.append, p.upsert, p.delete) for r in rows if r[at] == op)
                          for op in ("c", "u", "d")))
 
@@ -173,7 +173,7 @@ class Committer:
         p, src, pk = part.plan, part.source, part.schema.row_key
         if isinstance(p, HistoryPlan):
             versions = conform(mode_arrow(part.schema, p.versions, columns), target, src, pk)
-            return apply_history(table, key, close_table(key, versions.schema, p.close), versions, props, uri, options)
+            return apply_history(table, key, key_table(key, versions.schema, p.keys), versions, props, uri, options)
 
         def rows(kind: str) -> pa.Table:
             return conform(mode_arrow(part.schema, getattr(p, kind), columns), target, src, pk)

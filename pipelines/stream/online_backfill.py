@@ -69,7 +69,7 @@ from pipelines.lake.control_store import ControlStore
 from pipelines.lake.offsets import stream_commit_properties
 from pipelines.lake.reads import dataset
 from pipelines.lake.tables import delta_schema, refresh, table_uri
-from pipelines.lake.versions import apply_history, close_table, kept_rows, tombstones
+from pipelines.lake.versions import apply_history, kept_rows, key_table, tombstones
 from pipelines.stream.sinks import Sinks
 from pipelines.stream.start import stable_describe
 from pipelines.stream.state import EngineState, HistoryRecorder
@@ -626,10 +626,11 @@ class Backfills:
             return RowsApplied()
         if columns.history:
             versions = shaped.take(pa.concat_arrays([w.append, w.upsert]))
-            ends = pa.concat_tables([shaped.take(w.upsert).select(list(key)), gone.select(list(key))])
-            close = close_table(key, ends.schema, [(*k, read_at, hw.seq()) for k in
-                                                   zip(*(ends.column(c).to_pylist() for c in key))])
-            return apply_history(dt, key, close, versions, props, uri, options)
+            # Every key written or ended, and whether its current version ends (a new key's has none).
+            parts = ((shaped.take(w.append), False), (shaped.take(w.upsert), True), (gone, True))
+            keys = [(*k, read_at, hw.seq(), ends) for t, ends in parts
+                    for k in zip(*(t.column(c).to_pylist() for c in key))]
+            return apply_history(dt, key, key_table(key, shaped.schema, keys), versions, props, uri, options)
         new = shaped.take(w.append)
         brought_back = new.join(tombs.select(list(key)), list(key), join_type="left semi")
         append = new.join(tombs.select(list(key)), list(key), join_type="left anti")
