@@ -108,7 +108,7 @@ def _batches(rng: random.Random, events: list[tuple]):
 
 def _fill(batch, events) -> None:
     for op, rows, pos, t in events:
-        batch.add_event(op, rows, pos, t, f"0-1-{pos.pos}")
+        batch.add_event(op, rows, pos, t * 1_000_000, f"0-1-{pos.pos}")
 
 
 def _table(tmp_path: Path, columns: SinkColumns) -> DeltaTable:
@@ -150,14 +150,14 @@ def test_history_batches_keep_every_version(tmp_path, seed):
 def test_times_are_lifted_to_the_version_delta_holds(tmp_path):
     dt = _table(tmp_path, HISTORY)
     first = HistoryBatch(SCHEMA, HISTORY)
-    first.add_event("c", [(1, 10), (2, 20)], BinlogPosition("binlog.000001", 100), 500)
+    first.add_event("c", [(1, 10), (2, 20)], BinlogPosition("binlog.000001", 100), 500_000_000)
     plan = first.plan()
     v = mode_arrow(SCHEMA, plan.versions, HISTORY)
     apply_history(dt, KEY, key_table(KEY, v.schema, plan.keys), v, CommitProperties(), str(tmp_path / "t"))
     files = {a for a in DeltaTable(str(tmp_path / "t")).file_uris()}
     late = HistoryBatch(SCHEMA, HISTORY)  # a statement that started a second earlier, committed later
-    late.add_event("u", [((1, 10), (1, 11))], BinlogPosition("binlog.000001", 200), 499)
-    late.add_event("u", [((1, 11), (1, 12))], BinlogPosition("binlog.000001", 300), 498)
+    late.add_event("u", [((1, 10), (1, 11))], BinlogPosition("binlog.000001", 200), 499_000_000)
+    late.add_event("u", [((1, 11), (1, 12))], BinlogPosition("binlog.000001", 300), 498_000_000)
     plan = late.plan()
     assert [c[1:] for c in plan.keys] == [(499_000_000, BinlogPosition("binlog.000001", 200).seq(), True)]
     v = mode_arrow(SCHEMA, plan.versions, HISTORY)
@@ -224,7 +224,7 @@ def test_change_feed_appends_a_batch_once(tmp_path):
 def test_end_all_closes_and_tombstones(tmp_path):
     dt = _table(tmp_path / "h", HISTORY)
     batch = HistoryBatch(SCHEMA, HISTORY)
-    batch.add_event("c", [(1, 1), (2, 2)], BinlogPosition("binlog.000001", 100), 5)
+    batch.add_event("c", [(1, 1), (2, 2)], BinlogPosition("binlog.000001", 100), 5_000_000)
     plan = batch.plan()
     v = mode_arrow(SCHEMA, plan.versions, HISTORY)
     apply_history(dt, KEY, key_table(KEY, v.schema, plan.keys), v, CommitProperties(), str(tmp_path / "h" / "t"))
@@ -233,8 +233,8 @@ def test_end_all_closes_and_tombstones(tmp_path):
     assert {(r["_is_current"], r["_valid_to_seq"], r["_valid_to"].timestamp()) for r in rows} == {(False, 777, 9)}
     soft = _table(tmp_path / "s", SOFT)
     s = StampedBatch(SCHEMA, SOFT)
-    s.add_event("c", [(1, 1), (2, 2)], BinlogPosition("binlog.000001", 100), 5)
-    s.add_event("d", [(2, 2)], BinlogPosition("binlog.000001", 200), 6)
+    s.add_event("c", [(1, 1), (2, 2)], BinlogPosition("binlog.000001", 100), 5_000_000)
+    s.add_event("d", [(2, 2)], BinlogPosition("binlog.000001", 200), 6_000_000)
     up = mode_arrow(SCHEMA, s.plan().upsert, SOFT)
     apply_changes(soft, KEY, up.slice(0, 0), up, up.slice(0, 0), CommitProperties(), str(tmp_path / "s" / "t"))
     end_all(soft, SOFT, CommitProperties(), 9_000_000, 777, "0-1-9")
@@ -312,3 +312,18 @@ def test_documented_queries_answer_as_of_and_since(tmp_path):
     assert sorted(_run(con, q["current: rows changed since a time"], c, since, seq)) == [(1, 12)]
     assert _run(con, q["change feed: changes since a position"], h, since, seq) == [(2, "d", 20), (1, "u", 12)]
     assert sorted(_run(con, q["change feed: the table as of a time"], h, since, seq)) == [(1, 11), (2, 20), (3, 30)]
+
+
+def test_mysql_commit_time_in_microseconds_from_gtid_events():
+    """``_cdc_ts`` where the server writes microseconds: MySQL 8's GTID event holds the original
+    commit time after its logical clock (recorded 8.0.19 bytes, tests/mysql_binlogs/); a 5.7
+    event holds none, and an 8.0 replica of a 5.7 source holds only its own (immediate) time."""
+    from cdc_core.binlog.event_loop import commit_micros
+    from tests.binlog_bytes import decode_pymysqlreplication, load_sequence, server_form
+
+    seq = load_sequence("gomysql_gtid_8019")
+    events = decode_pymysqlreplication([server_form(e) for e in seq.events], use_checksum=True)
+    got = [commit_micros(e) for e in events]
+    want = [e["expect"]["original_commit_timestamp"] or e["expect"]["immediate_commit_timestamp"]
+            for e in seq.expected["events"]]
+    assert got == want == [1583812517644225, 0, 1583813191872618]

@@ -75,13 +75,13 @@ class MicroBatch:
         return tb is None or tb.schema == schema
 
     def add(self, table: str, schema: TableSchema, make: Callable[[], TableBatch], op: str, rows: list,
-            position: BinlogPosition, size: int, now: float, timestamp: int = 0,
+            position: BinlogPosition, size: int, now: float, time_us: int = 0,
             gtid: str | None = None) -> TableBatch:
         """Fold one row event of ``table`` (``make`` builds its TableBatch on first use)."""
         tb = self.tables.get(table)
         if tb is None:
             tb = self.tables[table] = make()
-        tb.add_event(op, rows, position, timestamp, gtid)
+        tb.add_event(op, rows, position, time_us, gtid)
         if not self.rows:
             self.opened = now
         self.rows += len(rows)

@@ -60,16 +60,17 @@ class StampedBatch(TableBatch):
         self.log: list[tuple] = []  # every change, when the table has a change feed
         self._feed = columns.feed
         self._stamp: tuple[int, str] = (0, "")
+        self._soft = columns.soft
         self._op = len(self.names)  # where _cdc_op is in a plan row
-        self._key_at = tuple(self.names.index(k) for k in schema.row_key)
+        self._one_key = len(schema.row_key) == 1  # the fold's key is the value itself, else a tuple
 
-    def add_event(self, op: str, rows: list, pos: BinlogPosition, timestamp: int = 0, gtid: str | None = None) -> None:
-        self._stamp = (timestamp * 1_000_000, position_text(pos, gtid))
+    def add_event(self, op: str, rows: list, pos: BinlogPosition, time_us: int = 0, gtid: str | None = None) -> None:
+        self._stamp = (time_us, position_text(pos, gtid))
         super().add_event(op, rows, pos)
 
     def _write(self, row: tuple, op: str, seq: int, may_exist: bool) -> None:
         k = self._key(row)
-        self.may_exist.setdefault(k, may_exist or self.columns.soft)
+        self.may_exist.setdefault(k, may_exist or self._soft)
         self.final[k] = full = (*row, op, seq, *self._stamp)
         if self._feed:
             self.log.append(full)
@@ -83,7 +84,7 @@ class StampedBatch(TableBatch):
 
     def plan(self) -> TablePlan:
         """The batch's net effect; a soft_delete table's deletions are upserted tombstones."""
-        out, at, soft = TablePlan(), self._op, self.columns.soft
+        out, at, soft = TablePlan(), self._op, self._soft
         for k, row in self.final.items():
             if row[at] == "d" and not soft:
                 if self.may_exist[k]:
@@ -137,22 +138,27 @@ class HistoryBatch(StampedBatch):
 
     def plan(self) -> HistoryPlan:  # type: ignore[override]
         """Versions and closings (see the module invariants)."""
-        out, at = HistoryPlan(), self._op
+        out, at, one = HistoryPlan(), self._op, self._one_key
+        keys, versions, may_exist = out.keys, out.versions, self.may_exist
         for k, changes in self.changes_of.items():
-            times, t = [], None
-            for ch in changes:
-                t = ch[at + 2] if t is None else max(t, ch[at + 2])
-                times.append(t)
             first = changes[0]
-            out.keys.append((*(first[i] for i in self._key_at), times[0], first[at + 1], self.may_exist[k]))
+            keys.append(((k,) if one else k) + (first[at + 2], first[at + 1], may_exist[k]))
+            if len(changes) == 1:  # most keys: one change, no running time
+                if first[at] != "d":
+                    versions.append((*first, first[at + 2], None, None, True))
+                continue
+            times, t = [], first[at + 2]
+            for ch in changes:
+                t = max(t, ch[at + 2])
+                times.append(t)
             last = len(changes) - 1
             for i, ch in enumerate(changes):
                 if ch[at] == "d":
                     continue
                 if i < last:
-                    out.versions.append((*ch, times[i], times[i + 1], changes[i + 1][at + 1], False))
+                    versions.append((*ch, times[i], times[i + 1], changes[i + 1][at + 1], False))
                 else:
-                    out.versions.append((*ch, times[i], None, None, True))
+                    versions.append((*ch, times[i], None, None, True))
         return out
 
 

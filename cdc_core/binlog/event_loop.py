@@ -31,7 +31,8 @@ Invariants, what the loop guarantees every consumer (tests/test_event_loop.py):
   every rotate (a new file, and the rotate a reconnect begins with: table ids may be
   reused) and after an XA look-back (its table ids are another reader's).
 - GTIDs: every record carries the GTID of the last GTID event read (None before one);
-  MariaDB's GTID events always, MySQL's (``GtidEvent``) with ``mysql_gtids``.
+  MariaDB's GTID events always, MySQL's (``GtidEvent``) with ``mysql_gtids``, whose original
+  commit time (µs) row events carry too (``commit_us``; 0 on MariaDB, whose events hold seconds).
 - XA (cdc_core/binlog/xa.py): the row events of a prepared XA group are held, not yielded;
   XA START and XA END yield nothing; an XA_PREPARE is a ``TransactionEnd`` (nothing to
   apply: a place to resume from). An XA COMMIT after ``skip_through`` yields its held rows
@@ -99,6 +100,26 @@ END_MARKERS = frozenset({XidEvent, QueryEvent, RotateEvent, FormatDescriptionEve
                          MariadbBinLogCheckPointEvent, StopEvent})
 
 
+_ORIGINAL_FOLLOWS = 1 << 55  # in a GTID event's immediate commit timestamp: the original one follows
+
+
+def commit_micros(event) -> int:
+    """The original commit time (µs since the epoch, UTC) a MySQL 8 GTID event holds after its
+    logical clock, or 0 (MySQL 5.7, MariaDB): 7 bytes of immediate commit time whose top bit
+    says that 7 bytes of original commit time follow (else they are the same); an original of
+    0 (written on a 5.7 source) leaves the immediate one (tests/test_mysql_corpus.py)."""
+    packet = getattr(event, "packet", None)
+    if not isinstance(event, GtidEvent) or packet is None:
+        return 0
+    left = event.event_size - packet.read_bytes
+    if left < 7:
+        return 0
+    immediate = int.from_bytes(packet.read(7), "little")
+    if immediate & _ORIGINAL_FOLLOWS and left >= 14:
+        return int.from_bytes(packet.read(7), "little") or immediate & ~_ORIGINAL_FOLLOWS
+    return immediate & ~_ORIGINAL_FOLLOWS
+
+
 class UnreadCommit(Protocol):
     """What a loop does at an XA COMMIT whose XA PREPARE it did not read (``xid``, the
     commit as ``end``): the records holding the prepared rows (their layouts, then the
@@ -142,6 +163,7 @@ class EventLoop:
         self.start, self.end, self.skip_through = start, end, skip_through
         self.decoder, self.capture = decoder, capture
         self.gtid: str | None = None  # the GTID of the transaction being read
+        self.commit_us = 0  # its commit time (µs) where its GTID event holds one (MySQL 8), else 0
         self.xa = XaHold()
         self._opener, self._starts, self._unread_commit = opener, starts, unread_commit
         self._before: list[LoopRecord] = []  # records that go before the handler's own (layouts)
@@ -212,7 +234,7 @@ class EventLoop:
         partial = partial_image(event)  # not decoded: its table needs a backfill
         rows = [] if partial else self.decoder.rows(event, d)
         return RowsEvent(d.layout.table, OPS[type(event)], at, d.layout.id, rows, event.timestamp, event.event_size,
-                         self.gtid, partial)
+                         self.gtid, partial, self.commit_us)
 
     def _partial_update(self, event, at: BinlogPosition) -> None:
         if self.capture is None or self.capture(event.schema, event.table):
@@ -234,6 +256,7 @@ class EventLoop:
 
     def _gtid(self, event, at: BinlogPosition) -> TransactionStart | None:
         self.gtid = event.gtid
+        self.commit_us = commit_micros(event)
         return TransactionStart(at, event.gtid, event.timestamp) if self._starts else None
 
     def _xid(self, event, at: BinlogPosition) -> TransactionEnd:
@@ -287,5 +310,5 @@ class EventLoop:
             held = [r for r in found if isinstance(r, RowsEvent)]
         if not held:
             return end
-        return PreparedCommit(tuple(dataclasses.replace(ev, position=at, gtid=end.gtid, timestamp=end.timestamp)
-                                    for ev in held), end)
+        return PreparedCommit(tuple(dataclasses.replace(ev, position=at, gtid=end.gtid, timestamp=end.timestamp,
+                                                        commit_us=self.commit_us) for ev in held), end)

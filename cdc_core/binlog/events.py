@@ -48,7 +48,8 @@ class TableLayout:
 class RowsEvent:
     """One row event of a captured table. ``rows`` are value tuples in the layout's column
     order; for updates, ``(before, after)`` pairs. ``size`` is the event's size in bytes;
-    ``gtid`` its transaction's GTID (None on a server without GTIDs). A ``partial`` event's
+    ``gtid`` its transaction's GTID (None on a server without GTIDs); ``timestamp`` its header's
+    (whole seconds), ``commit_us`` its transaction's original commit time (MySQL 8's GTID event). A ``partial`` event's
     images leave columns out: its rows are not decoded, and its table needs a backfill."""
 
     table: str
@@ -60,6 +61,13 @@ class RowsEvent:
     size: int
     gtid: str | None = None
     partial: bool = False  # its images leave columns out (binlog_row_image not FULL): ``rows`` is empty
+    commit_us: int = 0  # its transaction's commit time in µs where the server writes one (MySQL 8), else 0
+
+    @property
+    def time_us(self) -> int:
+        """The change's time on the source, µs since the epoch (UTC): the commit time where the
+        server writes one, else the event header's second."""
+        return self.commit_us or self.timestamp * 1_000_000
 
 
 @dataclass(frozen=True, slots=True)

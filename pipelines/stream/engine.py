@@ -413,7 +413,7 @@ class StreamEngine:
         if f is not None:
             f.place_event(schema, ev.op, ev.rows, ev.position)
         batch.add(name, schema, lambda: self._table_batch(name, schema, ev.position), ev.op, ev.rows, ev.position,
-                  ev.size, time.monotonic(), ev.timestamp, ev.gtid)
+                  ev.size, time.monotonic(), ev.time_us, ev.gtid)
         if hold:
             s.summary.held_rows_peak = max(s.summary.held_rows_peak, s.held_rows())
 
