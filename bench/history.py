@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default="current,metadata,history,soft_delete")
     ap.add_argument("--max-batch-rows", type=int)
     ap.add_argument("--max-batch-seconds", type=float)
+    ap.add_argument("--catchup-batch-rows", type=int, help="stream.catchup_batch_rows (bench/stream.py)")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
