@@ -75,7 +75,8 @@ def run_stream(server: LocalMariaDB, backlog: Backlog, work: Path, workers: int,
     """(b) ``binlake stream --until now`` over the backlog into a fresh lake with ``workers``."""
     lake, name = work / f"lake-w{workers}-{run}", f"bench_catchup_w{workers}_{run}"
     raw = stream_config(server, lake, name, SERVER_ID_STREAM + 10 * run + workers, DB, backlog.start,
-                        argparse.Namespace(max_batch_rows=None, max_batch_seconds=None))
+                        argparse.Namespace(max_batch_rows=None, max_batch_seconds=None,
+                                           catchup_batch_rows=None))
     raw["source"]["parallel_decode"] = {"workers": workers, "min_backlog_mb": 0, "chunk_mb": args.chunk_mb}
     config = work / f"{name}.yaml"
     write_config_file(config, raw)

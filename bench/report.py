@@ -67,6 +67,8 @@ RUNS = {
     "stream_updates": Run("stream.py", ("--only", "throughput", "--preload", "1000000", "--rows", "300000",
                                         "--mix", "0/100/0"), "stream_updates/stream_throughput.json"),
     "catchup": Run("catchup.py", ("--rows", "1000000", "--workers", "1,2,3"), "catchup.json"),
+    # the same backlog into tables of each mode, alternating (docs/history.md)
+    "history": Run("history.py", ("--rows", "300000"), "history.json"),
     # 20,000 rows/s: 200 rows per transaction at 100 transactions/s; one paced load
     "latency": Run("stream.py", ("--only", "latency", "--latency-seconds", "60", "--rows-per-tx", "200"),
                    "stream_latency/stream_latency.json", repeats=False),
@@ -122,6 +124,16 @@ def _catchup(doc: dict) -> tuple[str, str, float | None, bool]:
             f"{doc['raw']['rows_per_s']:,.0f} rows/s", best["ratio"], doc["pass"])
 
 
+def _mode(mode: str, goal: float) -> Callable[[dict], tuple[str, str, float | None, bool]]:
+    """bench/history.py: ``mode``'s median rows/s against the default mode's."""
+    def read(doc: dict) -> tuple[str, str, float | None, bool]:
+        m, ratio = doc["median_rows_per_s"], doc["ratio_to_current"][mode]
+        cpu = doc["cpu_ratio_to_current"][mode]
+        return (f"{m[mode]:,.0f} rows/s (by CPU seconds {cpu:.2f}x)", f"{m['current']:,.0f} rows/s", ratio,
+                ratio >= goal)
+    return read
+
+
 STREAM_GOAL = 0.9
 LATENCY_P50_S, LATENCY_P99_S = 0.5, 1.5
 
@@ -139,6 +151,10 @@ FIGURES = (
            _stream),
     Figure("catchup", "3. 1M-change catch-up, parallel decode vs raw single reader", "raw loop", ">= 1.25x",
            _catchup),
+    Figure("history", "2. stream into history tables vs the default mode", "current mode", ">= 0.7x",
+           _mode("history", 0.7)),
+    Figure("history", "2. stream with metadata columns vs the default mode", "current mode", ">= 0.95x",
+           _mode("metadata", 0.95)),
     Figure("latency", "4. latency at 20,000 rows/s inserts", "-", "p50 <= 0.5 s, p99 <= 1.5 s", _latency),
 )
 

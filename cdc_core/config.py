@@ -167,6 +167,35 @@ _SECRET_OPTION = re.compile(r"key|secret|token|password|sas|credential", re.IGNO
 class SinkConfig(_Strict):
     path: str = "./lake"  # a local folder or an object-store URI (s3://, gs://, abfss://, ...)
     storage_options: dict[str, str] = Field({}, repr=False)  # delta-rs's own option keys
+    # Source metadata columns every table gets (cdc_core/schema/modes.py): the change's commit time
+    # and its place in the binlog.
+    metadata_columns: list[Literal["_cdc_ts", "_cdc_position"]] = []
+    # Per table ("db.table", full-match regex, first match wins): what a Delta table keeps of its
+    # source rows: current | soft_delete | history (docs/history.md).
+    table_modes: dict[str, Literal["current", "soft_delete", "history"]] = {}
+    # Tables ("db.table", full-match regexes) with an append-only changelog table of their own
+    # (<path>/<db>/<table>__changes: every change, its op, time and position).
+    change_feed: list[str] = []
+
+    @field_validator("metadata_columns")
+    @classmethod
+    def _columns_once(cls, names: list[str]) -> list[str]:
+        if len(set(names)) != len(names):
+            raise ValueError("a column is named twice")
+        return names
+
+    @field_validator("table_modes", "change_feed")
+    @classmethod
+    def _table_patterns_compile(cls, patterns):
+        return _compiled(patterns)
+
+    def mode_of(self, qualified_name: str) -> str:
+        """The mode of the Delta table ``db.table`` (``current`` unless ``table_modes`` says otherwise)."""
+        return next((m for p, m in self.table_modes.items() if re.fullmatch(p, qualified_name)), "current")
+
+    def feeds(self, qualified_name: str) -> bool:
+        """Whether the Delta table ``db.table`` has a changelog table (``change_feed``)."""
+        return any(re.fullmatch(p, qualified_name) for p in self.change_feed)
 
     @field_validator("storage_options")
     @classmethod

@@ -63,10 +63,12 @@ def build_binlake_definitions(config: str | Path, catalog_path: str | Path | Non
         log.warning("binlake: no table catalog at %s yet: run the job binlake_refresh_tables "
                     "(or `dg utils refresh-defs-state`)", catalog_path)
     translator = translator or BinlakeTranslator(cfg)
-    specs = [translator.get_asset_spec(t) for t in current_tables(cfg, catalog)]
+    tables = current_tables(cfg, catalog)
+    specs = [translator.get_asset_spec(t) for t in tables]
+    changelogs = [spec for t in tables if (spec := translator.get_changelog_spec(t)) is not None]
     jobs, schedules = check_jobs([s.key for s in specs], cfg.dagster.reconcile_cron)
     return Definitions(
-        assets=[snapshot_asset(s) for s in specs],
+        assets=[*(snapshot_asset(s) for s in specs), *changelogs],
         asset_checks=all_checks([s.key for s in specs]),
         jobs=[stream_job, apply_schema_changes, refresh_tables_job, backfill_job, repair_job, *jobs],
         sensors=[snapshot_partitions_sensor, stream_handoff_sensor, schema_change_sensor],

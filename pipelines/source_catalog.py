@@ -25,6 +25,7 @@ from pathlib import Path
 from cdc_core.config import BinlakeConfig
 from cdc_core.routes import Router
 from cdc_core.schema.history import Status
+from cdc_core.schema.modes import SinkColumns
 from cdc_core.schema.output import output_schema
 from cdc_core.schema.table import TableSchema, describe_table
 from cdc_core.source.capture import without_excluded
@@ -120,7 +121,10 @@ class LakeColumn:
 def lake_columns(cfg: BinlakeConfig, schema: TableSchema) -> list[LakeColumn]:
     """The columns of the table's Delta table (a routed table: its sink), or the ones the
     snapshot will write while there is none."""
-    arrow = output_schema(schema)
+    router = Router(cfg.routes)
+    name = schema.qualified_name
+    arrow = output_schema(schema, SinkColumns.of(cfg.sink, router.sink(name)).applied(schema, router.routed(name))
+                          .fields())
     try:
         t = open_table(table_uri(cfg.sink.path, Router(cfg.routes).sink(schema.qualified_name)),
                        cfg.sink.storage_options)

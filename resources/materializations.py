@@ -26,6 +26,7 @@ from cdc_core.config import BinlakeConfig
 from cdc_core.offset.startup import binlog_files, lag_bytes
 from cdc_core.offset.stream_offset import StreamOffset
 from cdc_core.routes import Router
+from cdc_core.schema.modes import FEED_SUFFIX
 from cdc_core.schema.table import TableSchema
 from cdc_core.source.connection import connect, connection_settings
 from pipelines.lake.reads import count_rows
@@ -88,6 +89,7 @@ class OffsetRecorder:
             "binlake/rows_inserted": rows.inserted,
             "binlake/rows_updated": rows.updated,
             "binlake/rows_deleted": rows.deleted,
+            "binlake/table_mode": self.cfg.sink.mode_of(sink) if not self.router.routed(table) else "current",
             "dagster/row_count": count_rows(dt, table if self.router.routed(table) else None) if dt else 0,
         }
         if table in self.tables:
@@ -109,11 +111,16 @@ class OffsetRecorder:
         return columns
 
     def on_commits(self, commits: list[TableCommit]) -> list[AssetMaterialization]:
-        """One materialization per source table of each commit of a batch."""
+        """One materialization per source table of each commit of a batch, and one of the
+        table's changelog when it has one (``sink.change_feed``)."""
         out = []
         for c in commits:
             for table in c.sources:
                 out.append(self._materialization(table, c.offset, c.delta_version, c.rows, "stream batch committed"))
+            if self.cfg.sink.feeds(c.table) and not self.router.is_sink(c.table):
+                out.append(AssetMaterialization(
+                    asset_key=asset_key(c.table + FEED_SUFFIX), description="changes appended",
+                    metadata={k: v for k, v in offset_metadata(c.offset, self.clock()).items() if v is not None}))
         return out
 
     def on_checkpoint(self, offset: StreamOffset) -> list[AssetMaterialization]:

@@ -4,8 +4,11 @@ dagster-dlt's translators do: nothing here touches the source database.
 Each captured table is one asset keyed ``[db, table]`` whose partitions are its snapshot
 chunks (one dynamic partitions definition per table, keys ``chunk-0000``…); its spec
 carries the Delta table's column schema (``dagster/column_schema``), its location, its
-primary key and sink under ``binlake/…``, the kinds mysql/delta/spark and the table's
-freshness policy from ``dagster.freshness`` / ``dagster.table_freshness``.
+primary key and sink under ``binlake/…``, its mode (``binlake/table_mode``: current,
+soft_delete or history) and metadata columns, the kinds mysql/delta/spark and the table's
+freshness policy from ``dagster.freshness`` / ``dagster.table_freshness``. A table with a
+change feed (``sink.change_feed``) has a second asset, its changelog table
+``[db, table__changes]``, which depends on it.
 
 Tests: tests/test_dagster_defs.py.
 """
@@ -28,6 +31,7 @@ from dagster._core.definitions.metadata import TableMetadataSet  # not exported 
 
 from cdc_core.config import BinlakeConfig
 from cdc_core.routes import Router
+from cdc_core.schema.modes import FEED_SUFFIX, SinkColumns
 from cdc_core.schema.output import is_reserved
 from cdc_core.schema.table import TableSchema as SourceSchema
 from pipelines.lake.tables import table_uri
@@ -105,5 +109,35 @@ class BinlakeTranslator:
                 "binlake/sink_table": sink,
                 "binlake/delta_uri": MetadataValue.path(uri),
                 "binlake/primary_key": ", ".join(schema.primary_key) or "(none)",
+                **self.mode_metadata(schema),
             },
+        )
+
+    def columns(self, schema: SourceSchema) -> SinkColumns:
+        """The mode and metadata columns of the table's Delta table (cdc_core/schema/modes.py)."""
+        table = schema.qualified_name
+        return SinkColumns.of(self.cfg.sink, self.router.sink(table)).applied(schema, self.router.routed(table))
+
+    def mode_metadata(self, schema: SourceSchema) -> dict[str, str]:
+        """``binlake/table_mode`` and ``binlake/metadata_columns`` of the table's Delta table."""
+        c = self.columns(schema)
+        return {"binlake/table_mode": str(c.mode),
+                "binlake/metadata_columns": ", ".join(f.name for f in c.fields()) or "(none)"}
+
+    def get_changelog_spec(self, schema: SourceSchema) -> AssetSpec | None:
+        """The asset of the table's changelog table, or None when it has no change feed."""
+        if not self.columns(schema).feed:
+            return None
+        table = schema.qualified_name
+        uri = table_uri(self.cfg.sink.path, table + FEED_SUFFIX)
+        return AssetSpec(
+            key=asset_key(table + FEED_SUFFIX),
+            description=(f"Change feed of `{table}` at `{uri}`: every change the stream applied, appended (op, "
+                         "image, `_cdc_seq`, `_cdc_ts`, `_cdc_position`); read the changes since a `_cdc_seq` or "
+                         "a time."),
+            group_name=schema.database,
+            kinds={"delta"},
+            deps=[asset_key(table)],
+            metadata={"binlake/pipeline": self.cfg.pipeline.name, "binlake/source_table": table,
+                      "binlake/delta_uri": MetadataValue.path(uri), "binlake/table_mode": "changelog"},
         )

@@ -68,6 +68,30 @@ def test_definitions_load_from_the_catalog_with_mysql_down(db, make_config, tmp_
     assert list(empty.resolve_all_asset_specs()) == []
 
 
+def test_asset_metadata_names_each_table_mode_and_changelogs_are_assets(db, make_config, tmp_path):
+    """``binlake/table_mode`` and ``binlake/metadata_columns`` on every table's spec, the mode's
+    columns in its column schema; a table with a change feed has its changelog as an asset of
+    its own, depending on it (docs/history.md)."""
+    name, conn = db
+    _tables(conn)
+    cfg = make_config(name, sink={"metadata_columns": ["_cdc_ts"], "table_modes": {rf"{name}\.a": "history"},
+                                  "change_feed": [rf"{name}\.a"]})
+    discover(cfg).write(tmp_path / "tables.json")
+    defs = build_binlake_definitions(write_config_file(unreachable(cfg), tmp_path / "binlake.yaml"),
+                                     tmp_path / "tables.json")
+    Definitions.validate_loadable(defs)
+    specs = {s.key: s for s in defs.resolve_all_asset_specs()}
+    a, b = specs[AssetKey([name, "a"])], specs[AssetKey([name, "b"])]
+    assert (a.metadata["binlake/table_mode"], b.metadata["binlake/table_mode"]) == ("history", "current")
+    assert a.metadata["binlake/metadata_columns"] == "_cdc_ts, _valid_from, _valid_to, _valid_to_seq, _is_current"
+    assert b.metadata["binlake/metadata_columns"] == "_cdc_ts"
+    assert [c.name for c in a.metadata["dagster/column_schema"].columns][-5:] == [
+        "_cdc_ts", "_valid_from", "_valid_to", "_valid_to_seq", "_is_current"]
+    feed = specs[AssetKey([name, "a__changes"])]
+    assert feed.metadata["binlake/table_mode"] == "changelog" and {d.asset_key for d in feed.deps} == {a.key}
+    assert AssetKey([name, "b__changes"]) not in specs
+
+
 def _run(args: list[str], env: dict) -> str:
     done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"{' '.join(args)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"

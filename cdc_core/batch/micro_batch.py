@@ -75,13 +75,14 @@ class MicroBatch:
         return tb is None or tb.schema == schema
 
     def add(self, table: str, schema: TableSchema, make: Callable[[], TableBatch], op: str, rows: list,
-            position: BinlogPosition, size: int, now: float, first_row: int = 0) -> TableBatch:
+            position: BinlogPosition, size: int, now: float, time_us: int = 0,
+            gtid: str | None = None, first_row: int = 0) -> TableBatch:
         """Fold one row event of ``table`` (``make`` builds its TableBatch on first use); its rows
         are numbered from ``first_row`` (cdc_core/binlog/events.py: RowsEvent)."""
         tb = self.tables.get(table)
         if tb is None:
             tb = self.tables[table] = make()
-        tb.add_event(op, rows, position, first_row)
+        tb.add_event(op, rows, position, time_us, gtid, first_row)
         if not self.rows:
             self.opened = now
         self.rows += len(rows)

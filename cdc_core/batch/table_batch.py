@@ -117,10 +117,12 @@ class TableBatch:
         self.may_exist.setdefault(k, True)
         self.final[k] = (*row, "d", seq)
 
-    def add_event(self, op: str, rows: list, pos: BinlogPosition, first_row: int = 0) -> None:
+    def add_event(self, op: str, rows: list, pos: BinlogPosition, time_us: int = 0, gtid: str | None = None,
+                  first_row: int = 0) -> None:
         """Fold one row event (op c/u/d; value tuples in schema order, updates as (before,
         after) pairs) into the batch; its rows are numbered from ``first_row`` in ``_cdc_seq``
-        (cdc_core/binlog/events.py: RowsEvent)."""
+        (cdc_core/binlog/events.py: RowsEvent); its time (µs, ``RowsEvent.time_us``) and ``gtid``
+        are for the tables that keep them (cdc_core/batch/mode_batch.py)."""
         conv = self._convert
         self.events += 1
         self.rows_in += len(rows)

@@ -33,7 +33,9 @@ Invariants, what the loop guarantees every consumer (tests/test_event_loop.py):
 - GTIDs: every record carries the GTID of its transaction, the last GTID event read (None before
   one): MariaDB's ``d-s-n``, MySQL's ``uuid:n`` (GTID_LOG_EVENT) or ``uuid:tag:n``
   (GTID_TAGGED_LOG_EVENT), read by cdc_core/binlog/mysql_gtid.py; an anonymous transaction's
-  (ANONYMOUS_GTID_LOG_EVENT, a MySQL without GTIDs) is None.
+  (ANONYMOUS_GTID_LOG_EVENT, a MySQL without GTIDs) is None. Row events carry their
+  transaction's original commit time in µs where its MySQL 8 GTID event holds one
+  (``commit_us``; 0 on MariaDB, whose events hold seconds).
 - Compressed transactions (TRANSACTION_PAYLOAD_EVENT, cdc_core/binlog/payload.py): the events
   inside go to the same handlers as an uncompressed transaction's, every one at the payload's end
   position (its position in the file). Their row events come as one ``PreparedCommit`` with the
@@ -158,6 +160,7 @@ class EventLoop:
         self.start, self.end, self.skip_through = start, end, skip_through
         self.decoder, self.capture = decoder, capture
         self.gtid: str | None = None  # the GTID of the transaction being read
+        self.commit_us = 0  # its commit time (µs) where its GTID event holds one (MySQL 8), else 0
         self.xa = XaHold()
         self._opener, self._starts, self._unread_commit = opener, starts, unread_commit
         self._before: list[LoopRecord] = []  # records that go before the handler's own (layouts)
@@ -229,16 +232,16 @@ class EventLoop:
         except DiffError as e:  # a partial JSON update binlake cannot complete
             raise refused(e, at) from None
         return RowsEvent(d.layout.table, OPS[type(event)], at, d.layout.id, rows, event.timestamp, event.event_size,
-                         self.gtid, partial)
+                         self.gtid, partial, self.commit_us)
 
     def _not_implemented(self, event, at: BinlogPosition) -> LoopRecord | None:
         kind = event.event_type
         if kind == TRANSACTION_PAYLOAD_EVENT:
             return self._payload(event, at)
         if kind == GTID_TAGGED_LOG_EVENT:
-            return self._gtid_text(self._read_gtid(mysql_gtid.tagged_gtid_event, event, at), event, at)
+            return self._mysql_gtid_fields(self._read_gtid(mysql_gtid.tagged_gtid_event, event, at), event, at)
         if kind == ANONYMOUS_GTID_LOG_EVENT:
-            self.gtid = None  # a transaction without a GTID (a MySQL whose gtid_mode is OFF)
+            self.gtid, self.commit_us = None, 0  # a transaction without a GTID (a MySQL whose gtid_mode is OFF)
             return None
         if harmless(event) or (self.decoder is None and kind in ROW_CHANGES_ONLY):
             return None  # no change in it, or none this loop reads
@@ -263,15 +266,16 @@ class EventLoop:
                 raise refusal(TRANSACTION_PAYLOAD_EVENT, at, "its row events are not one transaction ending it "
                               f"({', '.join(type(r).__name__ for r in records)})")
             records = [r for r in records if type(r) is not RowsEvent and r is not end]
-            records.append(PreparedCommit(_numbered(rows, end), end))
+            records.append(PreparedCommit(_numbered(rows, end, self.commit_us), end))
         if not records:
             return None
         before.extend(records[:-1])
         return records[-1]
 
-    def _read_gtid(self, parse: Callable[[bytes], mysql_gtid.MysqlGtid], event, at: BinlogPosition) -> str:
+    def _read_gtid(self, parse: Callable[[bytes], mysql_gtid.MysqlGtid], event,
+                   at: BinlogPosition) -> mysql_gtid.MysqlGtid:
         try:
-            return parse(event_body(event)).gtid
+            return parse(event_body(event))
         except (ValueError, IndexError) as e:
             raise refusal(event.event_type, at, str(e)) from None
 
@@ -285,10 +289,13 @@ class EventLoop:
         return self._gtid_text(event.gtid, event, at)
 
     def _mysql_gtid(self, event, at: BinlogPosition) -> TransactionStart | None:
-        return self._gtid_text(self._read_gtid(mysql_gtid.gtid_event, event, at), event, at)
+        return self._mysql_gtid_fields(self._read_gtid(mysql_gtid.gtid_event, event, at), event, at)
 
-    def _gtid_text(self, gtid: str | None, event, at: BinlogPosition) -> TransactionStart | None:
-        self.gtid = gtid
+    def _mysql_gtid_fields(self, g: mysql_gtid.MysqlGtid, event, at: BinlogPosition) -> TransactionStart | None:
+        return self._gtid_text(g.gtid, event, at, g.commit_us)
+
+    def _gtid_text(self, gtid: str | None, event, at: BinlogPosition, commit_us: int = 0) -> TransactionStart | None:
+        self.gtid, self.commit_us = gtid, commit_us
         return TransactionStart(at, gtid, event.timestamp) if self._starts else None
 
     def _xid(self, event, at: BinlogPosition) -> TransactionEnd:
@@ -342,15 +349,15 @@ class EventLoop:
             held = [r for r in found if isinstance(r, RowsEvent)]
         if not held:
             return end
-        return PreparedCommit(_numbered(held, end), end)
+        return PreparedCommit(_numbered(held, end, self.commit_us), end)
 
 
-def _numbered(events: list[RowsEvent], end: TransactionEnd) -> tuple[RowsEvent, ...]:
-    """Row events that become one unit at ``end``: stamped with its position, GTID and time, each
+def _numbered(events: list[RowsEvent], end: TransactionEnd, commit_us: int) -> tuple[RowsEvent, ...]:
+    """Row events that become one unit at ``end``: stamped with its position, GTID and times, each
     numbering its rows on from the events before it (``RowsEvent.first_row``)."""
     out, first = [], 0
     for ev in events:
         out.append(dataclasses.replace(ev, position=end.position, gtid=end.gtid, timestamp=end.timestamp,
-                                       first_row=first))
+                                       commit_us=commit_us, first_row=first))
         first += len(ev.rows)
     return tuple(out)

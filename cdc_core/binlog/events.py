@@ -49,11 +49,13 @@ class RowsEvent:
     """One row event of a captured table. ``rows`` are value tuples in the layout's column
     order; for updates, ``(before, after)`` pairs. ``size`` is the event's size in bytes;
     ``gtid`` its transaction's GTID (None on a server without GTIDs): MariaDB's ``d-s-n``,
-    MySQL's ``uuid:n`` or ``uuid:tag:n``. A ``partial`` event's images leave columns out: its
-    rows are not decoded, and its table needs a backfill. ``first_row`` is the index of its first
-    row among the rows at its position: 0, but where several row events share one position (the
-    events of a ``PreparedCommit``) it counts on from the rows before it, so that ``_cdc_seq``
-    (``position.seq(first_row + i)``) orders and tells apart every row of the unit."""
+    MySQL's ``uuid:n`` or ``uuid:tag:n``; ``timestamp`` its header's (whole seconds),
+    ``commit_us`` its transaction's original commit time (MySQL 8's GTID event). A ``partial``
+    event's images leave columns out: its rows are not decoded, and its table needs a backfill.
+    ``first_row`` is the index of its first row among the rows at its position: 0, but where
+    several row events share one position (the events of a ``PreparedCommit``) it counts on from
+    the rows before it, so that ``_cdc_seq`` (``position.seq(first_row + i)``) orders and tells
+    apart every row of the unit."""
 
     table: str
     op: Op
@@ -65,6 +67,13 @@ class RowsEvent:
     gtid: str | None = None
     partial: bool = False  # its images leave columns out (binlog_row_image not FULL): ``rows`` is empty
     first_row: int = 0
+    commit_us: int = 0  # its transaction's commit time in µs where the server writes one (MySQL 8), else 0
+
+    @property
+    def time_us(self) -> int:
+        """The change's time on the source, µs since the epoch (UTC): the commit time where the
+        server writes one, else the event header's second."""
+        return self.commit_us or self.timestamp * 1_000_000
 
 
 @dataclass(frozen=True, slots=True)

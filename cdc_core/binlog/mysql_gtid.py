@@ -64,6 +64,13 @@ class MysqlGtid:
         """``uuid:n`` or ``uuid:tag:n``."""
         return f"{self.sid}:{self.tag}:{self.gno}" if self.tag else f"{self.sid}:{self.gno}"
 
+    @property
+    def commit_us(self) -> int:
+        """The transaction's commit time on its original source (µs since the epoch, UTC), 0 where
+        the event holds none (before 8.0.1); an original of 0 was written on a 5.7 source, where
+        this server's own (immediate) time stands for it."""
+        return self.original_commit_timestamp or self.immediate_commit_timestamp
+
 
 def _need(body: bytes, end: int, what: str) -> None:
     if end > len(body):

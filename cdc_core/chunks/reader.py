@@ -88,6 +88,7 @@ class ChunkResult:
     high_watermark: BinlogPosition
     window_changes: int
     attempts: int
+    read_at: float = 0.0  # the host's clock (time.time()) when the high watermark was taken
 
 
 def chunk_select_sql(schema: TableSchema, chunk: Chunk, literal: Callable[[object], str],
@@ -133,7 +134,8 @@ class ChunkReader:
             lw = visible_position(cur, self.base)
             raw = self._fetch(schema, chunk)
             hw = master_position(cur, self.base)
-        return ChunkResult(chunk, self._canonical(schema, raw, output_schema(schema), hw), lw, hw, 0, 1)
+        read_at = time.time()
+        return ChunkResult(chunk, self._canonical(schema, raw, output_schema(schema), hw), lw, hw, 0, 1, read_at)
 
     def read(self, schema: TableSchema, chunk: Chunk) -> ChunkResult:
         """Read ``chunk`` as of its high watermark (see the module invariants)."""
@@ -160,10 +162,10 @@ class ChunkReader:
             changes = [ch for ch in window if any(img is not None and img[chunk.key] in inside
                                                   for img in (ch.before, ch.after))]
             if not changes:
-                return ChunkResult(chunk, table, lw, hw, 0, attempt)
+                return ChunkResult(chunk, table, lw, hw, 0, attempt, selected.read_at)
             if keyed:
                 folded = fold(schema, table, changes, target, lambda img, inside=inside: img[chunk.key] in inside)
-                return ChunkResult(chunk, folded, lw, hw, len(changes), attempt)
+                return ChunkResult(chunk, folded, lw, hw, len(changes), attempt, selected.read_at)
             exact = self.read_consistent(schema, chunk, attempt + 1) if self.consistent else None
             if exact is not None:
                 return exact
@@ -183,12 +185,13 @@ class ChunkReader:
             at = consistent_snapshot(cur, self.base)
             if at is None:
                 return None
+            read_at = time.time()
             try:
                 raw = text_rows(self.control, schema, chunk_select_sql(schema, chunk, self.control.escape))
             finally:
                 cur.execute("ROLLBACK")
         log.info("%s chunk %d read in one consistent snapshot at %s", schema.qualified_name, chunk.index, at)
-        return ChunkResult(chunk, self._canonical(schema, raw, output_schema(schema), at), at, at, 0, attempt)
+        return ChunkResult(chunk, self._canonical(schema, raw, output_schema(schema), at), at, at, 0, attempt, read_at)
 
     def _fetch(self, schema: TableSchema, chunk: Chunk) -> pa.Table:
         """The chunk's rows as the bulk reader returns them. With ``raw_dates``, DATE and DATETIME

@@ -6,7 +6,8 @@ whose names all start with ``_cdc_``:
   table, never NULL, part of the sink's key;
 - ``_cdc_op``: ``r`` a snapshot read, ``c``/``u`` an insert/update the stream applied or a
   chunk folded in (``d`` marks a deletion in a batch and never stays in a table);
-- ``_cdc_seq``: the change's binlog order (cdc_core/offset/position.py: ``seq``).
+- ``_cdc_seq``: the change's binlog order (cdc_core/offset/position.py: ``seq``);
+- then the columns of the table's mode and metadata (cdc_core/schema/modes.py), when configured.
 
 A table is created with the source columns in the source's order, then the reserved ones
 in the order above (:func:`output_schema`; a route's sink: cdc_core.routes.sink_schema);
@@ -22,6 +23,7 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 
+from cdc_core.schema.modes import MODE_COLUMNS
 from cdc_core.schema.table import TableSchema
 from cdc_core.types.mapping import arrow_schema
 
@@ -33,17 +35,18 @@ RESERVED_FIELDS = (pa.field(CDC_OP, pa.string()), pa.field(CDC_SEQ, pa.int64()))
 ROUTED_RESERVED_FIELDS = (SOURCE_FIELD, *RESERVED_FIELDS)
 
 
-def output_schema(schema: TableSchema) -> pa.Schema:
-    """Arrow schema of a Delta table: source columns then the reserved _cdc_ columns."""
+def output_schema(schema: TableSchema, extras: Iterable[pa.Field] = ()) -> pa.Schema:
+    """Arrow schema of a Delta table: source columns then the reserved _cdc_ columns, then
+    ``extras`` (the mode's and metadata columns, cdc_core/schema/modes.py: SinkColumns.fields)."""
     base = arrow_schema(schema)
-    for f in RESERVED_FIELDS:
+    for f in (*RESERVED_FIELDS, *extras):
         base = base.append(f)
     return base
 
 
 def is_reserved(name: str) -> bool:
     """Whether ``name`` is one of binlake's reserved columns (not a source column)."""
-    return name.startswith(RESERVED_PREFIX)
+    return name.startswith(RESERVED_PREFIX) or name in MODE_COLUMNS
 
 
 def delta_name(names: Iterable[str], name: str) -> str | None:

@@ -64,6 +64,7 @@ class ChunkRows:
     rows: bytes
     low: BinlogPosition
     high: BinlogPosition
+    read_at: float = 0.0  # when the high watermark was taken (the executor's clock)
 
 
 def read_chunk(task: ChunkTask) -> ChunkRows | TaskFault:
@@ -78,7 +79,7 @@ def read_chunk(task: ChunkTask) -> ChunkRows | TaskFault:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, result.table.schema) as w:
         w.write_table(result.table)
-    return ChunkRows(sink.getvalue().to_pybytes(), result.low_watermark, result.high_watermark)
+    return ChunkRows(sink.getvalue().to_pybytes(), result.low_watermark, result.high_watermark, result.read_at)
 
 
 class GroupReads:
@@ -170,5 +171,5 @@ def _results(tasks: list[ChunkTask], answers: list[ChunkRows | TaskFault]) -> li
             log.debug("reading %s failed:\n%s", what, a.traceback)
             raise ReadFailed(f"reading {what}: {a.message}")
         rows = pa.ipc.open_stream(a.rows).read_all()
-        results.append(ChunkResult(task.chunk, rows, a.low, a.high, 0, 1))
+        results.append(ChunkResult(task.chunk, rows, a.low, a.high, 0, 1, a.read_at))
     return results

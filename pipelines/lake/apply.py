@@ -64,6 +64,12 @@ def apply_changes(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upsert
                        metrics.get("num_target_rows_deleted", 0))
 
 
+def rewritable_with(dt: DeltaTable, schema: pa.Schema, key: tuple[str, ...]) -> bool:
+    """Whether batches of ``dt`` (of ``schema``, keyed by ``key``) are written by copy-on-write,
+    never by a MERGE: what a table in a mode other than current needs (cdc_core/schema/modes.py)."""
+    return _rewritable(dt) and all(_joinable(schema.field(k).type) for k in key)
+
+
 def _rewritable(dt: DeltaTable) -> bool:
     """Whether the table's data files hold its rows as they are, so that rewriting a file without
     some rows removes exactly those: no partition columns (their values are not in the files), no
@@ -108,9 +114,9 @@ def _copy_on_write(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upser
     updated = deleted = 0
     dataset = dt.to_pyarrow_dataset()
     # Files are pruned on one key column: an integer one if any (a route's key starts with the
-    # source's name, which statistics cannot prune on), see _files_holding.
+    # source's name, which statistics cannot prune on), see files_holding.
     prune = next((k for k in key if pa.types.is_integer(schema.field(k).type)), key[0])
-    candidates = _files_holding(dt, prune, changes.column(prune))
+    candidates = files_holding(dt, prune, changes.column(prune))
     for fragment in dataset.get_fragments():
         size = candidates.get(fragment.path)
         if size is None:
@@ -143,7 +149,7 @@ def _copy_on_write(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upser
     return RowsApplied(new.num_rows, updated, deleted)
 
 
-def _files_holding(dt: DeltaTable, column: str, values: pa.ChunkedArray) -> dict[str, int]:
+def files_holding(dt: DeltaTable, column: str, values: pa.ChunkedArray) -> dict[str, int]:
     """Path -> size of each data file that may hold a row whose ``column`` is one of ``values``:
     those whose min/max statistics of an integer ``column`` bracket one of them, and every file
     without such statistics (or of a column of another type: its statistics may be truncated)."""

@@ -29,6 +29,7 @@ from deltalake import CommitProperties, DeltaTable
 from deltalake.transaction import AddAction
 
 from cdc_core.chunks.record import ChunkRecord
+from cdc_core.schema.modes import CDC_POSITION
 from cdc_core.schema.output import CDC_OP
 from pipelines.lake.storage import write_file
 from pipelines.lake.tables import metadata_properties, own_commits, post_commit_hooks, record_own_commit
@@ -61,9 +62,10 @@ def write_parquet(uri: str, table: pa.Table, storage_options: dict[str, str] | N
     object-store URI reached with ``storage_options``); the file is not committed. ``kind``
     names the writer in the file name (snapshot, stream)."""
     name = f"part-{kind}-{uuid.uuid4().hex}.parquet"
-    # Dictionary encoding only for the op column: on high-cardinality columns it costs
-    # about twice the write time for larger files (measured in bench/snapshot.py --profile).
-    dictionary = [n for n in table.column_names if n == CDC_OP]
+    # Dictionary encoding only for the op column (and the position, one value per transaction:
+    # cdc_core/schema/modes.py): on high-cardinality columns it costs about twice the write time
+    # for larger files (measured in bench/snapshot.py --profile).
+    dictionary = [n for n in table.column_names if n in (CDC_OP, CDC_POSITION)]
     size = write_file(uri, name, storage_options, lambda out: pq.write_table(
         table, out, compression="snappy", write_statistics=True, use_dictionary=dictionary))
     return WrittenFile(name, size, table.num_rows, file_stats(table))

@@ -85,7 +85,7 @@ from cdc_core.source.flavour import flavour_of
 from cdc_core.types.checksum import Rendering, df_ident, df_string, rendering
 from cdc_core.types.key_order import KeyOrders, ServerSql
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.reads import query
+from pipelines.lake.reads import live_sql, query
 from pipelines.lake.tables import DeltaTable, delta_schema, open_table, refresh, table_uri
 
 log = logging.getLogger(__name__)
@@ -395,6 +395,9 @@ class _DeltaSide:
             return out
         names = delta_schema(self.table).names
         conds = [] if self.source is None else [f"CAST({df_ident(CDC_SOURCE)} AS VARCHAR) = {df_string(self.source)}"]
+        live = live_sql(names)
+        if live is not None:  # a soft_delete table's live rows, a history table's current versions
+            conds.append(live)
         key_sql = None
         if self.key is not None:
             key_sql = df_ident(delta_name(names, self.key) or self.key)

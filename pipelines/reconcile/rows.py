@@ -18,7 +18,7 @@ from cdc_core.schema.output import delta_name
 from cdc_core.schema.table import TableSchema, describe_table, quote_ident
 from cdc_core.source.capture import without_excluded
 from cdc_core.types.mapping import binlog_value, text_select_expr
-from pipelines.lake.reads import dataset, source_filter
+from pipelines.lake.reads import dataset, live_filter, source_filter
 from pipelines.lake.tables import require_table, table_uri
 
 
@@ -58,11 +58,12 @@ def mysql_rows(cursor, schema: TableSchema) -> list[tuple]:
 
 def delta_rows(uri: str, schema: TableSchema, source: str | None = None,
                storage_options: dict[str, str] | None = None) -> list[tuple]:
-    """All rows of the Delta table at ``uri`` (opened with the sink's ``storage_options``), source
+    """All rows of the Delta table at ``uri`` (opened with the sink's ``storage_options``) that
+    MySQL holds (a soft_delete table's live rows, a history table's current versions), source
     columns only; with ``source``, only the rows of that routed source table."""
     rows = dataset(require_table(uri, storage_options))
     columns = [delta_name(rows.schema.names, c.name) or c.name for c in schema.columns]  # names are case-insensitive
-    t = rows.to_table(columns=columns, filter=None if source is None else source_filter(source))
+    t = rows.to_table(columns=columns, filter=source_filter(source) if source else live_filter(rows.schema.names))
     return [tuple(r[c] for c in columns) for r in t.to_pylist()]
 
 

@@ -53,6 +53,7 @@ from cdc_core.retry import Retry, RetryBudgetExceeded, RetryPolicy
 from cdc_core.routes import Router, sink_schema
 from cdc_core.schema.change import UnparsedDDL, parse_ddl
 from cdc_core.schema.history import Status
+from cdc_core.schema.modes import SinkColumns
 from cdc_core.schema.output import output_schema
 from cdc_core.schema.table import TableSchema, describe_table
 from cdc_core.source.capture import captured_schema
@@ -197,7 +198,8 @@ class SnapshotJob:
         per_group = group_size(total_pending, self.slots, self.cfg.source.snapshot)
         task_conn = replace(self.conn, read_timeout=self.retry.read_timeout)  # a stalled read fails, then retries
         options = tuple(sorted(self.cfg.sink.storage_options.items()))
-        tasks = [GroupTask(task_conn, 0, schema, tuple(g), uri, self.cfg.pipeline.name, target, options, self.base)
+        tasks = [GroupTask(task_conn, 0, schema, tuple(g), uri, self.cfg.pipeline.name, target, options, self.base,
+                           self._columns(schema))
                  for schema, uri, pending, target in work for g in chunk_groups(pending, per_group)]
         log.info("snapshot: %d tables, %d chunks to read in %d tasks", len(names), total_pending, len(tasks))
         self._execute(tasks, tables, by_table, summary, total_pending)
@@ -269,7 +271,7 @@ class SnapshotJob:
         done = 0
         for sink, group in ready.items():
             first = group[0][0]
-            records = self._commit(tables[sink], first.target or output_schema(first.schema),
+            records = self._commit(tables[sink], first.target or output_schema(first.schema, first.columns.fields()),
                                    [result for _, result in group])
             self._mirror(records)
             committed = iter(records)
@@ -316,12 +318,18 @@ class SnapshotJob:
 
     # --- sinks, checks and resets ------------------------------------------------------------------
 
+    def _columns(self, schema: TableSchema) -> SinkColumns:
+        """The mode and metadata columns of source ``schema``'s Delta table (cdc_core/schema/modes.py)."""
+        name = schema.qualified_name
+        return SinkColumns.of(self.cfg.sink, name).applied(schema, self.router.routed(name))
+
     def _open_sink(self, uri: str, sink: str, schemas: dict[str, TableSchema]):
         """The Delta table ``sink`` (created if missing) and, for a route's sink, the schema its
         rows are written with: the widest of all its sources, the table widened to it first."""
         sources = self.router.sources(sink, schemas)
-        if not sources:  # not routed: the source's own table
-            return ensure_table(uri, output_schema(schemas[sink]), self.cfg.sink.storage_options), None
+        if not sources:  # not routed: the source's own table, with its mode's columns
+            schema = output_schema(schemas[sink], self._columns(schemas[sink]).fields())
+            return ensure_table(uri, schema, self.cfg.sink.storage_options), None
         members = [schemas[n] for n in sources]
         dt_ = ensure_table(uri, sink_schema(members, sink=sink), self.cfg.sink.storage_options)
         widened = widen_to(dt_, sink_schema(members, base=delta_schema(dt_), sink=sink))
@@ -398,7 +406,7 @@ class SnapshotJob:
         if self.router.routed(name):
             reset(dt_, props, source=name)
         else:
-            reset(dt_, props, schema=output_schema(schema))
+            reset(dt_, props, schema=output_schema(schema, self._columns(schema).fields()))
         plan_table(self.cfg, self.store, cur, schema, at)  # a new baseline and plan: the table is read again
         summary.rows_written = 0
 

@@ -14,11 +14,15 @@ Invariants:
   (tests/test_object_store.py runs the snapshot on two workers writing to S3).
 - Routed tables (cdc_core/routes.py): a group of a routed source is written shaped as its
   sink (``_cdc_source`` filled) (tests/test_routes.py).
+- A table with a mode or metadata columns (cdc_core/schema/modes.py) gets its rows' read
+  columns: the group's high watermark and the time it was read; live, current versions
+  (tests/test_history_stream.py).
 """
 
 from __future__ import annotations
 
 import resource
+import time
 import traceback
 from dataclasses import dataclass
 
@@ -29,6 +33,7 @@ from cdc_core.chunks.planning import INTEGER_TYPES, Chunk
 from cdc_core.chunks.reader import ChunkReader
 from cdc_core.chunks.record import ChunkRecord
 from cdc_core.errors import transient_cause
+from cdc_core.schema.modes import SinkColumns
 from cdc_core.schema.table import TableSchema
 from cdc_core.source.connection import ConnectionSettings
 from pipelines.lake.conform import conform_routed
@@ -49,6 +54,7 @@ class GroupTask:
     target: pa.Schema | None = None  # routed: the sink table's schema (rows get _cdc_source)
     storage_options: tuple[tuple[str, str], ...] = ()  # sink.storage_options: the executor writes there
     base: int = 0  # of the pipeline's positions on the source (after a failover, cdc_core/offset/position.py)
+    columns: SinkColumns = SinkColumns()  # the table's mode and metadata columns (cdc_core/schema/modes.py)
 
     def describe(self) -> str:
         return f"{self.schema.qualified_name} chunks {self.chunks[0].index}-{self.chunks[-1].index}"
@@ -96,6 +102,8 @@ def run_group(task: GroupTask) -> GroupResult:
         reader = ChunkReader.bulk(c, worker_connection(c), task.schema, task.server_id, base=task.base)
         result = reader.read(task.schema, Chunk.span(list(task.chunks)))
         table = result.table
+        if not task.columns.plain:  # rows read at the high watermark (cdc_core/schema/modes.py)
+            table = task.columns.with_read_columns(table, result.high_watermark, int(time.time() * 1_000_000))
         counts = rows_per_chunk(task.schema, task.chunks, table)
         if task.target is not None:
             table = conform_routed(table, task.schema.qualified_name, task.target)

@@ -18,6 +18,10 @@ Invariants (tests/test_stream_crash.py, tests/test_table_batch.py):
 - Values are conformed to the Delta table's current schema by column name
   (case-insensitively, as MySQL names columns); a value Delta's type cannot hold is
   NULL and logged, the rest of its column untouched.
+- A table that is not in the default layout (cdc_core/schema/modes.py) is written by its
+  mode: stamped rows and tombstones by the same copy-on-write, a history table's versions
+  by pipelines/lake/versions.py; its changelog, if any, is appended first
+  (pipelines/lake/feed.py). The default layout's path is the one above, unchanged.
 """
 
 from __future__ import annotations
@@ -32,18 +36,22 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from cdc_core.batch.micro_batch import MicroBatch
+from cdc_core.batch.mode_batch import HistoryPlan, StampedBatch, mode_arrow
 from cdc_core.batch.table_batch import TablePlan, plan_to_arrow
 from cdc_core.batch.table_commit import RowsApplied, TableCommit
 from cdc_core.errors import TerminalError, is_transient
 from cdc_core.offset.stream_offset import StreamOffset
 from cdc_core.retry import Retry
 from cdc_core.routes import Router, sink_key
+from cdc_core.schema.modes import FEED_COLUMNS, SinkColumns
 from cdc_core.schema.output import delta_name
 from cdc_core.schema.table import TableSchema
-from pipelines.lake.apply import apply_changes, apply_keyless
+from pipelines.lake.apply import apply_changes, apply_keyless, rewritable_with
 from pipelines.lake.conform import conform, conform_routed
+from pipelines.lake.feed import append_changes
 from pipelines.lake.offsets import CHANGES_KEY, stream_commit_properties
 from pipelines.lake.tables import commit_no_data, table_uri
+from pipelines.lake.versions import apply_history, key_table
 from pipelines.stream.sinks import Sinks
 
 log = logging.getLogger(__name__)
@@ -53,12 +61,18 @@ log = logging.getLogger(__name__)
 class _Part:
     source: str
     schema: TableSchema
-    plan: TablePlan
+    plan: TablePlan | HistoryPlan
     changes: dict[str, int]  # binlog row changes by op (TableBatch.changes)
+    log: list[tuple]  # every change, for a changelog (StampedBatch.log)
 
 
-def _count(plan: TablePlan, op: str) -> int:
-    return sum(1 for rows in (plan.append, plan.upsert, plan.delete) for r in rows if r[-2] == op)
+def _rows(part: _Part) -> RowsApplied:
+    """What a part's plan writes, counted from the plan (when Delta's own metrics are lost)."""
+    p, at = part.plan, len(part.schema.columns)
+    if isinstance(p, HistoryPlan):
+        return RowsApplied(inserted=len(p.versions), updated=sum(1 for k in p.keys if k[-1]))
+    return RowsApplied(*(sum(1 for rows in (p.append, p.upsert, p.delete) for r in rows if r[at] == op)
+                         for op in ("c", "u", "d")))
 
 
 class Committer:
@@ -81,7 +95,9 @@ class Committer:
         work: dict[str, list[_Part]] = {}  # by Delta table: a route's sources go into one commit
         for name, tb in batch.tables.items():
             if tb.rows_in:  # committed even when its plan is empty: the commit records the changes it covers
-                work.setdefault(self.router.sink(name), []).append(_Part(name, tb.schema, tb.plan(), tb.changes))
+                changes_log = tb.log if isinstance(tb, StampedBatch) else []
+                work.setdefault(self.router.sink(name), []).append(_Part(name, tb.schema, tb.plan(), tb.changes,
+                                                                         changes_log))
         futures = [self._pool.submit(self._commit, sink, parts, offset) for sink, parts in work.items()]
         return [f.result() for f in futures]  # a failed table stops the engine before the checkpoint moves
 
@@ -107,7 +123,9 @@ class Committer:
                 done = self.sinks.applied_key(sink)
                 if done is not None and done >= offset.applied.key:
                     # The commit landed although the call failed: its metrics are lost, the changes are known.
-                    rows = RowsApplied(*(sum(_count(p.plan, op) for p in parts) for op in ("c", "u", "d")))
+                    counts = [_rows(p) for p in parts]
+                    rows = RowsApplied(*(sum(getattr(c, f) for c in counts) for f in ("inserted", "updated",
+                                                                                     "deleted")))
                     break
         return TableCommit(sink, tuple(p.source for p in parts), offset, self.sinks.tables[sink].version(), rows)
 
@@ -125,6 +143,9 @@ class Committer:
         table = self.sinks.tables[sink]
         props = stream_commit_properties(self.pipeline, offset,
                                          {CHANGES_KEY: json.dumps({p.source: p.changes for p in parts})})
+        columns = self.sinks.columns(sink)
+        if not columns.plain:  # one part: a mode needs a table of its own (cdc_core/schema/modes.py: mode_problem)
+            return self._apply_mode(sink, parts[0], offset, props, columns)
         if all(p.plan.empty for p in parts):
             commit_no_data(table, props)
             return RowsApplied()
@@ -137,3 +158,29 @@ class Committer:
         sink_cfg = self.sinks.cfg.sink
         return apply_changes(table, key, rows("append"), rows("upsert"), rows("delete"), props,
                              table_uri(sink_cfg.path, sink), sink_cfg.storage_options)
+
+    def _apply_mode(self, sink: str, part: _Part, offset: StreamOffset, props, columns: SinkColumns) -> RowsApplied:
+        """A table laid out by its mode (see the module invariants): its changelog first, then
+        one commit of the table."""
+        if columns.feed and part.log:
+            append_changes(self.sinks.feed(sink, part.schema), mode_arrow(part.schema, part.log, FEED_COLUMNS),
+                           self.pipeline, offset, part.source)
+        table, target = self.sinks.tables[sink], self.sinks.schemas[sink]
+        if part.plan.empty:
+            commit_no_data(table, props)
+            return RowsApplied()
+        key = tuple(delta_name(target.names, k) or k for k in part.schema.row_key)
+        if not rewritable_with(table, target, key):
+            raise TerminalError(f"{sink} is in {columns.mode} mode and its Delta table cannot be rewritten file by "
+                                "file (partitions, column mapping, deletion vectors, or a key type binlake does not "
+                                "join on): such a table stays in current mode")
+        uri, options = table_uri(self.sinks.cfg.sink.path, sink), self.sinks.cfg.sink.storage_options
+        p, src, pk = part.plan, part.source, part.schema.row_key
+        if isinstance(p, HistoryPlan):
+            versions = conform(mode_arrow(part.schema, p.versions, columns), target, src, pk)
+            return apply_history(table, key, key_table(key, versions.schema, p.keys), versions, props, uri, options)
+
+        def rows(kind: str) -> pa.Table:
+            return conform(mode_arrow(part.schema, getattr(p, kind), columns), target, src, pk)
+
+        return apply_changes(table, key, rows("append"), rows("upsert"), rows("delete"), props, uri, options)

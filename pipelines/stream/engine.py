@@ -54,6 +54,7 @@ import time
 from collections.abc import Callable
 
 from cdc_core.batch.micro_batch import BatchLimits, BatchPolicy, MicroBatch
+from cdc_core.batch.mode_batch import mode_batch
 from cdc_core.batch.table_batch import TableBatch, keyless_problem, table_batch
 from cdc_core.batch.table_commit import TableCommit
 from cdc_core.binlog.events import (
@@ -85,6 +86,7 @@ from cdc_core.offset.startup import (
 from cdc_core.offset.stream_offset import StreamOffset
 from cdc_core.retry import Retry, RetryPolicy
 from cdc_core.routes import RouteError, Router
+from cdc_core.schema.modes import SinkColumns, mode_problem
 from cdc_core.schema.table import TableSchema
 from cdc_core.source.connection import captured_tables, connect, connection_settings
 from cdc_core.source.foreign_keys import Cascade, by_parent, cascades
@@ -173,7 +175,9 @@ class StreamEngine:
                                          tables=plan.tables, filters=plan.filters, undecided=plan.undecided,
                                          summary=self._summary)
             s.rewind()
-            problems = [p for p in map(keyless_problem, s.streamed().values()) if p]
+            problems = [p for p in map(keyless_problem, s.streamed().values()) if p] + [
+                p for n, sch in s.streamed().items()
+                if (p := mode_problem(SinkColumns.of(self.cfg.sink, self.router.sink(n)), sch, self.router.routed(n)))]
             if problems:
                 raise StartupError("; ".join(problems))
             try:  # every captured table: one that cannot join its route stops the start until excluded
@@ -419,7 +423,7 @@ class StreamEngine:
         if f is not None:
             f.place_event(schema, ev.op, ev.rows, ev.position)
         batch.add(name, schema, lambda: self._table_batch(name, schema, ev.position), ev.op, ev.rows, ev.position,
-                  ev.size, time.monotonic(), ev.first_row)
+                  ev.size, time.monotonic(), ev.time_us, ev.gtid, ev.first_row)
         if hold:
             s.summary.held_rows_peak = max(s.summary.held_rows_peak, s.held_rows())
 
@@ -479,8 +483,10 @@ class StreamEngine:
         if f is not None and position > f.max_high_watermark:
             del self.state.filters[name]  # past the hand-off: no more filtering for this table
             f = None
+        columns = self.sinks.columns(self.router.sink(name))
+        drop, column = (f.should_drop, f.chunks[0].key) if f else (None, None)
         self.metrics.table_opened(name, self.state.event_time)  # its first change of this batch (or hold)
-        return table_batch(schema, f.should_drop if f else None, f.chunks[0].key if f else None)
+        return table_batch(schema, drop, column) if columns.plain else mode_batch(schema, columns, drop, column)
 
     # --- faults -----------------------------------------------------------------------------------
 

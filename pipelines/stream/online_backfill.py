@@ -55,7 +55,8 @@ from cdc_core.errors import is_transient
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.offset.startup import StartupError
 from cdc_core.schema.history import Status, TableState
-from cdc_core.schema.output import CDC_OP, CDC_SEQ, delta_name
+from cdc_core.schema.modes import CDC_DELETED, MODE_COLUMNS, TableMode
+from cdc_core.schema.output import CDC_OP, CDC_SEQ, delta_name, is_reserved
 from cdc_core.schema.table import TableSchema
 from cdc_core.source.connection import ConnectionSettings, connect
 from cdc_core.types.key_order import KeyOrders
@@ -68,6 +69,7 @@ from pipelines.lake.control_store import ControlStore
 from pipelines.lake.offsets import stream_commit_properties
 from pipelines.lake.reads import dataset
 from pipelines.lake.tables import delta_schema, refresh, table_uri
+from pipelines.lake.versions import apply_history, kept_rows, key_table, tombstones
 from pipelines.stream.sinks import Sinks
 from pipelines.stream.start import stable_describe
 from pipelines.stream.state import EngineState, HistoryRecorder
@@ -456,7 +458,8 @@ class Backfills:
 
         def scan() -> dict[int, Candidates]:
             data = rows.to_table(filter=cond)
-            columns = tuple(n for n in data.column_names if n not in (CDC_OP, CDC_SEQ))
+            # Compared with the chunk's rows: the source's columns (and a route's _cdc_source).
+            columns = tuple(n for n in data.column_names if n not in (CDC_OP, CDC_SEQ) and n not in MODE_COLUMNS)
             places = chunk_positions(data.column(ckey).to_numpy(), chunks)
             return {c.index: Candidates(data.select(columns).filter(pa.array(places == i)), columns)
                     for i, c in enumerate(chunks)}
@@ -555,12 +558,14 @@ class Backfills:
     def _write_merge(self, f: InFlight, req: BackfillRequest, result: ChunkResult) -> RowsApplied:
         """The chunk's merge committed to Delta where the stream is (nothing when its range
         already equals MySQL); what it wrote."""
-        s = self.state
         chunk = result.chunk
         rows = result.table
         pk = f.schema.row_key
         sink = self.router.sink(f.table)
         target = self.sinks.schemas[sink]
+        columns = self.sinks.columns(sink)
+        if not columns.plain:  # rows read at the chunk's high watermark (cdc_core/schema/modes.py)
+            rows = columns.with_read_columns(rows, result.high_watermark, int(result.read_at * 1_000_000))
         shaped = conform(rows, target, f.table, pk)
         key = tuple(delta_name(target.names, k) or k for k in pk)
         keys = shaped.select(list(key)).schema
@@ -568,16 +573,13 @@ class Backfills:
         touched = f.merge.keys(rows.select(list(pk)).schema).rename_columns(list(key)).cast(keys)
         found = self._candidates.get(req.id, {}).get(chunk.index) or Candidates()
         held = found.rows if found.rows is not None else keys.empty_table()
+        if columns.mode is not TableMode.CURRENT:
+            return self._write_kept(f, req, result, shaped, key, touched, held.select(list(key)), columns)
         w = merge_writes(shaped, key, touched, held, found.columns)
         append, upsert = shaped.take(w.append), shaped.take(w.upsert)
         deletes, twice = (list(zip(*(t.column(k).to_pylist() for k in key))) for t in (w.delete, w.twice))
         delete = deletions(target, key, deletes)
-        marker = {BACKFILL_KEY: json.dumps({
-            "id": req.id, "table": f.table, "chunk": chunk.index, "high_watermark": f.high_watermark.to_dict(),
-            "group": f.chunks[0].index, "group_chunks": len(f.chunks), "on_spark": f.on_spark,
-            "appended": append.num_rows, "upserted": upsert.num_rows, "deleted": len(deletes),
-            "left_to_stream": len(f.merge.touched), "read_seconds": round(f.read_seconds, 3)})}
-        props = stream_commit_properties(self.cfg.pipeline.name, s.offset, marker)
+        props = self._merge_properties(f, req, chunk, append.num_rows, upsert.num_rows, len(deletes))
         if twice:  # first one copy of each: a MERGE would update every copy alike
             deduplicate(self.sinks.tables[sink], key, twice, props)
         if append.num_rows or upsert.num_rows or delete.num_rows:
@@ -589,3 +591,49 @@ class Backfills:
                  "stream)", req.id, f.table, chunk.index, append.num_rows, upsert.num_rows, len(deletes),
                  len(f.merge.touched))
         return applied
+
+    def _merge_properties(self, f: InFlight, req: BackfillRequest, chunk: Chunk, appended: int, upserted: int,
+                          deleted: int):
+        """A merge's commit properties: the stream's offset and what the merge did (``binlake.backfill``)."""
+        marker = {BACKFILL_KEY: json.dumps({
+            "id": req.id, "table": f.table, "chunk": chunk.index, "high_watermark": f.high_watermark.to_dict(),
+            "group": f.chunks[0].index, "group_chunks": len(f.chunks), "on_spark": f.on_spark,
+            "appended": appended, "upserted": upserted, "deleted": deleted,
+            "left_to_stream": len(f.merge.touched), "read_seconds": round(f.read_seconds, 3)})}
+        return stream_commit_properties(self.cfg.pipeline.name, self.state.offset, marker)
+
+    def _write_kept(self, f: InFlight, req: BackfillRequest, result: ChunkResult, shaped: pa.Table,
+                    key: tuple[str, ...], touched: pa.Table, candidates: pa.Table, columns) -> RowsApplied:
+        """The merge of a soft_delete or history table (docs/history.md, "Backfills"): Delta's live
+        rows (current versions) of the chunk's keys and candidates, read now (every change up to
+        here committed, so exact for every untouched key), compared with the chunk's. A key MySQL
+        lacks becomes a tombstone (its version is closed); a key it holds that differs, or that
+        Delta lacks or holds as a tombstone, is written (a new version, ``_cdc_op`` 'r'); an
+        untouched tombstone of a key MySQL lacks is left as it is."""
+        sink = self.router.sink(f.table)
+        dt, target = self.sinks.tables[sink], self.sinks.schemas[sink]
+        held = kept_rows(dt, key, pa.concat_tables([shaped.select(list(key)), candidates.cast(shaped.select(list(key))
+                                                                                              .schema)]), columns)
+        compare = tuple(n for n in target.names if not is_reserved(n))
+        tombs = held.filter(pc.fill_null(held.column(CDC_DELETED), False)) if columns.soft else held.slice(0, 0)
+        live = held.filter(pc.invert(pc.fill_null(held.column(CDC_DELETED), False))) if columns.soft else held
+        w = merge_writes(shaped, key, touched, live, compare)
+        gone = live.join(w.delete, list(key), join_type="left semi") if w.delete.num_rows else live.slice(0, 0)
+        hw, read_at = result.high_watermark, int(result.read_at * 1_000_000)
+        props = self._merge_properties(f, req, result.chunk, len(w.append), len(w.upsert), gone.num_rows)
+        uri, options = table_uri(self.cfg.sink.path, sink), self.cfg.sink.storage_options
+        if not (len(w.append) or len(w.upsert) or gone.num_rows):
+            return RowsApplied()
+        if columns.history:
+            versions = shaped.take(pa.concat_arrays([w.append, w.upsert]))
+            # Every key written or ended, and whether its current version ends (a new key's has none).
+            parts = ((shaped.take(w.append), False), (shaped.take(w.upsert), True), (gone, True))
+            keys = [(*k, read_at, hw.seq(), ends) for t, ends in parts
+                    for k in zip(*(t.column(c).to_pylist() for c in key))]
+            return apply_history(dt, key, key_table(key, shaped.schema, keys), versions, props, uri, options)
+        new = shaped.take(w.append)
+        brought_back = new.join(tombs.select(list(key)), list(key), join_type="left semi")
+        append = new.join(tombs.select(list(key)), list(key), join_type="left anti")
+        upsert = pa.concat_tables([shaped.take(w.upsert), brought_back.select(target.names),
+                                   tombstones(gone, target, hw, read_at)])
+        return apply_changes(dt, key, append.select(target.names), upsert, target.empty_table(), props, uri, options)

@@ -48,6 +48,7 @@ from cdc_core.offset.stream_offset import StreamOffset
 from cdc_core.routes import RouteError, Router, sink_schema
 from cdc_core.schema.change import SchemaChange, UnparsedDDL, evolve_all, evolve_schema, parse_ddl
 from cdc_core.schema.history import Divergence, Status, TableState, conversion_schema
+from cdc_core.schema.modes import TableMode, position_text
 from cdc_core.schema.output import delta_name, output_schema
 from cdc_core.schema.statements import parse_statement
 from cdc_core.schema.table import TableSchema, describe_table
@@ -57,6 +58,7 @@ from pipelines.lake.control_store import ControlStore
 from pipelines.lake.offsets import stream_commit_properties
 from pipelines.lake.reads import count_rows
 from pipelines.lake.tables import reset
+from pipelines.lake.versions import end_all
 from pipelines.schema.applier import SchemaChangeRejected, apply_schema_change, widen_to
 from pipelines.schema.registry import PendingChange, apply_pending, resolutions
 from pipelines.stream.sinks import Sinks
@@ -219,7 +221,7 @@ class SchemaChanges:
             if created and e.changes:  # created from the columns known; its first table map shows the rest
                 detail = f"{e}; the columns known are created, any others show in its first table map"
             elif created:  # its first table map will say what the new (empty) table has
-                self._created(n, None, p)
+                self._created(n, None, st)
                 detail = f"{e}; the new table's columns are taken from its first table map"
             elif e.rows_changed and t is None:  # rows moved into a table not streamed yet (CONVERT … TO TABLE)
                 self.needs_backfill(n, p, 0, "unparsed", f"{e}; its rows came without row events: needs a backfill")
@@ -257,9 +259,7 @@ class SchemaChanges:
         if c.kind == "truncate_table":
             if t is not None and t.streamed and self.router.sink(name) in self.sinks \
                     and not s.skip.applied(self.router.sink(name), p):
-                # A routed source's rows only: its sink holds the other sources' rows too.
-                reset(self.sinks.tables[self.router.sink(name)], props,
-                      source=name if self.router.routed(name) else None)
+                self._empty(name, props, st)
                 log.info("%s truncated at %s", name, p)
             return
         if c.kind == "create_table":
@@ -320,7 +320,7 @@ class SchemaChanges:
         if self.router.routed(name) or self.router.is_sink(name):  # a route's sink: never overwrite it
             self._create_routed(c, schema, index, st, props, seen)
             return
-        self._created(name, schema, p, props)
+        self._created(name, schema, st, props)
         self.recorder.entry(name, p, index, c.kind, Status.APPLIED, schema=schema, ddl=st.sql,
                             description=c.describe(), detail="captured from its creation",
                             held_ms=(time.monotonic() - seen) * 1000)
@@ -335,9 +335,9 @@ class SchemaChanges:
         self.recorder.entry(c.table, st.position, index, c.kind, Status.RECORDED, ddl=st.sql, description=c.describe(),
                             detail=detail)
 
-    def _created(self, name: str, schema: TableSchema | None, p: BinlogPosition, props=None) -> None:
-        """Table ``name`` (re)created at ``p``: captured from its creation, its Delta rows none."""
-        s = self.state
+    def _created(self, name: str, schema: TableSchema | None, st: Statement, props=None) -> None:
+        """Table ``name`` (re)created by ``st``: captured from its creation, its Delta rows none."""
+        s, p = self.state, st.position
         s.undecided.discard(name)
         s.tables[name] = TableState(name, streamed=True)
         s.set_schema(name, schema)
@@ -347,15 +347,32 @@ class SchemaChanges:
             dt = self.sinks.existing(sink)
             routed = self.router.routed(name)
             if dt is not None and not s.skip.applied(sink, p) and count_rows(dt, name if routed else None):
-                reset(dt, props, source=name if routed else None)
+                self._empty(name, props, st)
                 self.sinks.refresh(sink)
             return
         dt = self.sinks.open(name, schema, s.streamed())
-        reused = dt.version() > 0 or self.sinks.schemas[sink] != output_schema(schema)
+        columns = self.sinks.columns(sink)
+        reused = dt.version() > 0 or self.sinks.schemas[sink] != output_schema(schema, columns.fields())
         if reused and not s.skip.applied(sink, p):
             # A table of that name existed before (dropped since): MySQL's new table is empty.
-            reset(dt, props, schema=output_schema(schema))
+            if columns.mode is TableMode.CURRENT:
+                reset(dt, props, schema=output_schema(schema, columns.fields()))
+            else:  # its rows end, their past stays; Delta takes the new table's columns by name
+                self._empty(name, props, st)
+                self._reconcile(name, schema)
             self.sinks.refresh(sink)
+
+    def _empty(self, name: str, props, st: Statement) -> None:
+        """``name``'s rows gone at statement ``st`` (TRUNCATE, a table created again): removed, a
+        routed source's rows only (its sink holds the other sources' too); in a soft_delete or
+        history table made tombstones or closed (pipelines/lake/versions.py: ``end_all``)."""
+        sink = self.router.sink(name)
+        dt, columns = self.sinks.tables[sink], self.sinks.columns(sink)
+        if columns.mode is TableMode.CURRENT:
+            reset(dt, props, source=name if self.router.routed(name) else None)
+        else:
+            at = position_text(st.position, st.gtid)
+            end_all(dt, columns, props, st.timestamp * 1_000_000, st.position.seq(), at)
 
     def _create_routed(self, c: SchemaChange, schema: TableSchema, index: int, st: Statement, props,
                        seen: float) -> None:

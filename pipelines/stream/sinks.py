@@ -9,6 +9,9 @@ Invariants (tests/test_routes.py, tests/test_stream_crash.py):
 - ``skip_filter`` reads each table's own offset (its Delta transaction version), so a
   change a table committed before a crash is not applied again even when the pipeline
   checkpoint is older (cdc_core/offset/stream_offset.py).
+- A table holds the columns of its mode (cdc_core/schema/modes.py): metadata columns a table
+  lacks are added (its earlier rows NULL); a table whose mode columns differ from its
+  configured mode's is refused, never converted (tests/test_history_stream.py).
 """
 
 from __future__ import annotations
@@ -17,12 +20,22 @@ import pyarrow as pa
 
 from cdc_core.config import BinlakeConfig
 from cdc_core.offset.position import BinlogPosition
+from cdc_core.offset.startup import StartupError
 from cdc_core.offset.stream_offset import SkipFilter
 from cdc_core.routes import Router, sink_schema
+from cdc_core.schema.modes import CDC_POSITION, CDC_TS, FEED_COLUMNS, FEED_SUFFIX, MODE_COLUMNS, SinkColumns
 from cdc_core.schema.output import output_schema
 from cdc_core.schema.table import TableSchema
 from pipelines.lake.offsets import applied_position_key
-from pipelines.lake.tables import DeltaTable, delta_schema, ensure_table, open_table, refresh, table_uri
+from pipelines.lake.tables import (
+    DeltaTable,
+    add_columns,
+    delta_schema,
+    ensure_table,
+    open_table,
+    refresh,
+    table_uri,
+)
 
 
 class Sinks:
@@ -33,6 +46,9 @@ class Sinks:
         self.router = router
         self.tables: dict[str, DeltaTable] = {}
         self.schemas: dict[str, pa.Schema] = {}
+        self.feeds: dict[str, DeltaTable] = {}  # changelog tables, by their table's sink name
+        self._columns: dict[str, SinkColumns] = {}
+        self._held: set[str] = set()  # tables whose columns were checked against their mode
 
     def __contains__(self, sink: str) -> bool:
         return sink in self.tables
@@ -41,17 +57,55 @@ class Sinks:
         """The Delta table of source ``name`` (created empty with ``schema`` if missing; a
         route's sink with the widest schema of ``members``, its known sources)."""
         sink = self.router.sink(name)
+        routed = self.router.routed(name)
+        if not routed and sink not in self._columns:
+            self._columns[sink] = SinkColumns.of(self.cfg.sink, sink).applied(schema, routed=False)
         dt = self.tables.get(sink)
         if dt is not None:
+            if not routed and sink not in self._held:
+                self._hold_mode(sink, dt)
             return dt
-        if self.router.routed(name):
+        if routed:
             known = [members[n] for n in self.router.sources(sink, members)] or [schema]
             target = sink_schema(known, sink=sink)
         else:
-            target = output_schema(schema)
-        dt = self.tables[sink] = ensure_table(table_uri(self.cfg.sink.path, sink), target,
-                                              self.cfg.sink.storage_options)
+            target = output_schema(schema, self.columns(sink).fields())
+        dt = ensure_table(table_uri(self.cfg.sink.path, sink), target, self.cfg.sink.storage_options)
+        if not routed:
+            self._hold_mode(sink, dt)
+        self.tables[sink] = dt
         self.schemas[sink] = delta_schema(dt)
+        return dt
+
+    def columns(self, sink: str) -> SinkColumns:
+        """The mode and metadata columns of Delta table ``sink`` as opened (cdc_core/schema/modes.py:
+        ``SinkColumns.applied``; the default layout for a routed sink)."""
+        return self._columns.get(sink) or SinkColumns()
+
+    def _hold_mode(self, sink: str, dt: DeltaTable) -> None:
+        """Give ``dt`` the metadata columns it lacks; refuse it when its mode's columns differ
+        from the configured mode's (see the module invariants)."""
+        names = set(delta_schema(dt).names)
+        wanted = self.columns(sink).fields()
+        mode = {f.name for f in wanted} - {CDC_TS, CDC_POSITION}
+        have = (names & MODE_COLUMNS) - {CDC_TS, CDC_POSITION}
+        if have != mode:
+            raise StartupError(
+                f"{sink}: its Delta table was made for another mode than {self.columns(sink).mode} "
+                f"(sink.table_modes; it has {', '.join(sorted(have)) or 'no mode column'}): a table changes "
+                "mode only when made again (remove its folder, then snapshot or backfill it)")
+        missing = [f for f in wanted if f.name not in names]
+        if missing:
+            add_columns(dt, missing, None)
+        self._held.add(sink)
+
+    def feed(self, sink: str, schema: TableSchema) -> DeltaTable:
+        """The changelog table of ``sink`` (created with ``schema``'s columns if missing)."""
+        dt = self.feeds.get(sink)
+        if dt is None:
+            dt = self.feeds[sink] = ensure_table(table_uri(self.cfg.sink.path, sink + FEED_SUFFIX),
+                                                 output_schema(schema, FEED_COLUMNS.fields()),
+                                                 self.cfg.sink.storage_options)
         return dt
 
     def existing(self, sink: str) -> DeltaTable | None:
@@ -61,6 +115,8 @@ class Sinks:
             if dt is None:
                 return None
             self.tables[sink], self.schemas[sink] = dt, delta_schema(dt)
+            if not self.router.is_sink(sink):
+                self._columns.setdefault(sink, SinkColumns.of(self.cfg.sink, sink))
         return self.tables[sink]
 
     def refresh(self, sink: str) -> None:

@@ -41,6 +41,7 @@ from cdc_core.offset.position import BinlogPosition, master_position
 from cdc_core.offset.startup import StartupError, earliest_position, scan_for_start
 from cdc_core.offset.stream_offset import StreamOffset
 from cdc_core.schema.history import HistoryEntry, Status, TableState, fold
+from cdc_core.schema.modes import FEED_SUFFIX
 from cdc_core.schema.statements import parse_statement
 from cdc_core.schema.table import TableSchema
 from cdc_core.source.capture import without_excluded
@@ -119,8 +120,9 @@ def resolve_start(cfg: BinlakeConfig, store: ControlStore, router, conn: Connect
     server_id = source_server_id(cur)
     cp = store.checkpoint()
     if cp is not None and cp.offset.server_id not in (None, server_id):
-        cp = dataclasses.replace(cp, offset=fail_over(cfg, store, conn, cur, cp, server_id,
-                                                      sorted({router.sink(n) for n in names})))
+        sinks = {router.sink(n) for n in names}
+        feeds = {s + FEED_SUFFIX for s in sinks if cfg.sink.feeds(s)}  # changelogs carry offsets too
+        cp = dataclasses.replace(cp, offset=fail_over(cfg, store, conn, cur, cp, server_id, sorted(sinks | feeds)))
     base = cp.offset.applied.base if cp else 0
     startup = cfg.source.startup
     mode = startup.mode

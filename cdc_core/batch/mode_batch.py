@@ -1,0 +1,186 @@
+"""One keyed table's share of a micro-batch when the table is not in the default layout
+(cdc_core/schema/modes.py): rows stamped with their change's time and position, tombstones
+of a ``soft_delete`` table, every version of a ``history`` table, and the changelog of a table
+with a change feed.
+
+Invariants (tests/test_history_modes.py, tests/test_history_stream.py):
+- ``StampedBatch`` folds as ``TableBatch`` does (the last change per key wins), each row carrying
+  its own change's time and position. In ``soft_delete`` mode a deleted key's last row is
+  written as a tombstone (its before image, op 'd') instead of being removed, and every key is
+  upserted (a tombstone of it may be in Delta, where an insert must replace it).
+- ``HistoryBatch`` folds nothing: each key keeps its changes in binlog order, and its plan has
+  one version per insert or update (several changes to a key in one batch are several
+  versions); version i is valid from its change to change i+1 (``_valid_to_seq`` that change's
+  ``_cdc_seq``), the last one is current unless a delete closed it. A key whose first change in
+  the batch is not an insert closes the version Delta holds as current at that first change.
+- Validity times never step back along a key's versions: a change's time is the later of its
+  event's and the previous change's (binlog header times are the second a statement started,
+  and one that started earlier may commit later); Delta's current version is taken into
+  account when it is closed (pipelines/lake/versions.py).
+- With a change feed, ``log`` holds every change applied, in binlog order: an insert's and an
+  update's after image, a delete's before image; an update that moves the row key is a delete
+  of the old key and an update of the new one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cdc_core.batch.table_batch import Drop, TableBatch, TablePlan
+from cdc_core.offset.position import BinlogPosition
+from cdc_core.schema.modes import (
+    CDC_DELETED,
+    CDC_POSITION,
+    CDC_TS,
+    IS_CURRENT,
+    VALID_FROM,
+    VALID_TO,
+    VALID_TO_SEQ,
+    SinkColumns,
+    position_text,
+)
+from cdc_core.schema.output import output_schema
+from cdc_core.schema.table import TableSchema
+
+# Where each extra column is in a plan row, after the source values: op, seq, then these.
+_AT = {CDC_TS: 2, CDC_POSITION: 3, VALID_FROM: 4, VALID_TO: 5, VALID_TO_SEQ: 6, IS_CURRENT: 7}
+
+
+class StampedBatch(TableBatch):
+    """The last change per key, stamped (see the module invariants). Plan rows: the values in
+    schema order, then ``_cdc_op``, ``_cdc_seq``, the change's time (µs) and position text."""
+
+    def __init__(self, schema: TableSchema, columns: SinkColumns, drop: Drop | None = None,
+                 drop_column: str | None = None):
+        super().__init__(schema, drop, drop_column)
+        self.columns = columns
+        self.log: list[tuple] = []  # every change, when the table has a change feed
+        self._feed = columns.feed
+        self._stamp: tuple[int, str] = (0, "")
+        self._soft = columns.soft
+        self._op = len(self.names)  # where _cdc_op is in a plan row
+        self._one_key = len(schema.row_key) == 1  # the fold's key is the value itself, else a tuple
+
+    def add_event(self, op: str, rows: list, pos: BinlogPosition, time_us: int = 0, gtid: str | None = None,
+                  first_row: int = 0) -> None:
+        self._stamp = (time_us, position_text(pos, gtid))
+        super().add_event(op, rows, pos, first_row=first_row)
+
+    def _write(self, row: tuple, op: str, seq: int, may_exist: bool) -> None:
+        k = self._key(row)
+        self.may_exist.setdefault(k, may_exist or self._soft)
+        self.final[k] = full = (*row, op, seq, *self._stamp)
+        if self._feed:
+            self.log.append(full)
+
+    def _delete(self, row: tuple, seq: int) -> None:
+        k = self._key(row)
+        self.may_exist.setdefault(k, True)
+        self.final[k] = full = (*row, "d", seq, *self._stamp)
+        if self._feed:
+            self.log.append(full)
+
+    def plan(self) -> TablePlan:
+        """The batch's net effect; a soft_delete table's deletions are upserted tombstones."""
+        out, at, soft = TablePlan(), self._op, self._soft
+        for k, row in self.final.items():
+            if row[at] == "d" and not soft:
+                if self.may_exist[k]:
+                    out.delete.append(row)
+            elif self.may_exist[k]:
+                out.upsert.append(row)
+            else:
+                out.append.append(row)
+        return out
+
+
+@dataclass
+class HistoryPlan:
+    """A history table's batch: ``keys``, one per key the batch changes: the key's values, the
+    time (µs) and ``_cdc_seq`` of its first change, and whether that change ends the version
+    Delta holds as current (it is not an insert); ``versions``: the new versions, as
+    StampedBatch rows followed by ``_valid_from``, ``_valid_to``, ``_valid_to_seq`` and
+    ``_is_current``."""
+
+    keys: list[tuple] = field(default_factory=list)
+    versions: list[tuple] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.keys or self.versions)
+
+
+class HistoryBatch(StampedBatch):
+    """Every change per key, in binlog order (see the module invariants)."""
+
+    def __init__(self, schema: TableSchema, columns: SinkColumns, drop: Drop | None = None,
+                 drop_column: str | None = None):
+        super().__init__(schema, columns, drop, drop_column)
+        self.changes_of: dict[object, list[tuple]] = {}
+
+    def _write(self, row: tuple, op: str, seq: int, may_exist: bool) -> None:
+        k = self._key(row)
+        self.may_exist.setdefault(k, may_exist)
+        full = (*row, op, seq, *self._stamp)
+        self.changes_of.setdefault(k, []).append(full)
+        if self._feed:
+            self.log.append(full)
+
+    def _delete(self, row: tuple, seq: int) -> None:
+        k = self._key(row)
+        self.may_exist.setdefault(k, True)
+        full = (*row, "d", seq, *self._stamp)
+        self.changes_of.setdefault(k, []).append(full)
+        if self._feed:
+            self.log.append(full)
+
+    def plan(self) -> HistoryPlan:  # type: ignore[override]
+        """Versions and closings (see the module invariants)."""
+        out, at, one = HistoryPlan(), self._op, self._one_key
+        keys, versions, may_exist = out.keys, out.versions, self.may_exist
+        for k, changes in self.changes_of.items():
+            first = changes[0]
+            keys.append(((k,) if one else k) + (first[at + 2], first[at + 1], may_exist[k]))
+            if len(changes) == 1:  # most keys: one change, no running time
+                if first[at] != "d":
+                    versions.append((*first, first[at + 2], None, None, True))
+                continue
+            times, t = [], first[at + 2]
+            for ch in changes:
+                t = max(t, ch[at + 2])
+                times.append(t)
+            last = len(changes) - 1
+            for i, ch in enumerate(changes):
+                if ch[at] == "d":
+                    continue
+                if i < last:
+                    versions.append((*ch, times[i], times[i + 1], changes[i + 1][at + 1], False))
+                else:
+                    versions.append((*ch, times[i], None, None, True))
+        return out
+
+
+def mode_batch(schema: TableSchema, columns: SinkColumns, drop: Drop | None = None,
+               drop_column: str | None = None) -> StampedBatch:
+    """The batch of a keyed table laid out as ``columns`` says (not plain)."""
+    return (HistoryBatch if columns.history else StampedBatch)(schema, columns, drop, drop_column)
+
+
+def mode_arrow(schema: TableSchema, rows: list[tuple], columns: SinkColumns) -> pa.Table:
+    """Plan rows of a StampedBatch or HistoryPlan versions as an Arrow table with ``columns``'
+    layout (cdc_core/schema/output.py: ``output_schema``); ``_cdc_deleted`` is true for 'd'."""
+    target = output_schema(schema, columns.fields())
+    if not rows:
+        return target.empty_table()
+    values = list(zip(*rows))
+    n = len(schema.columns)
+    arrays = [pa.array(values[i], f.type) for i, f in enumerate(target) if i < n + 2]
+    for f in list(target)[n + 2:]:
+        if f.name == CDC_DELETED:
+            arrays.append(pc.equal(arrays[n], "d"))
+        else:
+            arrays.append(pa.array(values[n + _AT[f.name]], f.type))
+    return pa.Table.from_arrays(arrays, schema=target)
