@@ -54,6 +54,7 @@ from cdc_core.config import BinlakeConfig
 from cdc_core.errors import is_transient
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.offset.startup import StartupError
+from cdc_core.retry import Retry, RetryPolicy, fault_line
 from cdc_core.schema.history import Status, TableState
 from cdc_core.schema.output import CDC_OP, CDC_SEQ, delta_name
 from cdc_core.schema.table import TableSchema
@@ -76,7 +77,7 @@ log = logging.getLogger(__name__)
 
 BACKFILL_KEY = "binlake.backfill"  # commit metadata of a merge: request id, chunk, group, high watermark
 POLL_SECONDS = 2.0  # how often the stream looks for new, paused and cancelled requests
-READ_ATTEMPTS = 30  # consecutive failed chunk reads before a request fails
+READ_ATTEMPTS = 30  # chunk reads failed in a row (not on a fault that passes) before a request fails
 # A group's merges go on, one after another, for this long; then the stream reads and commits
 # before the next (at its next record): its lag stays bounded, and an idle stream does not wait
 # for a heartbeat per chunk.
@@ -150,7 +151,8 @@ class Backfills:
     """Backfill requests worked on by the stream engine (see the module docstring)."""
 
     def __init__(self, cfg: BinlakeConfig, state: EngineState, sinks: Sinks, store: ControlStore,
-                 recorder: HistoryRecorder, router, key_orders: KeyOrders, conn: ConnectionSettings):
+                 recorder: HistoryRecorder, router, key_orders: KeyOrders, conn: ConnectionSettings,
+                 policy: RetryPolicy | None = None):
         self.cfg = cfg
         self.state = state
         self.sinks = sinks
@@ -169,7 +171,8 @@ class Backfills:
         self._scans = ThreadPoolExecutor(1, thread_name_prefix="backfill-scan")
         self._polled = 0.0
         self._cascaded: dict[str, str] = {}  # child table -> why it needs a backfill (cdc_core/source/foreign_keys.py)
-        self._failures = 0
+        self._failures = 0  # reads failed in a row on errors that do not pass
+        self._retry = Retry(policy or RetryPolicy())  # reads failing on faults that pass
         self._retry_at = 0.0
         self._group_started = 0.0  # time.monotonic() when the last read group started
         self._least_delay = float("inf")  # of the changes applied: host clock minus their commit time
@@ -248,6 +251,7 @@ class Backfills:
         self._save(req.next(state=BackfillState.FAILED, detail=why))
         self._candidates.pop(req.id, None)
         self._failures = 0
+        self._retry.succeeded()
 
     # --- reading ---------------------------------------------------------------------------------
 
@@ -306,22 +310,28 @@ class Backfills:
         return NextGroup(req, first, schema.column(req.chunks[first].key).data_type in INTEGER_TYPES, ahead)
 
     def _read_failed(self, req: BackfillRequest, e: Exception) -> None:
-        """A request whose table cannot be backfilled fails; a read that fails is tried again, up
-        to ``READ_ATTEMPTS`` times in a row."""
+        """A request whose table cannot be backfilled fails; a read that fails on a fault that
+        passes is tried again with the stream's backoff until its retry budget is spent, one that
+        fails otherwise up to ``READ_ATTEMPTS`` times in a row."""
         if isinstance(e, (StartupError, ChunkKeyError)):
             self._fail(req, str(e))
             return
         # Its group (the last: one is read at a time), read again; the groups before it are read.
         self.inflight = [f for f in self.inflight if f.results is not None]
-        self._failures += 1
         if is_transient(e):
             self._drop_control()
-        if self._failures >= READ_ATTEMPTS:
-            self._fail(req, f"{type(e).__name__}: {e}")
-            return
-        log.warning("backfill %s of %s: reading failed (%s: %s); trying again", req.id, req.table,
-                    type(e).__name__, e)
-        self._retry_at = time.monotonic() + min(0.2 * self._failures, 5.0)
+            cause, delay = fault_line(e), self._retry.next_delay()
+            if delay is None:
+                self._fail(req, f"the source kept failing for over {self._retry.policy.budget_seconds:.0f} s: {cause}")
+                return
+        else:
+            self._failures += 1
+            cause, delay = f"{type(e).__name__}: {e}", min(0.2 * self._failures, 5.0)
+            if self._failures >= READ_ATTEMPTS:
+                self._fail(req, cause)
+                return
+        log.warning("backfill %s of %s: reading failed (%s); again in %.1f s", req.id, req.table, cause, delay)
+        self._retry_at = time.monotonic() + delay
 
     def _begin(self, req: BackfillRequest) -> BackfillRequest | None:
         """Take a pending request: the table starts streaming if it did not (its baseline),
@@ -423,6 +433,7 @@ class Backfills:
         f.results, f.reading, f.read_seconds = results, None, time.monotonic() - f.started
         f.high_watermark = max(r.high_watermark for r in results)
         self._failures = 0
+        self._retry.succeeded()
         log.info("backfill %s of %s: %s/%d read (%d rows) between %s and %s", f.request.id, f.table,
                  f.describe(), len(f.request.chunks), sum(r.table.num_rows for r in results),
                  min(r.low_watermark for r in results), f.high_watermark)
