@@ -26,6 +26,7 @@ Invariants (tests/test_stream_crash.py, tests/test_table_batch.py):
 from __future__ import annotations
 
 import json
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -67,6 +68,8 @@ class Committer:
         self.sinks = sinks
         self.retry = retry or RetryPolicy()
         self._pool = ThreadPoolExecutor(4, thread_name_prefix="apply")
+        self.retries = 0  # table commits retried after a fault that passes (the metrics' count)
+        self._retries_lock = threading.Lock()  # tables commit in parallel threads
 
     def close(self) -> None:
         self._pool.shutdown()
@@ -84,6 +87,8 @@ class Committer:
         def landed() -> RowsApplied | None:
             # The commit landed although its call failed (the store did it, its answer was lost; or
             # delta-rs, retrying it, found its own commit in the way): its metrics are lost, the changes are known.
+            with self._retries_lock:
+                self.retries += 1  # asked before each new attempt
             self.sinks.refresh(sink)
             done = self.sinks.applied_key(sink)
             if done is None or done < offset.applied.key:
