@@ -20,7 +20,10 @@ engine asks, this part answers; it never commits itself. The engine calls:
   highest high watermark and nothing after, the engine commits its batch and calls
   ``merge()``, which merges the group's next chunks for up to ``MERGE_SLICE_SECONDS``, the
   rest next, so the stream's own commits go on between a group's merges (each exact where
-  the stream then is, cdc_core/chunks/incremental.py).
+  the stream then is, cdc_core/chunks/incremental.py). A merge whose call failed is made
+  again only if none of its attempts' commits (each with a token of its own in its commit
+  metadata) landed: an answer lost by the object store never appends a chunk's rows twice
+  (tests/test_lake_faults.py).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -170,6 +174,9 @@ class Backfills:
         # start, while its chunks are read: the stream thread only lists the files.
         self._scans = ThreadPoolExecutor(1, thread_name_prefix="backfill-scan")
         self._polled = 0.0
+        # A chunk's merges that failed (request id, chunk index): the table's version before the
+        # first, and each attempt's token, to find one that landed although its call failed.
+        self._attempts: dict[tuple[str, int], tuple[int, list[str]]] = {}
         self._cascaded: dict[str, str] = {}  # child table -> why it needs a backfill (cdc_core/source/foreign_keys.py)
         self._failures = 0  # reads failed in a row on errors that do not pass
         self._retry = Retry(policy or RetryPolicy())  # reads failing on faults that pass
@@ -534,6 +541,7 @@ class Backfills:
             if any(g.reading is not None for g in self.inflight):
                 self._reads.cancel()
             self.inflight = []  # the groups after it too: read with the same columns, merged after it
+            self._attempts.clear()  # read again: their merges are computed from the table as it is
             return
         until = time.monotonic() + MERGE_SLICE_SECONDS
         while f.results and time.monotonic() < until:  # at least one: until is ahead
@@ -563,6 +571,14 @@ class Backfills:
             self._candidates.pop(req.id, None)
             log.warning("backfill %s of %s (%s) is done", req.id, f.table, req.describe_range())
 
+    def _landed(self, sink: str, before: int, tokens: list[str]) -> bool:
+        """Whether a merge commit made with one of ``tokens`` is in ``sink`` after version ``before``."""
+        self.sinks.refresh(sink)
+        table = self.sinks.tables[sink]
+        since = table.version() - before
+        return since > 0 and any(json.loads(c[BACKFILL_KEY]).get("attempt") in tokens
+                                 for c in table.history(limit=since) if BACKFILL_KEY in c)
+
     def _write_merge(self, f: InFlight, req: BackfillRequest, result: ChunkResult) -> RowsApplied:
         """The chunk's merge committed to Delta where the stream is (nothing when its range
         already equals MySQL); what it wrote."""
@@ -588,6 +604,16 @@ class Backfills:
             "group": f.chunks[0].index, "group_chunks": len(f.chunks), "on_spark": f.on_spark,
             "appended": append.num_rows, "upserted": upsert.num_rows, "deleted": len(deletes),
             "left_to_stream": len(f.merge.touched), "read_seconds": round(f.read_seconds, 3)})}
+        attempt = (req.id, chunk.index)
+        if attempt in self._attempts and self._landed(sink, *self._attempts[attempt]):
+            # Its commit landed although the call failed (its answer lost): never appended twice.
+            log.info("backfill %s of %s: chunk %d had been merged", req.id, f.table, chunk.index)
+            del self._attempts[attempt]
+            return RowsApplied()
+        before, tokens = self._attempts.get(attempt, (self.sinks.tables[sink].version(), []))
+        token = uuid.uuid4().hex
+        self._attempts[attempt] = (before, [*tokens, token])
+        marker[BACKFILL_KEY] = json.dumps({**json.loads(marker[BACKFILL_KEY]), "attempt": token})
         props = stream_commit_properties(self.cfg.pipeline.name, s.offset, marker)
         if twice:  # first one copy of each: a MERGE would update every copy alike
             deduplicate(self.sinks.tables[sink], key, twice, props)
@@ -596,6 +622,7 @@ class Backfills:
                                     table_uri(self.cfg.sink.path, sink), self.cfg.sink.storage_options)
         else:  # the range already equals MySQL: nothing to commit
             applied = RowsApplied()
+        del self._attempts[attempt]
         log.info("backfill %s of %s: chunk %d merged (%d appended, %d upserted, %d deleted, %d keys left to the "
                  "stream)", req.id, f.table, chunk.index, append.num_rows, upsert.num_rows, len(deletes),
                  len(f.merge.touched))
