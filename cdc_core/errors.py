@@ -10,10 +10,13 @@ its text.
   budget, raises ``TerminalError`` naming the cause.
 - ``TerminalError``: a runtime failure retrying cannot fix; the CLI exits 1.
 
-``transient_cause`` names a source fault that passes (a lost path, a restarting server);
-``is_transient`` classifies the exceptions of the libraries binlake calls (pymysql,
-the OS, delta-rs), so every retry loop asks the same question the same way
-(tests/test_engine_parts.py).
+``transient_cause`` names a fault that passes: of the source (a lost path, a restarting
+server) or of the object store (``store_cause``: a 5xx answer, throttling, a timeout, a
+connection lost mid-request, after delta-rs's own retries); ``is_transient`` classifies the
+exceptions of the libraries binlake calls (pymysql, the OS, delta-rs, boto3 through
+pipelines/lake/storage.py), so every retry loop asks the same question the same way
+(tests/test_engine_parts.py, tests/test_lake_faults.py). ``one_line`` is any such error in one
+line, for a warning or a message.
 """
 
 from __future__ import annotations
@@ -40,17 +43,64 @@ _TRANSIENT_TEXT = re.compile(
 
 
 def transient_cause(exc: BaseException) -> str | None:
-    """A one-line description of ``exc`` when it is a transient source fault, else None. An
-    error raised while handling one (pymysql's "Already closed" from a cursor's clean-up after the
-    connection dropped) counts as that fault."""
+    """A one-line description of ``exc`` when it is a transient fault of the source or of the
+    object store, else None. An error raised while handling one (pymysql's "Already closed" from
+    a cursor's clean-up after the connection dropped) counts as that fault."""
+    return _in_chain(exc, lambda e: _own_cause(e) or _store_cause(e))
+
+
+def store_cause(exc: BaseException) -> str | None:
+    """A one-line description of ``exc`` when it is a transient object-store fault (delta-rs's
+    object store, or binlake's own ``PutObject``), else None."""
+    return _in_chain(exc, _store_cause)
+
+
+def _in_chain(exc: BaseException | None, own) -> str | None:
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        cause = _own_cause(exc)
+        cause = own(exc)
         if cause is not None:
             return cause
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+# An object store's answers and transport errors that pass, as delta-rs's object store (and
+# its Python errors, which carry no errno) words them once its own retries are spent: a 5xx or a
+# 429/408 answer, throttling, a request that timed out or whose connection broke.
+_STORE_TEXT = re.compile(
+    r"(?is)non-2xx status code\W+(5\d\d|429|408)\b|\b(SlowDown|InternalError|ServiceUnavailable|"
+    r"RequestTimeout|Throttl\w*|TooManyRequests)\b|error sending request|connection (reset|closed|refused|"
+    r"aborted|error)|operation timed out|timed out|broken pipe|incomplete message|error decoding response body|"
+    r"os error (104|32|110|111)\b")
+_STORE_ERROR = re.compile(r"<Code>(?P<code>[^<]*)</Code>\s*<Message>(?P<message>[^<]*)</Message>")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+STORE = "object store"  # how a store fault's description starts
+
+
+def _store_cause(exc: BaseException) -> str | None:
+    if isinstance(exc, StoreUnavailable):
+        return f"{STORE}: {exc}"
+    # delta-rs raises object-store failures as OSError without errno (or DeltaError); a full disk never passes
+    if type(exc).__name__ in ("DeltaError", "CommitFailedError") or (isinstance(exc, OSError) and exc.errno is None):
+        text = str(exc)
+        if "No space left" not in text and _STORE_TEXT.search(_ANSI.sub("", text)):
+            return f"{STORE}: {one_line(exc)}"
+    return None
+
+
+def one_line(error: BaseException) -> str:
+    """An error in one line: an object store's own code and message when it sent one, else the
+    first and last line of delta-rs's chained message (its type's name when it has none)."""
+    text = _ANSI.sub("", str(error))
+    m = _STORE_ERROR.search(text)
+    if m:
+        return f"{m['code']}: {m['message']}"
+    lines = [line.strip(" ↳") for line in text.splitlines() if line.strip(" ↳")]
+    return " / ".join(lines[:1] + lines[-1:]) if len(lines) > 1 else (lines[0] if lines else type(error).__name__)
 
 
 def _own_cause(exc: BaseException) -> str | None:
@@ -99,6 +149,11 @@ class TransientError(BinlakeError):
 
 class TerminalError(BinlakeError):
     """A runtime failure that retrying cannot fix (exit 1)."""
+
+
+class StoreUnavailable(TransientError, OSError):
+    """The object store refused or lost a request in a way that passes (a 5xx answer,
+    throttling, a timeout, a connection lost): the caller retries within its budget."""
 
 
 def is_transient(error: BaseException) -> bool:

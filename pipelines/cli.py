@@ -489,7 +489,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _explain(e: BaseException) -> str:
     """One line for an unexpected error: its type and first line (for a wrapped Python traceback,
-    its last line), with what to do when the lake's disk is full."""
+    its last line) and the step it happened in (the notes binlake adds, cdc_core/retry.py), with
+    what to do when the lake's disk is full."""
     text = str(e).strip()
     lines = text.splitlines() or [""]
     if "Traceback (most recent call last)" in text:  # an error from a Spark worker
@@ -497,6 +498,9 @@ def _explain(e: BaseException) -> str:
         line = last[-1] if last else lines[0]
     else:
         line = f"{type(e).__name__}: {lines[0]}"
+    notes = getattr(e, "__notes__", None)
+    if notes:
+        line += f" ({'; '.join(notes)})"
     if "No space left on device" in text or "os error 28" in text:
         line += ("; the lake's disk is full: nothing is half-committed (every commit is atomic); free space and "
                  "run the same command again to resume")

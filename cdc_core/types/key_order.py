@@ -54,6 +54,7 @@ the pure comparison in tests/test_handoff.py):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from bisect import bisect_right
@@ -64,6 +65,7 @@ from typing import Protocol
 
 import pymysql
 
+from cdc_core.retry import RetryPolicy, retrying
 from cdc_core.schema.table import Column
 from cdc_core.types.registry import codec_for
 
@@ -92,12 +94,17 @@ class Sql(Protocol):
 
 
 class ServerSql:
-    """:class:`Sql` over a pymysql connection made on first use; a connection lost
-    between queries (server restart, idle timeout) is made again once per query."""
+    """:class:`Sql` over a pymysql connection made on first use. On a connection it made, a
+    query that meets a fault that passes (the connection lost between or during queries, the
+    server restarting) is made again on a new connection, with backoff, until ``policy``'s
+    budget is spent (tests/test_control_faults.py); on one someone else owns, a connection lost
+    between queries is made again once (its owner retries the rest)."""
 
-    def __init__(self, open_connection: Callable[[], pymysql.connections.Connection], owned: bool = True):
+    def __init__(self, open_connection: Callable[[], pymysql.connections.Connection], owned: bool = True,
+                 policy: RetryPolicy | None = None):
         self._open = open_connection
         self._owned = owned
+        self._policy = policy or RetryPolicy()
         self._conn: pymysql.connections.Connection | None = None
 
     @classmethod
@@ -107,6 +114,8 @@ class ServerSql:
 
     def rows(self, sql: str, params: Sequence[object]) -> list[tuple]:
         """The rows of ``sql`` with ``params`` bound to its ``%s`` placeholders."""
+        if self._owned:
+            return retrying("ordering key values on the source", lambda: self._attempt(sql, params), self._policy)
         if self._conn is None:
             self._conn = self._open()
         try:
@@ -117,6 +126,15 @@ class ServerSql:
             self._conn.ping(reconnect=True)
             return self._run(sql, params)
 
+    def _attempt(self, sql: str, params: Sequence[object]) -> list[tuple]:
+        if self._conn is None:
+            self._conn = self._open()
+        try:
+            return self._run(sql, params)
+        except Exception:
+            self.close()  # maybe half-broken (cut mid-packet): never used again
+            raise
+
     def _run(self, sql: str, params: Sequence[object]) -> list[tuple]:
         with self._conn.cursor() as cur:
             cur.execute(sql, list(params))
@@ -125,7 +143,8 @@ class ServerSql:
     def close(self) -> None:
         """Close the connection if this made it (a later query makes a new one)."""
         if self._conn is not None and self._owned:
-            self._conn.close()
+            with contextlib.suppress(pymysql.err.Error):
+                self._conn.close()
         self._conn = None
 
 

@@ -11,26 +11,35 @@ Invariants (tests/test_snapshot_resume.py, tests/test_table_batch.py):
   previous one's), never chosen by wall-clock time: a clock step cannot make a restart
   resume from an older checkpoint. Positions cannot choose either: while a table is held
   for a schema change the checkpoint deliberately stays behind.
+- A write that fails on a fault that passes is retried within the store's retry budget
+  (cdc_core/retry.py), and never made twice: each append carries a token in its commit
+  metadata (``binlake.write``), and before a new attempt the table's latest commits are read
+  for it (a store that did the write but lost its answer). A checkpoint is written again
+  blindly: a repeated row is the same checkpoint. delta-rs, retrying a put whose answer was
+  lost, may itself commit an append again at the next version: it adds the same file, which a
+  Delta table holds once (tests/test_lake_faults.py).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import uuid
 from dataclasses import dataclass
 
 import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from cdc_core.chunks.incremental import BackfillRequest, latest_requests
 from cdc_core.chunks.planning import Chunk, decode_value
 from cdc_core.chunks.record import ChunkRecord
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.offset.stream_offset import StreamOffset
+from cdc_core.retry import RetryPolicy, retrying
 from cdc_core.schema.history import HistoryEntry, Status
 from cdc_core.schema.table import TableSchema
 from pipelines.lake.files import SnapshotCommits, snapshot_commits
-from pipelines.lake.tables import open_table, post_commit_hooks
+from pipelines.lake.tables import commit_with_token, open_table, post_commit_hooks
 
 PLAN_SCHEMA = pa.schema([
     ("pipeline", pa.string()), ("table", pa.string()), ("chunk_index", pa.int32()), ("chunk_key", pa.string()),
@@ -74,13 +83,19 @@ BACKFILL_SCHEMA = pa.schema([
 ])
 
 
-class ControlStore:
-    """Snapshot plans and progress of one pipeline."""
+# Commit metadata of a control-table append: a token of its own, found again after a fault.
+WRITE_KEY = "binlake.write"
 
-    def __init__(self, sink_path: str, pipeline: str, storage_options: dict | None = None):
+
+class ControlStore:
+    """Snapshot plans and progress of one pipeline; writes retried under ``retry``."""
+
+    def __init__(self, sink_path: str, pipeline: str, storage_options: dict | None = None,
+                 retry: RetryPolicy | None = None):
         self.root = f"{sink_path.rstrip('/')}/_binlake"
         self.pipeline = pipeline
         self.storage_options = storage_options or None
+        self.retry = retry or RetryPolicy()
         self._checkpoints = None  # the stream_checkpoint table, once it exists
         self._checkpoint_seq: int | None = None  # seq of the last checkpoint written (read once)
         # Control tables as last read (or appended to) by this store: read again only when
@@ -94,9 +109,9 @@ class ControlStore:
         self._chunk_records: tuple[_Read | None, list[ChunkRecord]] = (None, [])
 
     @classmethod
-    def of(cls, cfg) -> ControlStore:
+    def of(cls, cfg, retry: RetryPolicy | None = None) -> ControlStore:
         """The control store of a pipeline config (``cdc_core.config.BinlakeConfig``)."""
-        return cls(cfg.sink.path, cfg.pipeline.name, cfg.sink.storage_options)
+        return cls(cfg.sink.path, cfg.pipeline.name, cfg.sink.storage_options, retry)
 
     def _read(self, name: str) -> list[dict]:
         cached = self._cache.get(name)
@@ -121,14 +136,32 @@ class ControlStore:
 
     def _append(self, name: str, rows: list[dict], schema: pa.Schema) -> None:
         data = pa.Table.from_pylist(rows, schema=schema)
+        token = uuid.uuid4().hex
+        uri = f"{self.root}/{name}"
         cached = self._cache.get(name)
-        # merge: control tables written by an earlier binlake gain the columns added since.
-        write_deltalake(cached.table if cached else f"{self.root}/{name}", data, mode="append",
-                        schema_mode="merge", storage_options=None if cached else self.storage_options)
+        before = cached.table.version() if cached else None
+        faulted: list[bool] = []  # an attempt failed: what this store knows of the table may not hold
+
+        def attempt() -> None:
+            handle = cached.table if cached and not faulted else None
+            # merge: control tables written by an earlier binlake gain the columns added since.
+            write_deltalake(handle or uri, data, mode="append", schema_mode="merge",
+                            storage_options=None if handle else self.storage_options,
+                            commit_properties=CommitProperties(custom_metadata={WRITE_KEY: token}))
+
+        def landed() -> int | None:
+            faulted.append(True)
+            self._cache.pop(name, None)  # read again when next asked
+            self._appended.pop(name, None)
+            return commit_with_token(open_table(uri, self.storage_options), WRITE_KEY, token, before)
+
+        retrying(f"appending to {uri}", attempt, self.retry, landed=landed)
+        if faulted:
+            return
         ours = [r for r in data.to_pylist() if r["pipeline"] == self.pipeline]
         if cached is None:
-            before, commits = self._appended.get(name, ([], 0))
-            self._appended[name] = (before + ours, commits + 1)
+            appended, commits = self._appended.get(name, ([], 0))
+            self._appended[name] = (appended + ours, commits + 1)
         elif cached.table.version() == cached.version + 1:
             # No other commit came between the last read and this append: the table is what was
             # read plus these rows.
@@ -260,6 +293,9 @@ class ControlStore:
         if t is None:
             self._append("stream_checkpoint", [row], CHECKPOINT_SCHEMA)
             return
+        retrying("writing the stream checkpoint", lambda: self._write_checkpoint(t, row), self.retry)
+
+    def _write_checkpoint(self, t: DeltaTable, row: dict) -> None:
         hooks = post_commit_hooks(t)  # a commit per batch: the log cleanup's full listing only at checkpoints
         # An append needs no current handle (a write leaves it at the version it committed, and delta-rs
         # commits an append on top of another writer's): no log read per batch.

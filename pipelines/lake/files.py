@@ -7,7 +7,10 @@ those commits.
 Invariants:
 - A chunk record is committed in the same commit as the chunk's rows, so a chunk with a
   record has its rows in Delta, and files of a group never committed are never read
-  (tests/test_snapshot_resume.py).
+  (tests/test_snapshot_resume.py). A commit is made once: after a fault its token is looked
+  for before it is made again; delta-rs, retrying the put of a log entry whose answer was
+  lost, may commit it again at the next version, which adds the same files (a Delta table
+  holds a file once) and records the same chunks (tests/test_lake_faults.py).
 - :func:`snapshot_commits` returns what a fresh read of the table's whole log would: the
   commits this process made through the same handle are taken from memory, any other
   commit is read from the log (tests/test_lake_requests.py).
@@ -29,10 +32,18 @@ from deltalake import CommitProperties, DeltaTable
 from deltalake.transaction import AddAction
 
 from cdc_core.chunks.record import ChunkRecord
+from cdc_core.retry import RetryPolicy, retrying
 from cdc_core.schema.modes import CDC_POSITION
 from cdc_core.schema.output import CDC_OP
 from pipelines.lake.storage import write_file
-from pipelines.lake.tables import metadata_properties, own_commits, post_commit_hooks, record_own_commit
+from pipelines.lake.tables import (
+    commit_with_token,
+    metadata_properties,
+    own_commits,
+    post_commit_hooks,
+    record_own_commit,
+    refresh,
+)
 
 SNAPSHOT_CHUNKS_KEY = "binlake.snapshot.chunks"
 # A snapshot commit that removed a source table's rows to read it again (a DDL ran during its
@@ -41,6 +52,8 @@ SNAPSHOT_RESET_KEY = "binlake.snapshot.reset"
 # A commit without files: no DDL changed these source tables between their baseline and their
 # last chunk (their snapshot is consistent), checked once.
 SNAPSHOT_VERIFIED_KEY = "binlake.snapshot.verified"
+# Every snapshot commit's own token: a commit whose answer was lost is found again by it.
+COMMIT_KEY = "binlake.commit"
 
 
 @dataclass(frozen=True)
@@ -85,17 +98,30 @@ def file_stats(table: pa.Table) -> str:
     return json.dumps(stats)
 
 
-def commit_files(dt: DeltaTable, files: list[WrittenFile], schema: pa.Schema, metadata: dict) -> int:
+def commit_files(dt: DeltaTable, files: list[WrittenFile], schema: pa.Schema, metadata: dict,
+                 retry: RetryPolicy | None = None) -> int:
     """Append ``files`` to ``dt`` in one Delta commit carrying ``metadata``; returns the new version
-    (a write transaction, unlike write and merge, does not move ``dt`` to the version it committed)."""
+    (a write transaction, unlike write and merge, does not move ``dt`` to the version it committed).
+    A fault that passes is retried under ``retry``; a commit that landed although its call failed
+    (its answer lost) is found by its token (``binlake.commit``) and not made again."""
     before = dt.version()
-    custom = {k: json.dumps(v) for k, v in metadata.items()}
-    dt.create_write_transaction(
-        [f.add_action() for f in files], mode="append", schema=schema,
-        commit_properties=metadata_properties(custom), post_commithook_properties=post_commit_hooks(dt),
-    )
-    dt.update_incremental()
-    version = dt.version()
+    token = uuid.uuid4().hex
+    custom = {**{k: json.dumps(v) for k, v in metadata.items()}, COMMIT_KEY: token}
+
+    def attempt() -> int:
+        dt.create_write_transaction(
+            [f.add_action() for f in files], mode="append", schema=schema,
+            commit_properties=metadata_properties(custom), post_commithook_properties=post_commit_hooks(dt),
+        )
+        dt.update_incremental()
+        return dt.version()
+
+    def landed() -> int | None:
+        refresh(dt)
+        return commit_with_token(dt, COMMIT_KEY, token, before)
+
+    version = retrying(f"committing {len(files)} files to {dt.table_uri}", attempt, retry or RetryPolicy(),
+                       landed=landed)
     if version == before + 1:  # no other commit came between the handle's version and this one's: it is this one
         record_own_commit(dt, version, custom)
     return version

@@ -39,17 +39,19 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 from deltalake.fs import DeltaStorageHandler
 
-from cdc_core.errors import BadInput
+from cdc_core.errors import BadInput, StoreUnavailable, one_line
+from cdc_core.retry import RetryBudgetExceeded, RetryPolicy, retrying
 
 PROBE_DIR = "_binlake/commit_probe"
-_S3_ERROR = re.compile(r"<Code>(?P<code>[^<]*)</Code>\s*<Message>(?P<message>[^<]*)</Message>")
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _proven: set[tuple] = set()  # (path, options) that passed commit_problem in this process
 # Data files are buffered up to this size and sent in one part: delta-rs's output stream uploads
 # a 5 MiB part per write past that size, and each part and the completion is a request (a
 # snapshot group's 250,000 rows make ~10 MB: 4 requests instead of 3, bench/object_store.py).
 # A larger file still goes in parts of this size. Executor memory: one buffer per open file.
 WRITE_BUFFER_BYTES = 64 << 20
+# The checks before anything is written wait out a store's passing fault this long, no longer:
+# a store that stays unreachable is reported as such (validate, and before the writer lock).
+CHECK_RETRY = RetryPolicy(delays=(0.5, 1, 2, 4), budget_seconds=30)
 
 
 class UnsafeSink(BadInput, ValueError):
@@ -77,16 +79,6 @@ def filesystem(root: str, options: dict[str, str] | None) -> tuple[pafs.FileSyst
     return _store(root.rstrip("/"), tuple(sorted((options or {}).items()))), ""
 
 
-def one_line(error: BaseException) -> str:
-    """An object-store error in one line: the store's own code and message when it sent one."""
-    text = _ANSI.sub("", str(error))
-    m = _S3_ERROR.search(text)
-    if m:
-        return f"{m['code']}: {m['message']}"
-    lines = [line.strip(" ↳") for line in text.splitlines() if line.strip(" ↳")]
-    return " / ".join(lines[:1] + lines[-1:]) if len(lines) > 1 else (lines[0] if lines else type(error).__name__)
-
-
 def _option(options: dict[str, str], *names: str) -> str | None:
     """An option by any of its delta-rs / object_store spellings (case-insensitive), else None."""
     lowered = {k.lower(): v for k, v in options.items()}
@@ -105,8 +97,11 @@ _S3_CLIENT_KEYS = frozenset({
     "aws_secret_access_key", "secret_access_key", "aws_session_token", "aws_token", "session_token", "token",
     "aws_region", "region", "aws_default_region", "default_region", "aws_virtual_hosted_style_request",
     "virtual_hosted_style_request", "aws_allow_http", "allow_http", "aws_s3_allow_unsafe_rename",
-    "aws_conditional_put", "conditional_put", "max_buffer_size",
+    "aws_conditional_put", "conditional_put", "max_buffer_size", "timeout", "connect_timeout",
 })
+# delta-rs's durations (humantime: "30s", "500ms", "2 minutes"); one boto3 cannot read the same
+# way sends the data files through delta-rs's store instead.
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|secs?|seconds?|m|mins?|minutes?)?\s*$")
 
 
 def write_file(root: str, name: str, options: dict[str, str] | None, fill: Callable[[pa.NativeFile], object]) -> int:
@@ -120,7 +115,9 @@ def write_file(root: str, name: str, options: dict[str, str] | None, fill: Calla
     a larger file, the bytes go through delta-rs's object store."""
     options = options or {}
     url = urlparse(root)
-    if url.scheme in ("s3", "s3a") and {k.lower() for k in options} <= _S3_CLIENT_KEYS:
+    timeouts = (_option(options, "timeout"), _option(options, "connect_timeout"))
+    if url.scheme in ("s3", "s3a") and {k.lower() for k in options} <= _S3_CLIENT_KEYS \
+            and all(t is None or _seconds(t) is not None for t in timeouts):
         sink = pa.BufferOutputStream()
         fill(sink)
         data = sink.getvalue()
@@ -135,15 +132,29 @@ def write_file(root: str, name: str, options: dict[str, str] | None, fill: Calla
         return out.tell()
 
 
+# S3 error codes of a request that may succeed when made again (besides any 5xx answer).
+_RETRYABLE_CODES = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError",
+                              "ServiceUnavailable", "TooManyRequests", "RequestLimitExceeded"})
+
+
 def _put_object(bucket: str, key: str, data: pa.Buffer, options: dict[str, str]) -> None:
-    """One ``PutObject`` (``key``: the one delta-rs's store resolves the file's path to); a
-    refusal is an ``OSError`` naming the object, as delta-rs's store raises."""
-    from botocore.exceptions import BotoCoreError, ClientError
+    """One ``PutObject`` (``key``: the one delta-rs's store resolves the file's path to). A
+    fault that passes (a 5xx answer, throttling, a timeout, a connection lost), once botocore's
+    own retries are spent, is :class:`StoreUnavailable`; any other refusal an ``OSError`` naming
+    the object, as delta-rs's store raises. Putting a data file again is harmless: it is not
+    in the table until a commit adds it."""
+    from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError
 
     try:
         _s3_client(options).put_object(Bucket=bucket, Key=key, Body=data.to_pybytes())
     except (ClientError, BotoCoreError) as e:
-        raise OSError(f"writing s3://{bucket}/{key}: {_boto_error(e)}") from None
+        text = f"writing s3://{bucket}/{key}: {_boto_error(e)}"
+        status = getattr(e, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        code = getattr(e, "response", {}).get("Error", {}).get("Code")
+        if isinstance(e, (ConnectionError, HTTPClientError)) or status >= 500 or status == 429 \
+                or code in _RETRYABLE_CODES:
+            raise StoreUnavailable(text) from None
+        raise OSError(text) from None
 
 
 def _boto_error(e: Exception) -> str:
@@ -179,7 +190,19 @@ def _cached_s3_client(items: tuple[tuple[str, str], ...], env_endpoint: str | No
         aws_session_token=_option(options, "aws_session_token", "aws_token", "session_token", "token"),
         region_name=_option(options, "aws_region", "region", "aws_default_region", "default_region"),
         config=Config(s3={"addressing_style": "virtual" if virtual in ("true", "1") else "path"},
-                      retries={"max_attempts": 3}))
+                      retries={"max_attempts": 3},
+                      **{k: _seconds(v) for k, v in (("read_timeout", _option(options, "timeout")),
+                                                     ("connect_timeout", _option(options, "connect_timeout")))
+                         if v is not None}))
+
+
+def _seconds(duration: str) -> float | None:
+    """A delta-rs duration option in seconds, or None when it is not a plain number of ms, s or min."""
+    m = _DURATION.match(duration)
+    if m is None:
+        return None
+    unit = (m[2] or "s")[:2]
+    return float(m[1]) * {"ms": 0.001, "mi": 60.0, "m": 60.0}.get(unit, 1.0)
 
 
 def _conditional_write_problem(path: str, options: dict[str, str]) -> str | None:
@@ -209,11 +232,12 @@ def _conditional_write_problem(path: str, options: dict[str, str]) -> str | None
 
 def _read_problem(path: str, options: dict[str, str]) -> str | None:
     """List the lake's ``_binlake/`` folder through delta-rs's object store: reachability,
-    bucket and credentials."""
+    bucket and credentials (a fault that passes is waited out for ``CHECK_RETRY``'s budget)."""
     fs, prefix = filesystem(path, options)
     try:
-        fs.get_file_info(pafs.FileSelector(f"{prefix}_binlake", allow_not_found=True))
-    except OSError as e:
+        retrying(f"listing {path}", lambda: fs.get_file_info(pafs.FileSelector(f"{prefix}_binlake",
+                                                                               allow_not_found=True)), CHECK_RETRY)
+    except (OSError, RetryBudgetExceeded) as e:
         return f"sink.path {path}: cannot read there ({one_line(e)})"
     return None
 

@@ -28,9 +28,13 @@ from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Sc
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.schema import Field
 
+from cdc_core.retry import RetryPolicy, retrying
 from cdc_core.schema.output import CDC_SOURCE
 
 DEFAULT_CHECKPOINT_INTERVAL = 100  # delta.checkpointInterval when the table does not set it
+# Commits looked at for a write's token when the version it was made on is unknown: the one
+# writer of a pipeline commits one at a time, other writers (a backfill request) rarely.
+TOKEN_WINDOW = 20
 
 
 def table_uri(sink_path: str, qualified_name: str) -> str:
@@ -52,20 +56,27 @@ def require_table(uri: str, storage_options: dict | None = None) -> DeltaTable:
     return DeltaTable(uri, storage_options=storage_options or None)
 
 
-def ensure_table(uri: str, schema: pa.Schema, storage_options: dict | None = None) -> DeltaTable:
-    """Open the table at ``uri``, creating it empty with ``schema`` if it does not exist."""
-    dt = open_table(uri, storage_options)
-    if dt is not None:
+def ensure_table(uri: str, schema: pa.Schema, storage_options: dict | None = None,
+                 retry: RetryPolicy | None = None) -> DeltaTable:
+    """Open the table at ``uri``, creating it empty with ``schema`` if it does not exist; a fault
+    that passes is retried under ``retry`` (a creation that landed although its call failed is
+    found by opening the table)."""
+    def attempt() -> DeltaTable:
+        dt = open_table(uri, storage_options)
+        if dt is not None:
+            return dt
+        try:
+            dt = DeltaTable.create(uri, schema=schema, mode="error", storage_options=storage_options or None)
+        except DeltaError:
+            dt = open_table(uri, storage_options)  # another writer created it meanwhile
+            if dt is None:
+                raise
+            return dt
+        record_own_commit(dt, 0, {})  # its creation: no commit metadata (snapshot_commits need not read it back)
         return dt
-    try:
-        dt = DeltaTable.create(uri, schema=schema, mode="error", storage_options=storage_options or None)
-    except DeltaError:
-        dt = open_table(uri, storage_options)  # another writer created it meanwhile
-        if dt is None:
-            raise
-        return dt
-    record_own_commit(dt, 0, {})  # its creation: no commit metadata (snapshot_commits need not read it back)
-    return dt
+
+    return retrying(f"creating the Delta table {uri}", attempt, retry or RetryPolicy(),
+                    landed=lambda: open_table(uri, storage_options))
 
 
 def refresh(dt: DeltaTable) -> None:
@@ -90,6 +101,18 @@ def record_own_commit(dt: DeltaTable, version: int, metadata: dict[str, str]) ->
 def own_commits(dt: DeltaTable) -> dict[int, dict[str, str]]:
     """Version -> commit metadata of the commits this process made through ``dt``."""
     return _own_commits.get(id(dt), {})
+
+
+def commit_with_token(dt: DeltaTable | None, key: str, token: str, after: int | None) -> int | None:
+    """The version of ``dt``'s commit after version ``after`` whose metadata holds ``token`` under
+    ``key``, or None: a write that failed on a fault, found to have landed anyway. With
+    ``after`` unknown, the newest ``TOKEN_WINDOW`` commits are looked at."""
+    if dt is None:
+        return None
+    limit = TOKEN_WINDOW if after is None else dt.version() - after
+    if limit <= 0:
+        return None
+    return next((c["version"] for c in dt.history(limit=limit) if c.get(key) == token), None)
 
 
 def post_commit_hooks(dt: DeltaTable) -> PostCommitHookProperties:

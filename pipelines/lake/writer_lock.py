@@ -25,7 +25,10 @@ Invariants (tests/test_writer_lock.py):
 - while one process holds a pipeline's lock, every other ``acquire`` fails at once with
   :class:`WriterLockHeld` naming the holder;
 - a file lock is free the moment its holder dies; a lease is free once expired or released;
-- ``holder()`` never takes, renews or blocks the lock (``binlake status`` uses it).
+- ``holder()`` never takes, renews or blocks the lock (``binlake status`` uses it);
+- a lease commit the store made but whose answer was lost (delta-rs finds the version
+  taken by its own put and refuses to commit again) is recognised as ours by its token and
+  expiry, never taken for another holder's (tests/test_lake_faults.py).
 
 The kind is chosen by the sink path (a URI with a scheme other than ``file`` → lease); the
 environment variable ``BINLAKE_WRITER_LOCK`` (``file`` | ``lease``) forces one, and
@@ -363,10 +366,13 @@ class LeaseLock(WriterLock):
             self._commit(table, mine)
         except Exception as e:  # noqa: BLE001 - lost the race, or the lake is not writable: tell which
             other = self.holder()
-            if other is not None:  # someone committed between our read and our write: they won
+            # Ours: the store made the commit but its answer was lost (delta-rs, putting it again,
+            # found the version taken by it); else someone committed between our read and our write.
+            if other is not None and other.token != mine.token:
                 raise WriterLockHeld(self.pipeline, other) from None
-            raise LakeNotWritable(f"sink.path: cannot write the writer lease {self.uri}: "
-                                  f"{type(e).__name__}: {e}") from None
+            if other is None:
+                raise LakeNotWritable(f"sink.path: cannot write the writer lease {self.uri}: "
+                                      f"{type(e).__name__}: {e}") from None
         self.held = mine
         if self.renew_in_background:
             self._stop.clear()
@@ -390,8 +396,14 @@ class LeaseLock(WriterLock):
         renewed = replace(self.held, expires=now + self.ttl)
         try:
             self._commit(table, renewed)
-        except CommitFailedError as e:
-            raise LeaseLost(f"pipeline {self.pipeline!r}: another process wrote the writer lease ({e})") from None
+        except Exception as e:
+            # Our own renewal if its answer was lost (delta-rs, putting it again, found the version
+            # taken by it; or gave up on a broken connection): the lease reads as renewed.
+            if self._current(self._table()) != renewed:
+                if isinstance(e, CommitFailedError):
+                    raise LeaseLost(f"pipeline {self.pipeline!r}: another process wrote the writer lease ({e})") \
+                        from None
+                raise  # the background renewer tries again until the lease would expire
         self.held = renewed
 
     def release(self) -> None:

@@ -24,8 +24,11 @@ Invariants:
 - A DDL that changed a table between its baseline and its last chunk's high watermark makes
   the table read again, from a new baseline and plan, at most ``MAX_PASSES`` times
   (tests/test_schema_at_position.py).
-- Faults (tests/test_snapshot_faults.py): a run whose groups outlast the retry budget stops
-  (exit 1) and a re-run resumes; a resumed run groups only consecutive pending chunks.
+- Faults (tests/test_snapshot_faults.py, tests/test_lake_faults.py): a run whose groups, or
+  whose commits to the lake, outlast the retry budget stops (exit 1) and a re-run resumes; a
+  commit whose answer was lost is found by its token, never made twice; any other fault that
+  passes runs it again from what is committed; a resumed run groups only consecutive pending
+  chunks.
 """
 
 from __future__ import annotations
@@ -47,9 +50,9 @@ from pyspark.sql import SparkSession
 from cdc_core.binlog.range_reads import read_statements
 from cdc_core.chunks.record import ChunkRecord
 from cdc_core.config import BinlakeConfig
-from cdc_core.errors import TerminalError, transient_cause
+from cdc_core.errors import TerminalError, is_transient, transient_cause
 from cdc_core.offset.position import master_position
-from cdc_core.retry import Retry, RetryBudgetExceeded, RetryPolicy
+from cdc_core.retry import Retry, RetryBudgetExceeded, RetryPolicy, fault_line, retrying
 from cdc_core.routes import Router, sink_schema
 from cdc_core.schema.change import UnparsedDDL, parse_ddl
 from cdc_core.schema.history import Status
@@ -107,10 +110,11 @@ class SnapshotJob:
         # Executors do not share the driver's working directory: a local sink goes to them absolute.
         self.sink = cfg.sink.path if urlparse(cfg.sink.path).scheme else os.path.abspath(cfg.sink.path)
         self.router = Router(cfg.routes)
-        self.store = ControlStore.of(cfg)
-        self.base = self.store.position_base()
+        self.store = ControlStore.of(cfg, self.retry)
+        self.base = 0  # of the pipeline's positions on the source (read at the run's start)
         self._unmirrored: list[ChunkRecord] = []
-        self._reconnects = 0  # the driver's own connects repeated after a transient fault
+        self._reconnects = 0  # the driver's own connects (and runs) repeated after a transient fault
+        self._committed = 0  # group commits made
         # Snapshot commits of each sink table read so far (by table URI): later reads only read
         # the commits made since.
         self._commits: dict[str, SnapshotCommits] = {}
@@ -121,8 +125,26 @@ class SnapshotJob:
         return self.runner.retries + self._reconnects
 
     def run(self) -> SnapshotSummary:
-        """Snapshot every captured table; resumes where an earlier run stopped."""
+        """Snapshot every captured table; resumes where an earlier run stopped. A fault that passes
+        and that no step retried itself (a read of the lake after delta-rs's own retries) runs it
+        again from what is committed, with backoff, until it outlasts the retry budget with no
+        commit in between."""
+        retry = Retry(self.retry)
+        while True:
+            committed = self._committed
+            try:
+                return self._run()
+            except Exception as e:
+                if not is_transient(e):
+                    raise
+                if self._committed > committed:
+                    retry.succeeded()  # it went on between the faults: a new one
+                time.sleep(next_attempt_in(retry, "snapshot", fault_line(e)))
+                self._reconnects += 1
+
+    def _run(self) -> SnapshotSummary:
         start = time.monotonic()
+        self.base = self.store.position_base()
         summary = SnapshotSummary()
         require_safe_commits(self.cfg.sink.path, self.cfg.sink.storage_options)
         with self._connect() as control, control.cursor() as cur:
@@ -301,7 +323,9 @@ class SnapshotJob:
             raise UnsafeSink(f"sink.path {self.cfg.sink.path} is a local folder the Spark executors do not share "
                              f"with the driver ({missing[0].path} written by an executor is missing here); use an "
                              "object-store URI, or a folder mounted at the same path on every host")
-        version = commit_files(table, files, schema, {SNAPSHOT_CHUNKS_KEY: [r.to_json_row() for r in records]})
+        version = commit_files(table, files, schema, {SNAPSHOT_CHUNKS_KEY: [r.to_json_row() for r in records]},
+                               self.retry)
+        self._committed += 1
         return [replace(r, delta_version=version) for r in records]
 
     def _mirror(self, records: list[ChunkRecord]) -> None:
@@ -329,9 +353,9 @@ class SnapshotJob:
         sources = self.router.sources(sink, schemas)
         if not sources:  # not routed: the source's own table, with its mode's columns
             schema = output_schema(schemas[sink], self._columns(schemas[sink]).fields())
-            return ensure_table(uri, schema, self.cfg.sink.storage_options), None
+            return ensure_table(uri, schema, self.cfg.sink.storage_options, self.retry), None
         members = [schemas[n] for n in sources]
-        dt_ = ensure_table(uri, sink_schema(members, sink=sink), self.cfg.sink.storage_options)
+        dt_ = ensure_table(uri, sink_schema(members, sink=sink), self.cfg.sink.storage_options, self.retry)
         widened = widen_to(dt_, sink_schema(members, base=delta_schema(dt_), sink=sink))
         if widened:
             log.info("snapshot: %s %s", sink, widened)
@@ -390,7 +414,7 @@ class SnapshotJob:
                 by_sink.setdefault(self.router.sink(name), []).append(name)
         for sink, sources in by_sink.items():
             dt_ = tables[sink]
-            commit_files(dt_, [], delta_schema(dt_), {SNAPSHOT_VERIFIED_KEY: sources})
+            commit_files(dt_, [], delta_schema(dt_), {SNAPSHOT_VERIFIED_KEY: sources}, self.retry)
 
     def _reset(self, cur, name: str, tables: dict, summary: TableSummary) -> None:
         """Forget ``name``'s chunks and rows, record its new baseline and plan it again."""
@@ -403,10 +427,15 @@ class SnapshotJob:
             log.warning("snapshot: %s was dropped while it was being read; the stream records its drop", name)
             return
         props = snapshot_reset_properties([name])
-        if self.router.routed(name):
-            reset(dt_, props, source=name)
-        else:
-            reset(dt_, props, schema=output_schema(schema, self._columns(schema).fields()))
+
+        def empty() -> None:
+            if self.router.routed(name):
+                reset(dt_, props, source=name)
+            else:
+                reset(dt_, props, schema=output_schema(schema, self._columns(schema).fields()))
+
+        # Emptying it twice (an attempt that landed although it failed) is emptying it once.
+        retrying(f"emptying {sink} to read {name} again", empty, self.retry)
         plan_table(self.cfg, self.store, cur, schema, at)  # a new baseline and plan: the table is read again
         summary.rows_written = 0
 

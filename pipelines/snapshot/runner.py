@@ -9,8 +9,9 @@ Invariants:
   same retries; a local attempt that stalls is left behind in its daemon thread (a thread
   cannot be interrupted), its file never committed, as a cancelled Spark task's is not
   (tests/test_snapshot_faults.py and tests/test_types.py run both runners).
-- Faults (tests/test_snapshot_faults.py): a group is idempotent until committed, so one hit
-  by a transient source fault (cdc_core/retry.py) is read again, with backoff, until
+- Faults (tests/test_snapshot_faults.py, tests/test_lake_faults.py): a group is idempotent
+  until committed, so one hit by a transient fault of the source or of the object store
+  writing its file (cdc_core/errors.py) is read again, with backoff, until
   ``RetryPolicy.budget_seconds`` of failing, then ``RetryBudgetExceeded``; a fault retrying
   cannot fix is ``GroupFailed``. Once the driver gives up, no group starts another attempt.
 """
@@ -31,6 +32,7 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from cdc_core.config import BinlakeConfig
+from cdc_core.errors import STORE
 from cdc_core.retry import Retry, RetryBudgetExceeded, RetryPolicy
 from pipelines.snapshot.connections import Connections, close_connections, use_connections
 from pipelines.snapshot.task import GroupResult, GroupTask, GroupWritten, TaskFault
@@ -54,7 +56,8 @@ def next_attempt_in(retry: Retry, what: str, cause: str) -> float:
     :class:`RetryBudgetExceeded` once the fault outlasted the budget."""
     delay = retry.next_delay()
     if delay is None:
-        raise RetryBudgetExceeded(f"{what}: the source kept failing for over {retry.policy.budget_seconds:.0f} s "
+        who = "the object store" if cause.startswith(STORE) else "the source"
+        raise RetryBudgetExceeded(f"{what}: {who} kept failing for over {retry.policy.budget_seconds:.0f} s "
                                   f"({retry.attempt + 1} attempts): {cause}")
     log.warning("%s: %s; again in %.1f s", what, cause, delay)
     return delay

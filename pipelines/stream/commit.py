@@ -11,10 +11,13 @@ Invariants (tests/test_stream_crash.py, tests/test_table_batch.py):
   table and op (``binlake.stream.changes``), so the sum over a table's commits equals the
   binlog's changes of the table from the stream's start: a batch applied twice adds
   them again, a lost one leaves them out (tests/change_count.py).
-- A commit that failed on a fault that passes is retried with backoff; before each
-  retry the table's own offset is read again, and a commit that landed although its
-  call failed is not repeated. A fault outlasting the retry budget, or any other
-  error, stops the engine before the checkpoint moves past the batch.
+- A commit that failed on a fault that passes (the source's or the object store's,
+  cdc_core/errors.py) is retried with backoff; before each retry the table's own offset is
+  read again, and a commit that landed although its call failed is not repeated (a lost
+  answer: delta-rs, retrying the put of the log entry, finds it taken by the very commit
+  it makes, and the transaction identifier makes it refuse to commit the batch again at the
+  next version; tests/test_lake_faults.py). A fault outlasting the retry budget, or any
+  other error, stops the engine before the checkpoint moves past the batch.
 - Values are conformed to the Delta table's current schema by column name
   (case-insensitively, as MySQL names columns); a value Delta's type cannot hold is
   NULL and logged, the rest of its column untouched.
@@ -27,9 +30,7 @@ Invariants (tests/test_stream_crash.py, tests/test_table_batch.py):
 from __future__ import annotations
 
 import json
-import logging
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -39,9 +40,9 @@ from cdc_core.batch.micro_batch import MicroBatch
 from cdc_core.batch.mode_batch import HistoryPlan, StampedBatch, mode_arrow
 from cdc_core.batch.table_batch import TablePlan, plan_to_arrow
 from cdc_core.batch.table_commit import RowsApplied, TableCommit
-from cdc_core.errors import TerminalError, is_transient
+from cdc_core.errors import TerminalError
 from cdc_core.offset.stream_offset import StreamOffset
-from cdc_core.retry import Retry
+from cdc_core.retry import RetryPolicy, retrying
 from cdc_core.routes import Router, sink_key
 from cdc_core.schema.modes import FEED_COLUMNS, SinkColumns
 from cdc_core.schema.output import delta_name
@@ -53,8 +54,6 @@ from pipelines.lake.offsets import CHANGES_KEY, stream_commit_properties
 from pipelines.lake.tables import commit_no_data, table_uri
 from pipelines.lake.versions import apply_history, key_table
 from pipelines.stream.sinks import Sinks
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -78,11 +77,11 @@ def _rows(part: _Part) -> RowsApplied:
 class Committer:
     """Applies micro-batches to the Delta tables of ``sinks``."""
 
-    def __init__(self, pipeline: str, router: Router, sinks: Sinks, retry: Retry | None = None):
+    def __init__(self, pipeline: str, router: Router, sinks: Sinks, retry: RetryPolicy | None = None):
         self.pipeline = pipeline
         self.router = router
         self.sinks = sinks
-        self.retry = retry or Retry()
+        self.retry = retry or RetryPolicy()
         self._pool = ThreadPoolExecutor(4, thread_name_prefix="apply")
         self.retries = 0  # table commits retried after a fault that passes (the metrics' count)
         self._retries_lock = threading.Lock()  # tables commit in parallel threads
@@ -102,31 +101,20 @@ class Committer:
         return [f.result() for f in futures]  # a failed table stops the engine before the checkpoint moves
 
     def _commit(self, sink: str, parts: list[_Part], offset: StreamOffset) -> TableCommit:
-        retry = Retry(self.retry.policy)
-        while True:
-            try:
-                rows = self._apply(sink, parts, offset)
-                break
-            except Exception as e:  # noqa: BLE001 - classified: faults that pass are retried
-                if not is_transient(e):
-                    raise
-                delay = retry.next_delay()
-                if delay is None:
-                    raise TerminalError(f"writing {sink} to Delta kept failing for over "
-                                        f"{retry.policy.budget_seconds:.0f} s: {type(e).__name__}: {e}") from e
-                log.warning("writing %s to Delta failed (%s: %s); retrying in %.1f s", sink, type(e).__name__, e,
-                            delay)
-                with self._retries_lock:
-                    self.retries += 1
-                time.sleep(delay)
-                self.sinks.refresh(sink)
-                done = self.sinks.applied_key(sink)
-                if done is not None and done >= offset.applied.key:
-                    # The commit landed although the call failed: its metrics are lost, the changes are known.
-                    counts = [_rows(p) for p in parts]
-                    rows = RowsApplied(*(sum(getattr(c, f) for c in counts) for f in ("inserted", "updated",
-                                                                                     "deleted")))
-                    break
+        def landed() -> RowsApplied | None:
+            # The commit landed although its call failed (the store did it, its answer was lost; or
+            # delta-rs, retrying it, found its own commit in the way): its metrics are lost, the changes are known.
+            with self._retries_lock:
+                self.retries += 1  # asked before each new attempt
+            self.sinks.refresh(sink)
+            done = self.sinks.applied_key(sink)
+            if done is None or done < offset.applied.key:
+                return None
+            counts = [_rows(p) for p in parts]
+            return RowsApplied(*(sum(getattr(c, f) for c in counts) for f in ("inserted", "updated", "deleted")))
+
+        rows = retrying(f"writing {sink} to Delta", lambda: self._apply(sink, parts, offset), self.retry,
+                        landed=landed)
         return TableCommit(sink, tuple(p.source for p in parts), offset, self.sinks.tables[sink].version(), rows)
 
     def _apply(self, sink: str, parts: list[_Part], offset: StreamOffset) -> RowsApplied:

@@ -71,7 +71,7 @@ from cdc_core.binlog.events import (
 )
 from cdc_core.binlog.reader import STOP_SIGNALS, ReaderSpec
 from cdc_core.config import BinlakeConfig
-from cdc_core.errors import TerminalError, is_transient
+from cdc_core.errors import STORE, TerminalError, is_transient
 from cdc_core.lifecycle import Lifecycle, State
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.offset.startup import (
@@ -84,7 +84,7 @@ from cdc_core.offset.startup import (
     clock_offset,
 )
 from cdc_core.offset.stream_offset import StreamOffset
-from cdc_core.retry import Retry, RetryPolicy
+from cdc_core.retry import Retry, RetryPolicy, fault_line, retrying
 from cdc_core.routes import RouteError, Router
 from cdc_core.schema.modes import SinkColumns, mode_problem
 from cdc_core.schema.table import TableSchema
@@ -128,7 +128,8 @@ class StreamEngine:
         self.progress = progress
         self.on_commit = on_commit
         self.conn = connection_settings(cfg)
-        self.store = ControlStore.of(cfg)
+        self.policy = retry or RetryPolicy()
+        self.store = ControlStore.of(cfg, self.policy)
         self.router = Router(cfg.routes)
         self.life = Lifecycle()
         st = cfg.stream
@@ -136,13 +137,13 @@ class StreamEngine:
                                        st.catchup_batch_seconds)
         self._clock_offset = 0.0  # this host's clock minus the source's (set at start)
         self.sinks = Sinks(cfg, self.router)
-        self.committer = Committer(cfg.pipeline.name, self.router, self.sinks)
+        self.committer = Committer(cfg.pipeline.name, self.router, self.sinks, self.policy)
         self.reader: ReaderProcess | ParallelReader | None = None
         self.backfills: Backfills | None = None
         self._cascades: dict[str, tuple[Cascade, ...]] = {}  # by parent table (cdc_core/source/foreign_keys.py)
-        self.retry = Retry(retry or RetryPolicy())
+        self.retry = Retry(self.policy)  # the loop's faults: reconnects from the checkpoint
         # Chunk keys in the server's order (the hand-off), on one connection made on first use.
-        self.key_orders = KeyOrders(ServerSql(lambda: connect(self.conn)))
+        self.key_orders = KeyOrders(ServerSql(lambda: connect(self.conn), policy=self.policy))
         self._stop = threading.Event()
         self._stop_reason = "stop requested"
         self.state: EngineState | None = None
@@ -167,6 +168,18 @@ class StreamEngine:
     # --- start ----------------------------------------------------------------------------------
 
     def _start(self) -> None:
+        """The start, again from its beginning after a fault that passes (as a restart would):
+        it reads the source and the lake, and writes only what a restart writes again."""
+        def attempt() -> None:
+            if self.backfills is not None:  # of an attempt that failed
+                self.backfills.close()
+                self.backfills = None
+            self._start_once()
+
+        retrying("starting the stream (reading the source's binlog position, tables and settings, and the lake)",
+                 attempt, self.policy, stop=self._stop)
+
+    def _start_once(self) -> None:
         with connect(self.conn) as control, control.cursor() as cur:
             plan = resolve_start(self.cfg, self.store, self.router, self.conn, cur, until_now=self.until_now,
                                  key_orders=self.key_orders)
@@ -199,7 +212,7 @@ class StreamEngine:
         s.skip = self.sinks.skip_filter(plan.applied)
         self.changes = SchemaChanges(self.cfg, self.router, s, self.sinks, self.store, self.recorder, self.conn)
         self.backfills = Backfills(self.cfg, s, self.sinks, self.store, self.recorder, self.router, self.key_orders,
-                                   self.conn)
+                                   self.conn, self.policy)
         self._cascades = self._foreign_keys()
         self.backfills.poll(force=True)
         # --until now with backfills to finish (or tables still to decide, which may need one): the
@@ -223,8 +236,11 @@ class StreamEngine:
     def _foreign_keys(self) -> dict[str, tuple[Cascade, ...]]:
         """The captured tables' cascading foreign keys by parent (cdc_core/source/foreign_keys.py); a
         child whose parent is not captured is named: the stream cannot repair it."""
-        with connect(self.conn) as c, c.cursor() as cur:
-            found = cascades(cur, captured_tables(self.cfg, cur))
+        def read() -> list[Cascade]:
+            with connect(self.conn) as c, c.cursor() as cur:
+                return cascades(cur, captured_tables(self.cfg, cur))
+
+        found = retrying("reading the captured tables' foreign keys", read, self.policy, stop=self._stop)
         for fk in found:
             if not self.cfg.source.captures(fk.parent):
                 log.warning("%s: foreign key %s changes its rows when %s (not captured) changes, and MySQL does not "
@@ -284,55 +300,57 @@ class StreamEngine:
         ended = False  # the reader reached the end position
         records = []
         while True:
-            if self._stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
-                self._commit()
-                s.summary.stop_reason = self._stop_reason if self._stop.is_set() else "max-seconds reached"
-                return
-            self.changes.poll_holds()
-            if (ended and not s.holds) or self._past_until():
-                if self.until_now:
-                    self.backfills.poll(force=True)  # tables found needing one on the way get their request
-                if not (self.until_now and self.backfills.busy):
-                    self._commit()
-                    s.summary.stop_reason = f"reached {self.until}"
-                    return
-                if ended:  # --until now with a backfill to finish: read on past the end, unbounded
-                    self._commit()
-                    self.bounded, ended = False, False
-                    self.reader.spec = dataclasses.replace(self.reader.spec, until=None)
-                    self._restart_reader()
-                    continue
-            self.backfills.poll()
-            self._step_backfills(streaming=bool(records))  # records came last time: the stream is busy
-            if self.backfills.ready():  # every change up to the group's high watermark applied: merge now
-                self._commit()
-                self.backfills.merge()
-            records = []
-            if ended or s.held_rows() >= self.cfg.stream.max_held_rows:
-                self._stop.wait(0.05)  # the reader blocks on the full queue: memory stays bounded
-            else:
-                records = self.reader.take(0.05)
+            # Any step may meet a fault that passes: of the source (a control query, the reader) or of
+            # the lake (a commit, the checkpoint, a merge); the stream reads again from its checkpoint.
             try:
+                if self._stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
+                    self._commit()
+                    s.summary.stop_reason = self._stop_reason if self._stop.is_set() else "max-seconds reached"
+                    return
+                self.changes.poll_holds()
+                if (ended and not s.holds) or self._past_until():
+                    if self.until_now:
+                        self.backfills.poll(force=True)  # tables found needing one on the way get their request
+                    if not (self.until_now and self.backfills.busy):
+                        self._commit()
+                        s.summary.stop_reason = f"reached {self.until}"
+                        return
+                    if ended:  # --until now with a backfill to finish: read on past the end, unbounded
+                        self._commit()
+                        self.bounded, ended = False, False
+                        self.reader.spec = dataclasses.replace(self.reader.spec, until=None)
+                        self._restart_reader()
+                        continue
+                self.backfills.poll()
+                self._step_backfills(streaming=bool(records))  # records came last time: the stream is busy
+                if self.backfills.ready():  # every change up to the group's high watermark applied: merge now
+                    self._commit()
+                    self.backfills.merge()
+                records = []
+                if ended or s.held_rows() >= self.cfg.stream.max_held_rows:
+                    self._stop.wait(0.05)  # the reader blocks on the full queue: memory stays bounded
+                else:
+                    records = self.reader.take(0.05)
                 for rec in records:
                     if self._handle(rec):
                         ended = True
                     elif s.batch.due(time.monotonic(), self._limits()):  # inside a list of records too
                         last_checkpoint = self._commit_due()
+                now = time.monotonic()
+                if s.batch.due(now, self._limits()):
+                    last_checkpoint = self._commit_due()
+                elif now - last_checkpoint >= self.cfg.stream.heartbeat_seconds and s.position > s.offset.applied:
+                    self._commit()  # nothing captured changed: move the restart point anyway
+                    last_checkpoint = now
+                if s.undecided and s.position >= s.decide_at:
+                    self.changes.decide(s.position)
             except StopRequested:
                 continue  # the statement is read again after a restart; the loop commits and stops
             except Exception as e:
                 if not is_transient(e):
                     raise
-                self._reconnect(f"{type(e).__name__}: {e}")
-                continue
-            now = time.monotonic()
-            if s.batch.due(now, self._limits()):
-                last_checkpoint = self._commit_due()
-            elif now - last_checkpoint >= self.cfg.stream.heartbeat_seconds and s.position > s.offset.applied:
-                self._commit()  # nothing captured changed: move the restart point anyway
-                last_checkpoint = now
-            if s.undecided and s.position >= s.decide_at:
-                self.changes.decide(s.position)
+                self._reconnect(e)
+                ended, records = False, []
 
     def _limits(self) -> BatchLimits:
         """The batch limits for the stream's lag now (cdc_core/batch/micro_batch.py: BatchPolicy)."""
@@ -501,31 +519,47 @@ class StreamEngine:
                                 "its own server_id")
         if rec.kind != ReadFailure.TRANSIENT:
             raise StreamFailed(f"reading the binlog failed: {rec.message}")
-        self._reconnect(rec.message)
+        self._reconnect(f"binlog connection lost ({rec.message})")
 
-    def _reconnect(self, reason: str) -> None:
-        """Read again from the checkpoint after a fault that passes, with backoff."""
+    def _reconnect(self, cause: BaseException | str) -> None:
+        """Read again from the checkpoint after a fault that passes (``cause``: the error, or the
+        reader's message), with backoff. What was read after the checkpoint is dropped and read
+        again, also when a stop ends the run instead: a batch whose commit failed must never be
+        checkpointed past."""
         s = self.state
+        reason = cause if isinstance(cause, str) else fault_line(cause)
         self.reader.stop()
-        if self._stop.is_set():
-            # A stop is a stop: once one is requested, a fault is not retried (a retry would read
-            # on past the stop); the loop commits what it has and ends next.
-            log.info("stopping (%s) after: %s", self._stop_reason, reason)
-            return
-        delay = self.retry.next_delay()
-        if delay is None:
-            budget = self.retry.policy.budget_seconds
-            raise StreamFailed(f"the source has been unreachable for over {budget:.0f} s: {reason}")
-        log.warning("binlog connection lost (%s); reconnecting from %s in %.1f s", reason, s.offset.resume, delay)
-        s.summary.reconnects += 1
-        self.life.to(State.STARTING)
-        if self._stop.wait(delay):
-            return
         s.batch = MicroBatch()  # everything it held is after the checkpoint: read again
         self.changes.drop_holds()  # their DDLs and rows are read again from the checkpoint
         self.metrics.batch_dropped()
-        self._restart_reader()
-        self.life.to(State.STREAMING)
+        s.rewind()
+        if self._stop.is_set():
+            # A stop is a stop: once one is requested, a fault is not retried (a retry would read
+            # on past the stop); the loop ends next, at the checkpoint.
+            log.info("stopping (%s) after: %s", self._stop_reason, reason)
+            return
+        if self.life.state != State.STARTING:
+            self.life.to(State.STARTING)
+        while True:
+            delay = self.retry.next_delay()
+            if delay is None:
+                budget = self.retry.policy.budget_seconds
+                who = "the object store has been failing" if reason.startswith(STORE) else \
+                    "the source has been unreachable"
+                raise StreamFailed(f"{who} for over {budget:.0f} s: {reason}; a re-run resumes from the checkpoint")
+            log.warning("%s; reconnecting from %s in %.1f s", reason, s.offset.resume, delay)
+            s.summary.reconnects += 1
+            if self._stop.wait(delay):
+                return
+            try:
+                self._restart_reader()
+            except Exception as e:
+                if not is_transient(e):
+                    raise
+                reason = fault_line(e)
+                continue
+            self.life.to(State.STREAMING)
+            return
 
     def _restart_reader(self) -> None:
         """A new reader process from the checkpoint (its table-map ids are new)."""

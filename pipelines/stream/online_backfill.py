@@ -20,7 +20,10 @@ engine asks, this part answers; it never commits itself. The engine calls:
   highest high watermark and nothing after, the engine commits its batch and calls
   ``merge()``, which merges the group's next chunks for up to ``MERGE_SLICE_SECONDS``, the
   rest next, so the stream's own commits go on between a group's merges (each exact where
-  the stream then is, cdc_core/chunks/incremental.py).
+  the stream then is, cdc_core/chunks/incremental.py). A merge whose call failed is made
+  again only if none of its attempts' commits (each with a token of its own in its commit
+  metadata) landed: an answer lost by the object store never appends a chunk's rows twice
+  (tests/test_lake_faults.py).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -54,6 +58,7 @@ from cdc_core.config import BinlakeConfig
 from cdc_core.errors import is_transient
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.offset.startup import StartupError
+from cdc_core.retry import Retry, RetryPolicy, fault_line
 from cdc_core.schema.history import Status, TableState
 from cdc_core.schema.modes import CDC_DELETED, MODE_COLUMNS, TableMode
 from cdc_core.schema.output import CDC_OP, CDC_SEQ, delta_name, is_reserved
@@ -78,7 +83,7 @@ log = logging.getLogger(__name__)
 
 BACKFILL_KEY = "binlake.backfill"  # commit metadata of a merge: request id, chunk, group, high watermark
 POLL_SECONDS = 2.0  # how often the stream looks for new, paused and cancelled requests
-READ_ATTEMPTS = 30  # consecutive failed chunk reads before a request fails
+READ_ATTEMPTS = 30  # chunk reads failed in a row (not on a fault that passes) before a request fails
 # A group's merges go on, one after another, for this long; then the stream reads and commits
 # before the next (at its next record): its lag stays bounded, and an idle stream does not wait
 # for a heartbeat per chunk.
@@ -152,7 +157,8 @@ class Backfills:
     """Backfill requests worked on by the stream engine (see the module docstring)."""
 
     def __init__(self, cfg: BinlakeConfig, state: EngineState, sinks: Sinks, store: ControlStore,
-                 recorder: HistoryRecorder, router, key_orders: KeyOrders, conn: ConnectionSettings):
+                 recorder: HistoryRecorder, router, key_orders: KeyOrders, conn: ConnectionSettings,
+                 policy: RetryPolicy | None = None):
         self.cfg = cfg
         self.state = state
         self.sinks = sinks
@@ -170,8 +176,12 @@ class Backfills:
         # start, while its chunks are read: the stream thread only lists the files.
         self._scans = ThreadPoolExecutor(1, thread_name_prefix="backfill-scan")
         self._polled = 0.0
+        # A chunk's merges that failed (request id, chunk index): the table's version before the
+        # first, and each attempt's token, to find one that landed although its call failed.
+        self._attempts: dict[tuple[str, int], tuple[int, list[str]]] = {}
         self._cascaded: dict[str, str] = {}  # child table -> why it needs a backfill (cdc_core/source/foreign_keys.py)
-        self._failures = 0
+        self._failures = 0  # reads failed in a row on errors that do not pass
+        self._retry = Retry(policy or RetryPolicy())  # reads failing on faults that pass
         self._retry_at = 0.0
         self._group_started = 0.0  # time.monotonic() when the last read group started
         self._least_delay = float("inf")  # of the changes applied: host clock minus their commit time
@@ -250,6 +260,7 @@ class Backfills:
         self._save(req.next(state=BackfillState.FAILED, detail=why))
         self._candidates.pop(req.id, None)
         self._failures = 0
+        self._retry.succeeded()
 
     # --- reading ---------------------------------------------------------------------------------
 
@@ -308,22 +319,28 @@ class Backfills:
         return NextGroup(req, first, schema.column(req.chunks[first].key).data_type in INTEGER_TYPES, ahead)
 
     def _read_failed(self, req: BackfillRequest, e: Exception) -> None:
-        """A request whose table cannot be backfilled fails; a read that fails is tried again, up
-        to ``READ_ATTEMPTS`` times in a row."""
+        """A request whose table cannot be backfilled fails; a read that fails on a fault that
+        passes is tried again with the stream's backoff until its retry budget is spent, one that
+        fails otherwise up to ``READ_ATTEMPTS`` times in a row."""
         if isinstance(e, (StartupError, ChunkKeyError)):
             self._fail(req, str(e))
             return
         # Its group (the last: one is read at a time), read again; the groups before it are read.
         self.inflight = [f for f in self.inflight if f.results is not None]
-        self._failures += 1
         if is_transient(e):
             self._drop_control()
-        if self._failures >= READ_ATTEMPTS:
-            self._fail(req, f"{type(e).__name__}: {e}")
-            return
-        log.warning("backfill %s of %s: reading failed (%s: %s); trying again", req.id, req.table,
-                    type(e).__name__, e)
-        self._retry_at = time.monotonic() + min(0.2 * self._failures, 5.0)
+            cause, delay = fault_line(e), self._retry.next_delay()
+            if delay is None:
+                self._fail(req, f"the source kept failing for over {self._retry.policy.budget_seconds:.0f} s: {cause}")
+                return
+        else:
+            self._failures += 1
+            cause, delay = f"{type(e).__name__}: {e}", min(0.2 * self._failures, 5.0)
+            if self._failures >= READ_ATTEMPTS:
+                self._fail(req, cause)
+                return
+        log.warning("backfill %s of %s: reading failed (%s); again in %.1f s", req.id, req.table, cause, delay)
+        self._retry_at = time.monotonic() + delay
 
     def _begin(self, req: BackfillRequest) -> BackfillRequest | None:
         """Take a pending request: the table starts streaming if it did not (its baseline),
@@ -425,6 +442,7 @@ class Backfills:
         f.results, f.reading, f.read_seconds = results, None, time.monotonic() - f.started
         f.high_watermark = max(r.high_watermark for r in results)
         self._failures = 0
+        self._retry.succeeded()
         log.info("backfill %s of %s: %s/%d read (%d rows) between %s and %s", f.request.id, f.table,
                  f.describe(), len(f.request.chunks), sum(r.table.num_rows for r in results),
                  min(r.low_watermark for r in results), f.high_watermark)
@@ -526,6 +544,7 @@ class Backfills:
             if any(g.reading is not None for g in self.inflight):
                 self._reads.cancel()
             self.inflight = []  # the groups after it too: read with the same columns, merged after it
+            self._attempts.clear()  # read again: their merges are computed from the table as it is
             return
         until = time.monotonic() + MERGE_SLICE_SECONDS
         while f.results and time.monotonic() < until:  # at least one: until is ahead
@@ -555,6 +574,14 @@ class Backfills:
             self._candidates.pop(req.id, None)
             log.warning("backfill %s of %s (%s) is done", req.id, f.table, req.describe_range())
 
+    def _landed(self, sink: str, before: int, tokens: list[str]) -> bool:
+        """Whether a merge commit made with one of ``tokens`` is in ``sink`` after version ``before``."""
+        self.sinks.refresh(sink)
+        table = self.sinks.tables[sink]
+        since = table.version() - before
+        return since > 0 and any(json.loads(c[BACKFILL_KEY]).get("attempt") in tokens
+                                 for c in table.history(limit=since) if BACKFILL_KEY in c)
+
     def _write_merge(self, f: InFlight, req: BackfillRequest, result: ChunkResult) -> RowsApplied:
         """The chunk's merge committed to Delta where the stream is (nothing when its range
         already equals MySQL); what it wrote."""
@@ -579,7 +606,16 @@ class Backfills:
         append, upsert = shaped.take(w.append), shaped.take(w.upsert)
         deletes, twice = (list(zip(*(t.column(k).to_pylist() for k in key))) for t in (w.delete, w.twice))
         delete = deletions(target, key, deletes)
-        props = self._merge_properties(f, req, chunk, append.num_rows, upsert.num_rows, len(deletes))
+        attempt = (req.id, chunk.index)
+        if attempt in self._attempts and self._landed(sink, *self._attempts[attempt]):
+            # Its commit landed although the call failed (its answer lost): never appended twice.
+            log.info("backfill %s of %s: chunk %d had been merged", req.id, f.table, chunk.index)
+            del self._attempts[attempt]
+            return RowsApplied()
+        before, tokens = self._attempts.get(attempt, (self.sinks.tables[sink].version(), []))
+        token = uuid.uuid4().hex
+        self._attempts[attempt] = (before, [*tokens, token])
+        props = self._merge_properties(f, req, chunk, append.num_rows, upsert.num_rows, len(deletes), token)
         if twice:  # first one copy of each: a MERGE would update every copy alike
             deduplicate(self.sinks.tables[sink], key, twice, props)
         if append.num_rows or upsert.num_rows or delete.num_rows:
@@ -587,19 +623,23 @@ class Backfills:
                                     table_uri(self.cfg.sink.path, sink), self.cfg.sink.storage_options)
         else:  # the range already equals MySQL: nothing to commit
             applied = RowsApplied()
+        del self._attempts[attempt]
         log.info("backfill %s of %s: chunk %d merged (%d appended, %d upserted, %d deleted, %d keys left to the "
                  "stream)", req.id, f.table, chunk.index, append.num_rows, upsert.num_rows, len(deletes),
                  len(f.merge.touched))
         return applied
 
     def _merge_properties(self, f: InFlight, req: BackfillRequest, chunk: Chunk, appended: int, upserted: int,
-                          deleted: int):
-        """A merge's commit properties: the stream's offset and what the merge did (``binlake.backfill``)."""
-        marker = {BACKFILL_KEY: json.dumps({
-            "id": req.id, "table": f.table, "chunk": chunk.index, "high_watermark": f.high_watermark.to_dict(),
-            "group": f.chunks[0].index, "group_chunks": len(f.chunks), "on_spark": f.on_spark,
-            "appended": appended, "upserted": upserted, "deleted": deleted,
-            "left_to_stream": len(f.merge.touched), "read_seconds": round(f.read_seconds, 3)})}
+                          deleted: int, attempt: str | None = None):
+        """A merge's commit properties: the stream's offset and what the merge did (``binlake.backfill``),
+        with the token of this ``attempt`` where its commit is checked for before it is made again."""
+        done = {"id": req.id, "table": f.table, "chunk": chunk.index, "high_watermark": f.high_watermark.to_dict(),
+                "group": f.chunks[0].index, "group_chunks": len(f.chunks), "on_spark": f.on_spark,
+                "appended": appended, "upserted": upserted, "deleted": deleted,
+                "left_to_stream": len(f.merge.touched), "read_seconds": round(f.read_seconds, 3)}
+        if attempt is not None:
+            done["attempt"] = attempt
+        marker = {BACKFILL_KEY: json.dumps(done)}
         return stream_commit_properties(self.cfg.pipeline.name, self.state.offset, marker)
 
     def _write_kept(self, f: InFlight, req: BackfillRequest, result: ChunkResult, shaped: pa.Table,
