@@ -1,5 +1,7 @@
 """``binlake status``: per table phase, rows, committed position and lag, read from the
-lake (Delta tables and ``_binlake/``) and, when reachable, the source server."""
+lake (Delta tables and ``_binlake/``) and, when reachable, the source server; and the
+table's upkeep: live files and bytes, bytes awaiting vacuum (one listing of its folder),
+its last compaction and vacuum (``_binlake/maintenance_runs``: pipelines/lake/maintenance/)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from cdc_core.routes import Router
 from cdc_core.schema.history import TableState, fold
 from cdc_core.source.connection import captured_tables, connect, connection_settings
 from pipelines.lake.control_store import ControlStore
+from pipelines.lake.maintenance.vacuum import usage
 from pipelines.lake.offsets import applied_position_key
 from pipelines.lake.reads import count_rows
 from pipelines.lake.tables import open_table, table_uri
@@ -53,6 +56,28 @@ def _reconcile_summary(r: dict | None) -> dict | None:
             "stream_position": position(r["stream_file"], r["stream_pos"]), "seconds": r["seconds"]}
 
 
+def _run_summary(r: dict | None) -> dict | None:
+    """A maintenance run (``_binlake/maintenance_runs``) as status shows it: when, and what it did."""
+    if r is None:
+        return None
+    if r["kind"] == "compaction":
+        did = (f"{r['files_removed']} files ({r['bytes_removed']:,} bytes) into {r['files_added']} "
+               f"({r['bytes_added']:,} bytes), {r['files_before']} → {r['files_after']} live files")
+    else:
+        did = f"{r['files_deleted']} files ({r['bytes_deleted']:,} bytes) deleted"
+    return {"at": r["at"].isoformat(), "reason": r["reason"], "did": did, "seconds": r["seconds"]}
+
+
+def _upkeep(cfg: BinlakeConfig, sink: str, dt, maintained: dict) -> dict | None:
+    """A Delta table's files and bytes, live and awaiting vacuum, and its last compaction and vacuum."""
+    if dt is None:
+        return None
+    u = usage(dt, table_uri(cfg.sink.path, sink), cfg.sink.storage_options)
+    return {"live_files": u.live_files, "live_bytes": u.live_bytes, "bytes_awaiting_vacuum": u.awaiting_vacuum,
+            "last_compaction": _run_summary(maintained.get((sink, "compaction"))),
+            "last_vacuum": _run_summary(maintained.get((sink, "vacuum")))}
+
+
 def pipeline_status(cfg: BinlakeConfig) -> dict:
     """The status of every captured table and of the stream (JSON-ready). Each table names
     its ``sink`` (the Delta table it is written to: itself, or its route's sink); a routed
@@ -83,6 +108,8 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
             backfilling.setdefault(r.table, r)
     names = sorted(set(names) | set(plans))
     reconciled = store.latest_reconcile()
+    maintained = store.latest_maintenance()
+    upkeep: dict[str, dict] = {}  # by sink: a route's sources share theirs
     now = time.time()
 
     def lag(applied_key: tuple[int, int] | None, event_time: int) -> tuple[float | None, int | None]:
@@ -121,9 +148,12 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
         else:
             phase = "not started"
         lag_s, lag_b = lag(key, cp.offset.event_time if cp else 0)
+        if sink not in upkeep:
+            upkeep[sink] = _upkeep(cfg, sink, t, maintained)
         tables.append({"table": n, "sink": sink, "phase": phase, "rows": rows,
                        "committed_position": _position_name(key, base, end.file if end else None) if key else None,
-                       "lag_seconds": lag_s, "lag_bytes": lag_b, "reconcile": _reconcile_summary(reconciled.get(n))})
+                       "lag_seconds": lag_s, "lag_bytes": lag_b, "reconcile": _reconcile_summary(reconciled.get(n)),
+                       "maintenance": upkeep[sink]})
     stream = {"state": cp.state if cp else "not started",
               "committed_position": str(cp.offset.applied) if cp else None,
               "resume_position": str(cp.offset.resume) if cp else None,

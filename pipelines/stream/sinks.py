@@ -21,8 +21,9 @@ from cdc_core.offset.stream_offset import SkipFilter
 from cdc_core.routes import Router, sink_schema
 from cdc_core.schema.output import output_schema
 from cdc_core.schema.table import TableSchema
+from pipelines.lake.maintenance.layout import create_table
 from pipelines.lake.offsets import applied_position_key
-from pipelines.lake.tables import DeltaTable, delta_schema, ensure_table, open_table, refresh, table_uri
+from pipelines.lake.tables import DeltaTable, delta_schema, open_table, refresh, table_uri
 
 
 class Sinks:
@@ -49,8 +50,7 @@ class Sinks:
             target = sink_schema(known, sink=sink)
         else:
             target = output_schema(schema)
-        dt = self.tables[sink] = ensure_table(table_uri(self.cfg.sink.path, sink), target,
-                                              self.cfg.sink.storage_options)
+        dt = self.tables[sink] = create_table(self.cfg.sink, table_uri(self.cfg.sink.path, sink), sink, target)
         self.schemas[sink] = delta_schema(dt)
         return dt
 
