@@ -109,9 +109,12 @@ def vacuum(dt: DeltaTable, sink: str, uri: str, storage_options: dict[str, str] 
     before = _stored(uri, storage_options)
     deleted = dt.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False,
                         full=True, commit_properties=metadata_properties({MAINTENANCE_KEY: '{"kind": "vacuum"}'}))
-    gone = {unquote(p) for p in deleted}  # paths relative to the table root
-    freed = sum(size for rel, size in before.items() if rel in gone)
+    # Paths relative to the table root. delta-rs also "deletes" removed files an earlier vacuum
+    # deleted already (their records stay in the log until a checkpoint drops them): only the files
+    # the listing found count.
+    gone = [size for rel, size in before.items() if rel in {unquote(p) for p in deleted}]
+    freed = sum(gone)
     dt.cleanup_metadata()
     live = sum(_live_sizes(dt))
     stored = sum(before.values()) - freed
-    return VacuumResult(sink, len(deleted), freed, live, stored, retention_hours, time.monotonic() - started)
+    return VacuumResult(sink, len(gone), freed, live, stored, retention_hours, time.monotonic() - started)
