@@ -11,8 +11,10 @@ files whose record a checkpoint dropped (``delta.deletedFileRetentionDuration``,
 keeps at least as long as the retention: cdc_core/config.py, layout.py). A vacuum lists the
 table's folder (on an object store one LIST request per 1,000 files), deletes in batches
 (one request per 1,000 files on S3), and commits twice (delta-rs's VACUUM START and END,
-only when it deletes something); then ``cleanup_metadata`` deletes log entries older than
-``delta.logRetentionDuration`` that the latest checkpoint makes unneeded.
+only when it deletes something); then a checkpoint is written at the table's version (a reader
+then opens the table from it instead of replaying up to ``delta.checkpointInterval`` commits:
+for a small table, most of a full read's time), and ``cleanup_metadata`` deletes log entries
+older than ``delta.logRetentionDuration`` that the checkpoint makes unneeded.
 
 A vacuum deletes files of other writers' uncommitted work as soon as they are older than the
 retention: with a short retention (below Delta's 168 hours, accepted with a warning) it must
@@ -114,6 +116,10 @@ def vacuum(dt: DeltaTable, sink: str, uri: str, storage_options: dict[str, str] 
     # the listing found count.
     gone = [size for rel, size in before.items() if rel in {unquote(p) for p in deleted}]
     freed = sum(gone)
+    # A checkpoint at the version now: a reader opening the table reads it instead of replaying
+    # up to ``delta.checkpointInterval`` commits (most of a small table's read time), and the
+    # cleanup may then drop every expired entry before it.
+    dt.create_checkpoint()
     dt.cleanup_metadata()
     live = sum(_live_sizes(dt))
     stored = sum(before.values()) - freed
