@@ -345,6 +345,9 @@ class DagsterConfig(_Strict):
     max_lag_seconds: float = Field(300, gt=0)  # the asset check `lag_under_bound` fails past this
     # When the nightly reconciliation (the checksum_parity checks, `binlake reconcile`) runs: a cron schedule.
     reconcile_cron: str = "0 2 * * *"
+    # When the job binlake_maintenance runs, if its schedule is turned on (the stream maintains its
+    # tables between batches anyway unless sink.maintenance.auto is false).
+    maintenance_cron: str = "0 3 * * *"
     freshness: FreshnessConfig = FreshnessConfig()
     # Per table ("db.table", full-match regex): the first matching entry replaces `freshness`.
     table_freshness: dict[str, FreshnessConfig] = {}

@@ -283,33 +283,14 @@ def _backfill_list(cfg: BinlakeConfig) -> None:
 
 
 def cmd_maintain(args) -> int:
-    from pipelines.lake.control_store import ControlStore
-    from pipelines.lake.maintenance.maintainer import maintain_now, pipeline_tables
-    from pipelines.lake.maintenance.requests import RequestState, answer, request_maintenance, wait_for
+    from pipelines.lake.maintenance.maintainer import maintain
 
     cfg = _load(args.config)
-    tables = pipeline_tables(cfg, args.table)  # BadInput for a table the pipeline does not write
-    req = None
-    while True:
-        with _sole_writer(cfg, args, refuse=False) as lock:
-            if lock is not None:  # no stream runs: maintain here, under the lock
-                report = maintain_now(cfg, tables, controls=args.table is None)
-                if req is not None:  # asked of a stream that stopped before doing it: done here
-                    answer(ControlStore.of(cfg), req, RequestState.DONE, report.to_json())
-                _maintenance_report(report)
-                return EXIT_OK
-        # A stream runs: it maintains its tables between batches, asked to now; if it stops first
-        # (a bounded run), the next round takes the lock and maintains here.
-        if req is None:
-            req = request_maintenance(cfg, next(iter(tables)) if args.table else None)
-        with err.status(f"waiting for the running stream to maintain {args.table or 'every table'}"):
-            req = wait_for(cfg, req.id, seconds=10)
-        if req.state == RequestState.DONE:
-            _maintenance_report(req.report)
-            return EXIT_OK
-        if req.state == RequestState.FAILED:
-            _line("[red]error[/red]:", f"maintenance failed in the running stream: {req.detail}")
-            return EXIT_RUNTIME
+    with err.status(f"maintaining {args.table or 'every table'} of {cfg.pipeline.name} (handed to the running "
+                    "stream if one runs)"):
+        report = maintain(cfg, args.table, f"binlake maintain -c {args.config}")
+    _maintenance_report(report)
+    return EXIT_OK
 
 
 def _maintenance_report(report) -> None:

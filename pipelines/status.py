@@ -15,7 +15,7 @@ from cdc_core.routes import Router
 from cdc_core.schema.history import TableState, fold
 from cdc_core.source.connection import captured_tables, connect, connection_settings
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.maintenance.vacuum import usage
+from pipelines.lake.maintenance.upkeep import upkeep as table_upkeep
 from pipelines.lake.offsets import applied_position_key
 from pipelines.lake.reads import count_rows
 from pipelines.lake.tables import open_table, table_uri
@@ -54,28 +54,6 @@ def _reconcile_summary(r: dict | None) -> dict | None:
             "excluded_columns": r["excluded_columns"], "mysql_rows": r["mysql_rows"], "delta_rows": r["delta_rows"],
             "server_position": position(r["server_file"], r["server_pos"]),
             "stream_position": position(r["stream_file"], r["stream_pos"]), "seconds": r["seconds"]}
-
-
-def _run_summary(r: dict | None) -> dict | None:
-    """A maintenance run (``_binlake/maintenance_runs``) as status shows it: when, and what it did."""
-    if r is None:
-        return None
-    if r["kind"] == "compaction":
-        did = (f"{r['files_removed']} files ({r['bytes_removed']:,} bytes) into {r['files_added']} "
-               f"({r['bytes_added']:,} bytes), {r['files_before']} → {r['files_after']} live files")
-    else:
-        did = f"{r['files_deleted']} files ({r['bytes_deleted']:,} bytes) deleted"
-    return {"at": r["at"].isoformat(), "reason": r["reason"], "did": did, "seconds": r["seconds"]}
-
-
-def _upkeep(cfg: BinlakeConfig, sink: str, dt, maintained: dict) -> dict | None:
-    """A Delta table's files and bytes, live and awaiting vacuum, and its last compaction and vacuum."""
-    if dt is None:
-        return None
-    u = usage(dt, table_uri(cfg.sink.path, sink), cfg.sink.storage_options)
-    return {"live_files": u.live_files, "live_bytes": u.live_bytes, "bytes_awaiting_vacuum": u.awaiting_vacuum,
-            "last_compaction": _run_summary(maintained.get((sink, "compaction"))),
-            "last_vacuum": _run_summary(maintained.get((sink, "vacuum")))}
 
 
 def pipeline_status(cfg: BinlakeConfig) -> dict:
@@ -149,7 +127,7 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
             phase = "not started"
         lag_s, lag_b = lag(key, cp.offset.event_time if cp else 0)
         if sink not in upkeep:
-            upkeep[sink] = _upkeep(cfg, sink, t, maintained)
+            upkeep[sink] = table_upkeep(cfg, sink, t, maintained).to_json() if t is not None else None
         tables.append({"table": n, "sink": sink, "phase": phase, "rows": rows,
                        "committed_position": _position_name(key, base, end.file if end else None) if key else None,
                        "lag_seconds": lag_s, "lag_bytes": lag_b, "reconcile": _reconcile_summary(reconciled.get(n)),

@@ -38,12 +38,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from cdc_core.config import BinlakeConfig
-from cdc_core.errors import BadInput
+from cdc_core.errors import BadInput, TerminalError
 from cdc_core.routes import Router, sink_key
 from pipelines.lake.control_store import ControlStore
 from pipelines.lake.maintenance import compaction, layout, policy, requests, vacuum
 from pipelines.lake.maintenance.requests import MaintenanceReport, RequestState, TableReport
+from pipelines.lake.storage import require_safe_commits
 from pipelines.lake.tables import DeltaTable, delta_schema, open_table, table_uri
+from pipelines.lake.writer_lock import WriterLockError, writer_lock
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +175,42 @@ def maintain_now(cfg: BinlakeConfig, tables: Mapping[str, tuple[str, ...] | None
     if rows:
         store.record_maintenance(rows)
     return MaintenanceReport(tuple(reports), by)
+
+
+def maintain(cfg: BinlakeConfig, table: str | None, command: str, *, timeout: float | None = None) -> MaintenanceReport:
+    """Maintenance now (``binlake maintain``, the Dagster maintenance job): compaction and vacuum of
+    ``table`` (a captured table or a route's sink; None: every table and the control tables) under
+    the writer lock, named ``command``, when no stream runs; else handed to the running stream
+    (requests.py) and waited for, at most ``timeout`` seconds. A stream that stops before it
+    answers (a bounded run) leaves the lock free: the next round does it here."""
+    require_safe_commits(cfg.sink.path, cfg.sink.storage_options)
+    tables = pipeline_tables(cfg, table)  # BadInput for a table the pipeline does not write
+    deadline = None if timeout is None else time.monotonic() + timeout
+    req = None
+    while True:
+        lock = writer_lock(cfg.sink.path, cfg.pipeline.name, command, cfg.sink.storage_options)
+        try:
+            lock.acquire()
+        except WriterLockError:
+            lock = None
+        if lock is not None:  # no stream runs: here, under the lock
+            try:
+                report = maintain_now(cfg, tables, controls=table is None)
+            finally:
+                lock.release()
+            if req is not None:  # asked of a stream that stopped before doing it: done here
+                requests.answer(ControlStore.of(cfg), req, RequestState.DONE, report.to_json())
+            return report
+        if req is None:
+            req = requests.request_maintenance(cfg, next(iter(tables)) if table else None)
+        req = requests.wait_for(cfg, req.id, seconds=10)
+        if req.state == RequestState.DONE:
+            return req.report
+        if req.state == RequestState.FAILED:
+            raise TerminalError(f"maintenance failed in the running stream: {req.detail}")
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TerminalError(f"the running stream did not carry out maintenance request {req.id} within "
+                                f"{timeout:.0f} s (it stays requested)")
 
 
 @dataclass
