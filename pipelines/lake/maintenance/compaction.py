@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 from deltalake.transaction import AddAction, RemoveAction
 
-from pipelines.lake.files import WrittenFile, write_parquet
+from pipelines.lake.files import WrittenFile, partition_value, write_parquet
 from pipelines.lake.maintenance.policy import DataFile, TableFiles, Trigger
 from pipelines.lake.storage import delete_files
 from pipelines.lake.tables import MAINTENANCE_KEY, DeltaTable, delta_schema, metadata_properties, post_commit_hooks
@@ -54,8 +54,10 @@ def table_files(dt: DeltaTable) -> TableFiles:
     paths = actions.column("path").to_pylist()
     sizes = actions.column("size_bytes").to_pylist()
     rows = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else [None] * len(paths)
-    if "partition_values" in actions.column_names and dt.metadata().partition_columns:
-        parts = [tuple(sorted((v or {}).items())) for v in actions.column("partition_values").to_pylist()]
+    if "partition" in actions.column_names and dt.metadata().partition_columns:
+        # (typed values here; the log and new add actions spell them as strings)
+        parts = [tuple(sorted((k, partition_value(x)) for k, x in (v or {}).items()))
+                 for v in actions.column("partition").to_pylist()]
     else:
         parts = [()] * len(paths)
     return TableFiles(dt.version(), tuple(DataFile(p, s, r, part) for p, s, r, part in zip(paths, sizes, rows, parts)))
