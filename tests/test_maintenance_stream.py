@@ -174,3 +174,39 @@ def test_sigkill_during_compaction_and_vacuum(mariadb, db, spark, make_config, t
     for n, m in _status(config, logs, password).items():
         assert m["bytes_awaiting_vacuum"] == 0, (n, m)
     assert_equal(cfg, names)
+
+
+def test_maintenance_on_an_object_store(mariadb, db, spark, make_config, s3_sink, tmp_path):
+    """The same on S3 (moto): compactions and vacuums between batches under streaming, then
+    `maintain` alone; Delta equals MySQL, every change counted once, nothing left to vacuum."""
+    from pipelines.lake.maintenance.maintainer import maintain_now, pipeline_tables
+    from pipelines.lake.maintenance.vacuum import usage
+    from pipelines.lake.tables import open_table, table_uri
+
+    name, conn = db
+    names, cfg, _ = _shop(conn, name, make_config, tmp_path, chunk_size=400)
+    cfg = _maintained(cfg.model_copy(update={"sink": cfg.sink.model_copy(update=s3_sink)}))
+    writer = Writer(mariadb, name, SEED + 3, pace=0.02)
+    writer.start()
+    try:
+        snapshot(cfg, spark)
+        engine = EngineThread(StreamEngine(cfg))
+        engine.start()
+        engine.wait_streaming()
+        time.sleep(15)
+        writer.stop()
+        engine.stop()
+    finally:
+        writer.stop_event.set()
+        writer.running.set()
+    assert StreamEngine(cfg, until_now=True).run().stop_reason.startswith("reached")
+    assert_equal(cfg, names)
+    runs = _runs(cfg)
+    assert any(r["kind"] == "compaction" for r in runs) and any(r["kind"] == "vacuum" for r in runs), runs
+    report = maintain_now(cfg, pipeline_tables(cfg))
+    assert {r.table for r in report.tables} >= set(names)
+    for n in names:
+        dt = open_table(table_uri(cfg.sink.path, n), cfg.sink.storage_options)
+        assert usage(dt, table_uri(cfg.sink.path, n), cfg.sink.storage_options).awaiting_vacuum == 0, n
+    assert_equal(cfg, names)
+    assert_changes_counted(cfg, names)

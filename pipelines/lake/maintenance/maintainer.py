@@ -49,7 +49,7 @@ from pipelines.lake.writer_lock import WriterLockError, writer_lock
 
 log = logging.getLogger(__name__)
 
-REQUEST_POLL_SECONDS = 2.0  # how often the stream looks for `binlake maintain` requests
+REQUEST_POLL_SECONDS = 5.0  # how often the stream looks for `binlake maintain` requests (a LIST each)
 CHECK_SECONDS = 1.0  # how often the stream looks at its tables' files (from the open handles: no I/O)
 RETRY_SECONDS = 60.0  # a table whose maintenance failed is left alone this long
 CONTROL_TABLES = ("snapshot_plan", "snapshot_chunks", "schema_history", "stream_checkpoint", "backfill_requests",
