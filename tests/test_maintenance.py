@@ -6,7 +6,8 @@
   only ``dataChange=false`` actions and no transaction; its files hold disjoint, ordered key
   ranges; a one-key batch after it rewrites no more than it did before, or than one target
   file where its key was in a smaller file, and less in sum over the table's keys;
-- a compaction whose inputs a batch replaced meanwhile commits nothing and leaves no file;
+- a compaction whose inputs a batch replaced meanwhile commits nothing and leaves no file; one
+  rewrites at most its budget of bytes, the files of the lowest keys first;
 - vacuum: a reader holding an old version keeps reading while the retention has not passed
   (``retention_hours`` 1), and its files go once it has (0); a file no commit added goes too;
   bytes on disk then equal the live bytes;
@@ -295,3 +296,18 @@ def test_small_files_of_a_fresh_stream_are_counted(tmp_path):
     dt = _streamed(uri, snapshot_rows=1_000, batches=5)
     files = compaction.table_files(dt)
     assert len(files.files) == 6 and files.live_bytes == sum(np.array([f.size for f in files.files]))
+
+
+def test_a_compaction_rewrites_at_most_its_budget_in_key_order(tmp_path, monkeypatch):
+    uri = str(tmp_path / "t")
+    dt = ensure_table(uri, SCHEMA)
+    for lo in range(2_000, 0, -100):  # 20 files, committed in descending key order
+        commit_files(dt, [write_parquet(uri, _rows(range(lo - 100, lo)))], SCHEMA, {})
+    rows = _sorted(uri)
+    size = compaction.table_files(dt).files[0].size
+    monkeypatch.setattr(compaction, "JOB_BYTES", 5 * size)
+    job, done = _compact(dt, uri, target_mb=0.001)
+    assert len(job.inputs) == 5  # a budget's worth, ...
+    taken = pa.concat_tables([job.fragments[f.path].to_table(columns=["id"]) for f in job.inputs]).column(0)
+    assert sorted(taken.to_pylist()) == list(range(500))  # ... the lowest keys first
+    assert _sorted(uri).equals(rows) and done.files_removed == 5

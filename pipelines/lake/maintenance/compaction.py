@@ -47,6 +47,10 @@ from pipelines.lake.tables import MAINTENANCE_KEY, DeltaTable, delta_schema, met
 
 log = logging.getLogger(__name__)
 
+# The most bytes of input files one compaction rewrites (when the target is smaller): it holds
+# their rows in memory, a few times their Parquet size.
+JOB_BYTES = 128 << 20
+
 
 def table_files(dt: DeltaTable) -> TableFiles:
     """The live files of ``dt`` at its version, from its log (no data file is read)."""
@@ -121,8 +125,9 @@ def plan(dt: DeltaTable, sink: str, uri: str, storage_options: dict[str, str] | 
     partition_columns = list(dt.metadata().partition_columns)
     full = delta_schema(dt)
     schema = pa.schema([f for f in full if f.name not in partition_columns])
+    sort_by = tuple(c for c in sort_by if c in schema.names)
     by_partition: dict[tuple, list[DataFile]] = {}
-    for f in trigger.inputs:
+    for f in _within_budget(dt, trigger.inputs, sort_by[0] if sort_by else None, max(target, JOB_BYTES)):
         by_partition.setdefault(f.partition, []).append(f)
     groups = tuple(tuple(g) for g in by_partition.values()
                    if len(g) >= 2 or any(f.size > target for f in g))
@@ -136,8 +141,30 @@ def plan(dt: DeltaTable, sink: str, uri: str, storage_options: dict[str, str] | 
         log.warning("%s: %d of %d files to compact not found in its dataset; not compacted", sink,
                     len(wanted) - len(fragments), len(wanted))
         return None
-    return CompactionJob(sink, uri, dict(storage_options or {}), dt.version(), trigger.reason, target,
-                         tuple(c for c in sort_by if c in schema.names), schema, groups, fragments)
+    return CompactionJob(sink, uri, dict(storage_options or {}), dt.version(), trigger.reason, target, sort_by, schema,
+                         groups, fragments)
+
+
+def _within_budget(dt: DeltaTable, inputs: tuple[DataFile, ...], first: str | None, budget: int) -> list[DataFile]:
+    """Of ``inputs``, those one job rewrites: all of them if they hold at most ``budget`` bytes, else
+    the first ones in the order of their smallest value of the sort column ``first`` (log order
+    without statistics) up to the budget, at least two (the rest next time): a job holds its
+    rows in memory, and files next to each other in key order make outputs of one key range."""
+    if sum(f.size for f in inputs) <= budget:
+        return list(inputs)
+    order: dict[str, object] = {}
+    if first is not None:
+        stats = pa.table(dt.get_add_actions(flatten=True))
+        if f"min.{first}" in stats.column_names:
+            order = dict(zip(stats.column("path").to_pylist(), stats.column(f"min.{first}").to_pylist()))
+    ranked = sorted(inputs, key=lambda f: (order.get(f.path) is None, order.get(f.path) or 0))
+    taken, total = [], 0
+    for f in ranked:
+        if len(taken) >= 2 and total + f.size > budget:
+            break
+        taken.append(f)
+        total += f.size
+    return taken
 
 
 def rewrite(job: CompactionJob) -> Rewritten:
