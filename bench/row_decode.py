@@ -80,7 +80,8 @@ def measure(port: int, password: str, start: dict, end: dict) -> dict:
     """In the child: seconds spent decoding and converting, and rows, per table."""
     from pymysqlreplication.event import RotateEvent
 
-    from cdc_core.binlog.decoder import ROW_EVENTS, RowDecoder, open_binlog
+    from cdc_core.binlog.decoder import ROW_EVENTS, RowDecoder
+    from cdc_core.binlog.event_source import open_binlog
     from cdc_core.offset.position import BinlogPosition
     from cdc_core.source.connection import ConnectionSettings
     from cdc_core.types.mapping import binlog_value

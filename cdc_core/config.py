@@ -11,10 +11,12 @@ import os
 import re
 from pathlib import Path
 from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
+from cdc_core.cron import cron_problem
 from cdc_core.errors import BadInput
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -336,6 +338,57 @@ class DagsterStreamConfig(_Strict):
     max_run_seconds: float = Field(300, gt=0)
 
 
+class ScheduledBackfillConfig(_Strict):
+    """A scheduled backfill (binlake extension): the Dagster schedule ``binlake_backfill_<name>``
+    launching ``binlake_backfill`` (or ``binlake_repair`` with ``repair_only``) for the captured
+    tables its regexes match when it ticks."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_]+$")  # a Dagster name: letters, digits, underscores
+    cron: str
+    tables: list[str] = Field(min_length=1)  # regexes over "db.table" (full match), as source.tables
+    from_key: str | None = None  # keys in [from_key, to_key) of each table's chunk key (not with repair_only)
+    to_key: str | None = None
+    repair_only: bool = False  # reconcile, backfill only the chunks that differ (binlake_repair)
+    running: bool = False  # the schedule's default status (Dagster's default: stopped)
+    timezone: str | None = None  # IANA name the cron is read in (default UTC)
+
+    @field_validator("cron")
+    @classmethod
+    def _cron_valid(cls, cron: str) -> str:
+        problem = cron_problem(cron)
+        if problem:
+            raise ValueError(f"not a cron expression: {problem}")
+        return cron
+
+    @field_validator("tables")
+    @classmethod
+    def _patterns_compile(cls, patterns: list[str]) -> list[str]:
+        return _compiled(patterns)
+
+    @field_validator("from_key", "to_key", mode="before")
+    @classmethod
+    def _key_as_text(cls, value: object) -> object:
+        # YAML reads `from_key: 1000` as a number; a bound is the key's value as typed.
+        return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone_known(cls, tz: str | None) -> str | None:
+        if tz is not None:
+            try:
+                ZoneInfo(tz)
+            except (ZoneInfoNotFoundError, ValueError):
+                raise ValueError(f"unknown time zone {tz!r} (an IANA name such as Europe/Paris)") from None
+        return tz
+
+    @model_validator(mode="after")
+    def _range_not_with_repair(self) -> ScheduledBackfillConfig:
+        if self.repair_only and (self.from_key is not None or self.to_key is not None):
+            raise ValueError("from_key/to_key are not for repair_only: reconciliation checks whole tables "
+                             "and repairs only the chunks that differ")
+        return self
+
+
 class DagsterConfig(_Strict):
     """binlake extension: how the Dagster code location runs and watches the pipeline."""
 
@@ -351,6 +404,18 @@ class DagsterConfig(_Strict):
     freshness: FreshnessConfig = FreshnessConfig()
     # Per table ("db.table", full-match regex): the first matching entry replaces `freshness`.
     table_freshness: dict[str, FreshnessConfig] = {}
+    backfills: list[ScheduledBackfillConfig] = []  # scheduled backfills, one Dagster schedule each
+
+    @field_validator("backfills")
+    @classmethod
+    def _names_unique(cls, entries: list[ScheduledBackfillConfig]) -> list[ScheduledBackfillConfig]:
+        seen: dict[str, int] = {}
+        for i, b in enumerate(entries):
+            if b.name in seen:
+                raise ValueError(f"[{i}].name: {b.name!r} is the name of [{seen[b.name]}] too: names must differ "
+                                 f"(each is the schedule binlake_backfill_<name>)")
+            seen[b.name] = i
+        return entries
 
     @field_validator("table_freshness")
     @classmethod
@@ -365,6 +430,15 @@ class DagsterConfig(_Strict):
         return self.freshness
 
 
+class MetricsConfig(_Strict):
+    """binlake extension: the stream's Prometheus endpoint (``metrics``; pipelines/stream/metrics.py):
+    ``http://<host>:<port>/metrics`` while ``binlake stream``/``run`` or the Dagster stream job
+    streams. Off unless ``port`` is set; on the loopback address unless ``host`` says otherwise."""
+
+    port: int | None = Field(None, ge=1, le=65535)
+    host: str = "127.0.0.1"
+
+
 class BinlakeConfig(_Strict):
     pipeline: PipelineConfig
     source: SourceConfig
@@ -373,6 +447,7 @@ class BinlakeConfig(_Strict):
     routes: list[RouteConfig] = []
     spark: SparkConfig = SparkConfig()
     dagster: DagsterConfig = DagsterConfig()
+    metrics: MetricsConfig = MetricsConfig()
 
 
 def _substitute(node: object, where: str = "") -> object:

@@ -13,10 +13,16 @@ and photographs, as the pipeline gets there:
 4. a DDL in MariaDB: the schema sensor's tick, the schema-change run, the new column on the asset;
 5. an online backfill of two tables in one launch (one of them a key range): the Launchpad
    with its run config, and the run logging each table's progress while the stream runs;
-6. checksum parity: the traffic paused and rows deleted from one table's Delta by hand, the
+6. scheduled backfills: the schedules (the two of ``make ui``, stopped, and one every minute,
+   started here as with the UI's toggle), that schedule's tick and the run it launched, done by
+   the running stream; the schedule is stopped again after its first run;
+7. checksum parity: the traffic paused and rows deleted from one table's Delta by hand, the
    nightly reconciliation job (``binlake_reconcile``) fails that table's ``checksum_parity``
    check, listing the differing chunk; ``binlake_repair`` backfills it through the running
    stream and the check passes again.
+
+``--only NAME...`` saves only those screenshots (and skips the steps that take none of them;
+the snapshot and the stream always run).
 
 The environment lives in a neutral temporary folder, not in the checkout: the asset pages
 show the lake's path. PNGs go to docs/screenshots/. Needs Debian's ``chromium`` (``apt-get install -y chromium``)
@@ -78,12 +84,28 @@ def wait(predicate, timeout: float, what: str):
     return value
 
 
+# The scheduled backfill photographed: stopped in the config, started by this script.
+SCHEDULED = {"name": "order_items_every_minute", "cron": "* * * * *", "tables": [r"shop\.order_items"],
+             "from_key": "1", "to_key": "2000"}
+START_SCHEDULE = """mutation($s: ScheduleSelector!) { startSchedule(scheduleSelector: $s) { __typename
+  ... on ScheduleStateResult { scheduleState { id } } ... on PythonError { message } } }"""
+STOP_SCHEDULE = """mutation($id: String!) { stopRunningSchedule(id: $id) { __typename
+  ... on PythonError { message } } }"""
+# The screenshots each step takes (the snapshot's step always runs: the others need the stream).
+STEPS = {"schema_change": {"schema-change-run", "schema-sensor", "asset-customers-columns"},
+         "backfill": {"backfill-launchpad", "backfill-run"},
+         "scheduled_backfill": {"schedules", "scheduled-backfill-ticks", "scheduled-backfill-run"},
+         "checksum_parity": {"checksum-failed", "checksum-failed-chunks", "checksum-repaired", "repair-run"}}
+
+
 class Camera:
     """A headless Chromium page on the UI: ``visit`` waits for a text (the UI renders with
-    JavaScript and polls, so 'network idle' never comes), ``save`` writes a PNG."""
+    JavaScript and polls, so 'network idle' never comes), ``save`` writes a PNG (only those
+    named in ``only``, when given)."""
 
-    def __init__(self, playwright, port: int):
+    def __init__(self, playwright, port: int, only: set[str] | None = None):
         self.base = f"http://127.0.0.1:{port}"
+        self.only = only
         self.browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
         self.page = self.browser.new_page(viewport={"width": 1600, "height": 1000})
         self.page.set_default_timeout(180_000)
@@ -101,6 +123,8 @@ class Camera:
             page.wait_for_timeout(1000)
 
     def save(self, name: str) -> None:
+        if self.only is not None and name not in self.only:
+            return
         self.page.screenshot(path=str(OUT / f"{name}.png"))
         print(f"docs/screenshots/{name}.png", flush=True)
 
@@ -167,6 +191,8 @@ def offsets_over_time(cam: Camera) -> None:
     page.get_by_text("binlake/lag_seconds").first.wait_for()
     page.wait_for_timeout(4000)
     lineage = page.locator("button", has_text="Lineage").first.bounding_box()
+    if cam.only is not None and "asset-orders-offsets" not in cam.only:
+        return
     page.screenshot(path=str(OUT / "asset-orders-offsets.png"), clip={"x": 0, "y": 0, "width": 1600,
                                                                       "height": lineage["y"]})
     print("docs/screenshots/asset-orders-offsets.png", flush=True)
@@ -200,6 +226,28 @@ def backfill(env, instance, cam: Camera) -> None:
     wait(lambda: finished(instance, run_id), 900, "the backfill")
     cam.visit(f"/runs/{run_id}", "binlake/backfills", height=1800)  # a finished run shows its log's end
     cam.save("backfill-run")
+
+
+def scheduled_backfill(env, instance, cam: Camera) -> None:
+    """The schedules, one started (as the UI's toggle does), its tick and the run it launched."""
+    from dagster import RunsFilter
+
+    from devtools.ui import graphql
+
+    schedule = "binlake_backfill_" + SCHEDULED["name"]
+    selector = {"repositoryLocationName": "binlake", "repositoryName": "__repository__", "scheduleName": schedule}
+    started = graphql(env.port, START_SCHEDULE, {"s": selector})["startSchedule"]
+    if started["__typename"] != "ScheduleStateResult":
+        raise RuntimeError(f"{schedule} not started: {started}")
+    cam.visit("/automation", "binlake_backfill_orders_weekly")
+    cam.save("schedules")
+    run = wait(lambda: [r for r in instance.get_runs(RunsFilter(tags={"dagster/schedule_name": schedule}))
+                        if r.is_finished], 600, "the scheduled backfill's run")[-1]
+    graphql(env.port, STOP_SCHEDULE, {"id": started["scheduleState"]["id"]})  # once is enough for the pictures
+    cam.visit(f"/locations/binlake/schedules/{schedule}", "1 run requested")
+    cam.save("scheduled-backfill-ticks")
+    cam.visit(f"/runs/{run.run_id}", "binlake/backfills", height=1800)
+    cam.save("scheduled-backfill-run")
 
 
 def checksum_parity(env, instance, cam: Camera) -> None:
@@ -246,22 +294,25 @@ def main() -> int:
     from dagster import DagsterInstance
     from playwright.sync_api import sync_playwright
 
-    from devtools.ui import UiEnvironment
+    from devtools.ui import UI_BACKFILLS, UiEnvironment
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=3333)
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="save only these screenshots (names without .png)")
     args = parser.parse_args()
+    only = set(args.only) if args.only else None
     install()
-    env = UiEnvironment(args.port, base=Path(tempfile.gettempdir()) / "binlake-screenshots")
+    env = UiEnvironment(args.port, base=Path(tempfile.gettempdir()) / "binlake-screenshots",
+                        backfills=[*UI_BACKFILLS, SCHEDULED])
     try:
         env.start(traffic_pause=0.1)
         instance = DagsterInstance.from_config(str(env.base / "dagster_home"))
         with sync_playwright() as p:
-            cam = Camera(p, args.port)
+            cam = Camera(p, args.port, only)
             snapshot_and_stream(env, instance, cam)
-            schema_change(env, instance, cam)
-            backfill(env, instance, cam)
-            checksum_parity(env, instance, cam)
+            for step in (schema_change, backfill, scheduled_backfill, checksum_parity):
+                if only is None or only & STEPS[step.__name__]:
+                    step(env, instance, cam)
             cam.browser.close()
     except BaseException:
         log = env.base / "dagster.log"

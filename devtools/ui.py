@@ -3,9 +3,14 @@
 
 1. MariaDB in ./.ui/mariadb (removed on exit) with the shop schema and a ``binlake`` user;
 2. the config ./.ui/binlake.yaml (lake in ./.ui/lake, continuous stream, schema changes
-   through the Dagster sensor) and its table catalog, discovered once;
+   through the Dagster sensor, two scheduled backfills, stopped);
 3. ``dagster dev`` with DAGSTER_HOME=./.ui/dagster_home (the shipped dagster.yaml) on
-   http://127.0.0.1:3000 (``--port``), a slow trickle of shop traffic meanwhile.
+   http://127.0.0.1:3000 (``--port``; ``--dir`` puts ./.ui elsewhere), which discovers the
+   tables at its start, a slow trickle of shop traffic meanwhile.
+
+Every way of stopping it (Ctrl-C, SIGTERM, SIGHUP, its parent dying) stops what it started:
+``dagster dev`` with its process group (webserver, daemon, code servers, runs) and MariaDB
+(tests/test_make_ui.py).
 
 The functions that start ``dagster dev`` and talk GraphQL to it are shared with the
 end-to-end test (tests/test_dagster_e2e.py) and the screenshot script (devtools/screenshots.py).
@@ -15,6 +20,8 @@ Run with ``.venv/bin/python -m devtools.ui`` from the repository root.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -44,23 +51,56 @@ def dagster_home(path: Path) -> Path:
     return path
 
 
+def start_dagster(command: list[str], config: Path, home: Path, log: Path, env: dict | None = None
+                  ) -> subprocess.Popen:
+    """A Dagster command of the virtualenv (``dagster dev``, ``dagster-daemon run``,
+    ``dagster-webserver``…) run from the repository root for the binlake config ``config``, in a
+    process group of its own (``stop_dagster`` stops it and everything it starts)."""
+    env = dict(os.environ, BINLAKE_CONFIG=str(config), DAGSTER_HOME=str(home), VIRTUAL_ENV=str(BIN.parent),
+               **(env or {}))
+    out = log.open("ab")
+    return subprocess.Popen([str(BIN / command[0]), *command[1:]], cwd=ROOT, env=env, stdout=out,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
 def start_dagster_dev(config: Path, home: Path, port: int, log: Path) -> subprocess.Popen:
     """``dagster dev`` (webserver + daemon) on ``workspace.yaml`` for the binlake config ``config``."""
-    env = dict(os.environ, BINLAKE_CONFIG=str(config), DAGSTER_HOME=str(home), VIRTUAL_ENV=str(BIN.parent))
-    out = log.open("ab")
-    return subprocess.Popen([str(BIN / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-                            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    return start_dagster(["dagster", "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+                         config, home, log)
 
 
-def stop_dagster_dev(proc: subprocess.Popen, timeout: float = 30) -> None:
-    """Stop ``dagster dev`` and everything it started (its own process group)."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
+def group_members(pgid: int) -> list[int]:
+    """The live processes (not zombies) of process group ``pgid`` (Linux: read from /proc)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp ...
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+def stop_dagster(*procs: subprocess.Popen, timeout: float = 60) -> None:
+    """Stop processes started by ``start_dagster`` and every process of their groups (webserver,
+    daemon, code servers, run workers: a stream run commits its batch and stops), all at once:
+    SIGTERM, SIGKILL to what is left after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+
+    def running() -> list[subprocess.Popen]:
+        return [p for p in procs if p.poll() is None or group_members(p.pid)]
+
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for proc in running():
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    for proc in procs:
+        proc.wait()
 
 
 def graphql(port: int, query: str, variables: dict | None = None, timeout: float = 30) -> dict:
@@ -100,10 +140,11 @@ LAUNCH_BACKFILL = """mutation($params: LaunchBackfillParams!) { launchPartitionB
   ... on InvalidSubsetError { message } ... on UnauthorizedError { message } } }"""
 
 
-def launch_snapshot(port: int, tables: list[str]) -> str:
-    """Materialise every chunk partition of ``tables`` (the UI's 'Materialize all'); returns the backfill id."""
-    params = {"assetSelection": [{"path": t.split(".", 1)} for t in tables], "allPartitions": True,
-              "title": "binlake snapshot"}
+def launch_snapshot(port: int, tables: list[str], partitions: list[str] | None = None) -> str:
+    """Materialise every chunk partition of ``tables`` (the UI's 'Materialize all'), or only the
+    chunk partitions ``partitions``, as a Dagster backfill; returns the backfill id."""
+    chosen = {"partitionNames": partitions} if partitions is not None else {"allPartitions": True}
+    params = {"assetSelection": [{"path": t.split(".", 1)} for t in tables], **chosen, "title": "binlake snapshot"}
     answer = graphql(port, LAUNCH_BACKFILL, {"params": params})["launchPartitionBackfill"]
     if answer["__typename"] != "LaunchBackfillSuccess":
         raise RuntimeError(f"snapshot backfill not launched: {answer}")
@@ -133,8 +174,16 @@ def terminate_run(port: int, run_id: str) -> None:
         raise RuntimeError(f"terminate failed: {answer}")
 
 
-def ui_config(server, lake: Path, path: Path, password_var: str) -> Path:
-    """The config ``make ui`` runs: the demo's source, a continuous stream, schema changes via Dagster."""
+# The scheduled backfills of `make ui` (dagster.backfills): examples, stopped until started in the UI.
+UI_BACKFILLS = [
+    {"name": "orders_weekly", "cron": "0 3 * * sun", "tables": [r"shop\.orders"], "timezone": "Europe/Paris"},
+    {"name": "shop_nightly_repair", "cron": "30 2 * * *", "tables": [r"shop\..*"], "repair_only": True},
+]
+
+
+def ui_config(server, lake: Path, path: Path, password_var: str, backfills: list[dict] | None = None) -> Path:
+    """The config ``make ui`` runs: the demo's source, a continuous stream, schema changes via
+    Dagster, the scheduled backfills ``backfills`` (default ``UI_BACKFILLS``)."""
     import yaml
 
     cfg = {
@@ -144,18 +193,21 @@ def ui_config(server, lake: Path, path: Path, password_var: str) -> Path:
         "sink": {"path": str(lake)},
         "stream": {"max_batch_seconds": 1.0, "heartbeat_seconds": 5},
         "dagster": {"stream": {"mode": "continuous"}, "idle_offset_seconds": 30, "max_lag_seconds": 60,
-                    "freshness": {"fail_after_seconds": 600, "warn_after_seconds": 120}},
+                    "freshness": {"fail_after_seconds": 600, "warn_after_seconds": 120},
+                    "backfills": UI_BACKFILLS if backfills is None else backfills},
     }
     path.write_text("# written by `make ui` (devtools/ui.py)\n" + yaml.safe_dump(cfg, sort_keys=False))
     return path
 
 
 class UiEnvironment:
-    """MariaDB with the shop schema, the config and catalog, and ``dagster dev``: started by
-    ``start()``, removed by ``stop()`` (the lake and Dagster's history stay in ./.ui)."""
+    """MariaDB with the shop schema, the config, and ``dagster dev``: started by ``start()``,
+    removed by ``stop()`` (the lake and Dagster's history stay in ``base``, ./.ui by default).
+    The table catalog is not written here: the first ``dagster dev`` discovers the tables
+    (orchestration/component.py)."""
 
-    def __init__(self, port: int = 3000, base: Path = UI_DIR):
-        self.port, self.base = port, base
+    def __init__(self, port: int = 3000, base: Path = UI_DIR, backfills: list[dict] | None = None):
+        self.port, self.base, self.backfills = port, base, backfills
         self.server = self.dagster = self.traffic = None
         self.config = base / "binlake.yaml"
 
@@ -163,16 +215,16 @@ class UiEnvironment:
         import random
         import secrets
 
-        from cdc_core.config import load_config
         from devtools.demo import PASSWORD_VAR, Traffic, load_shop
         from devtools.local_mariadb import LocalMariaDB
-        from pipelines.source_catalog import discover
 
         for old in ("mariadb", "lake", "dagster_home"):
             shutil.rmtree(self.base / old, ignore_errors=True)
         (self.base / "mariadb").mkdir(parents=True)
+        # Kept before it starts: a stop signal during the start still stops the server.
         self.server = LocalMariaDB(server_id=1, base_dir=(self.base / "mariadb").resolve(),
-                                   extra_args=("--innodb-buffer-pool-size=128M",)).start()
+                                   extra_args=("--innodb-buffer-pool-size=128M",))
+        self.server.start()
         os.environ.setdefault(PASSWORD_VAR, secrets.token_urlsafe(16))
         with self.server.connect() as conn:
             loaded = load_shop(conn, random.Random(42))
@@ -181,9 +233,7 @@ class UiEnvironment:
                 cur.execute("GRANT SELECT, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'binlake'@'%'")
         print(f"MariaDB on {self.server.host}:{self.server.port}: "
               + ", ".join(f"{t} {n:,} rows" for t, n in loaded.items()), flush=True)
-        ui_config(self.server, (self.base / "lake").resolve(), self.config, PASSWORD_VAR)
-        cfg = load_config(self.config)
-        discover(cfg).write(component_state_path(cfg.pipeline.name))
+        ui_config(self.server, (self.base / "lake").resolve(), self.config, PASSWORD_VAR, self.backfills)
         self.traffic = Traffic(self.server, random.Random(7), pause=traffic_pause).start()
         self.dagster = start_dagster_dev(self.config, dagster_home(self.base / "dagster_home"), self.port,
                                          self.base / "dagster.log")
@@ -194,31 +244,59 @@ class UiEnvironment:
         if self.traffic is not None:
             self.traffic.stop()
         if self.dagster is not None:
-            stop_dagster_dev(self.dagster)
+            stop_dagster(self.dagster)
         if self.server is not None:
             self.server.stop()
             shutil.rmtree(self.base / "mariadb", ignore_errors=True)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--port", type=int, default=3000)
-    args = parser.parse_args()
-    env = UiEnvironment(args.port)
-    try:
-        print("starting MariaDB, loading the shop schema and starting dagster dev (its log: .ui/dagster.log) ...",
-              flush=True)
-        env.start()
-        print(f"""
-Dagster UI: http://127.0.0.1:{args.port}   (Ctrl-C stops everything)
+class Stopped(Exception):
+    """A stop signal (SIGTERM, SIGHUP, or the parent's death) arrived."""
 
-  1. Assets → shop: one asset per table; each asset's partitions are its snapshot chunks
-     (snapshot_partitions_sensor adds them within ~30 s).
-  2. Select the three assets → Materialize → all partitions: one run per table on Spark.
+
+def _raise_stopped(signum: int, _frame) -> None:
+    raise Stopped(signal.Signals(signum).name)
+
+
+def stop_with_parent() -> None:
+    """SIGTERM this process when its parent dies (Linux ``PR_SET_PDEATHSIG``); at once if the
+    parent is gone already."""
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: a dying parent is not noticed
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def until_stopped():
+    """The block runs until it ends or is stopped: Ctrl-C (SIGINT), SIGTERM (``kill``, a
+    supervisor), SIGHUP (the terminal closed) or the death of this process's parent end it
+    quietly; after it, further stop signals are ignored, so the cleanup that follows runs to
+    its end."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_stopped)
+    stop_with_parent()
+    try:
+        yield
+    except (KeyboardInterrupt, Stopped):
+        pass
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+
+
+GUIDE = """
+Dagster UI: http://127.0.0.1:{port}   (Ctrl-C stops everything)
+
+  1. Assets → shop: one asset per table (discovered by dagster dev at its start); each asset's
+     partitions are its snapshot chunks (snapshot_partitions_sensor adds them within ~30 s).
+  2. Select the three assets → Materialize → all partitions: one run per table, whose chunks are
+     read in threads of that run's process (on one machine no Spark starts: source.snapshot.runner).
   3. When every chunk is done, stream_handoff_sensor launches binlake_stream (continuous);
      a table's asset page then shows its offset (binlog file/pos, _cdc_seq, Delta version,
      rows by op, lag) after every micro-batch, with plots.
-  4. Change the schema (mariadb -h 127.0.0.1 -P {env.server.port} -u root -p shop; the root password is
+  4. Change the schema (mariadb -h 127.0.0.1 -P {mariadb_port} -u root -p shop; the root password is
      ROOT_PASSWORD in devtools/local_mariadb.py), e.g. ALTER TABLE shop.customers ADD COLUMN tier INT:
      schema_change_sensor launches apply_schema_changes, and the column appears on the asset.
   5. Jobs → binlake_reconcile → Launch (nightly on its schedule): each table's checksum_parity check
@@ -227,16 +305,32 @@ Dagster UI: http://127.0.0.1:{args.port}   (Ctrl-C stops everything)
   6. Jobs → binlake_backfill → Launchpad: list tables, each with an optional key range
      (tables: [{{table: shop.orders}}, {{table: shop.customers, from_key: '1', to_key: '500'}}]),
      Launch Run: the running stream backfills them online; each asset gets an observation.
-  7. Terminate the stream run: it commits, checkpoints and stops cleanly.
-""", flush=True)
-        while env.dagster.poll() is None:
-            time.sleep(1)
-        return env.dagster.returncode or 0
-    except KeyboardInterrupt:
-        return 0
+  7. Automation → binlake_backfill_orders_weekly, binlake_backfill_shop_nightly_repair: the
+     scheduled backfills of dagster.backfills (stopped: start one to let it tick).
+  8. Terminate the stream run: it commits, checkpoints and stops cleanly.
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, default=3000)
+    parser.add_argument("--dir", type=Path, default=UI_DIR, help="where the lake, MariaDB and Dagster's home go")
+    args = parser.parse_args()
+    env = UiEnvironment(args.port, base=args.dir.resolve())
+    code = 0
+    try:
+        with until_stopped():  # every way of stopping `make ui` ends here, then the finally stops everything
+            print(f"starting MariaDB, loading the shop schema and starting dagster dev (its log: {env.base}/"
+                  "dagster.log) ...", flush=True)
+            env.start()
+            print(GUIDE.format(port=args.port, mariadb_port=env.server.port), flush=True)
+            while env.dagster.poll() is None:
+                time.sleep(1)
+            code = env.dagster.returncode or 0
     finally:
         print("stopping dagster dev and MariaDB ...", flush=True)
         env.stop()
+    return code
 
 
 if __name__ == "__main__":

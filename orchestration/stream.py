@@ -11,11 +11,16 @@ The sensor hands off once every captured table's snapshot is complete (startup m
 each run drains the binlog up to its end as of the run's start and exits, and the sensor
 launches the next; in continuous mode a run streams until terminated. A run stopped from
 the UI (tag ``binlake/stopped=terminate``) or a failed run is not relaunched: a person
-launches ``binlake_stream`` again.
+launches ``binlake_stream`` again. A run that failed without ever starting (its launch
+failed: the code location server was down or shutting down, as during a deploy) streamed
+nothing, so there is nothing to fix: it is launched again, at most every
+``RELAUNCH_SECONDS``.
 
 Tests: tests/test_dagster_sensors.py, tests/test_dagster_stream.py, tests/test_dagster_e2e.py.
 """
 
+
+import time
 
 from dagster import (
     Config,
@@ -36,6 +41,7 @@ from resources.binlake import STOPPED_TAG, BinlakeResource
 
 STREAM_JOB = "binlake_stream"
 STREAM_TAG = "binlake/stream"
+RELAUNCH_SECONDS = 30.0  # after a stream run whose launch failed, before the next attempt
 ACTIVE = [DagsterRunStatus.NOT_STARTED, DagsterRunStatus.QUEUED, DagsterRunStatus.STARTING,
           DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
 
@@ -102,7 +108,14 @@ def stream_handoff_sensor(context: SensorEvaluationContext, binlake: BinlakeReso
         return SkipReason(f"the stream was stopped from the UI (run {last[0].run_id[:8]}): launch {STREAM_JOB} "
                           "to resume")
     if last and last[0].status == DagsterRunStatus.FAILURE:
-        return SkipReason(f"the last stream run {last[0].run_id[:8]} failed: fix the cause and launch {STREAM_JOB}")
+        record = context.instance.get_run_record_by_id(last[0].run_id)
+        if record.start_time is not None:
+            return SkipReason(f"the last stream run {last[0].run_id[:8]} failed: fix the cause and launch "
+                              f"{STREAM_JOB}")
+        ended = record.end_time or record.update_timestamp.timestamp()
+        if time.time() - ended < RELAUNCH_SECONDS:
+            return SkipReason(f"the last stream run {last[0].run_id[:8]} could not be launched (was the code "
+                              f"location unreachable?): trying again within {RELAUNCH_SECONDS:.0f} s")
     cfg = binlake.load()
     if cfg.source.startup.mode in ("initial", "snapshot"):
         if not binlake.tables(cfg):

@@ -78,9 +78,9 @@ class SourceCatalog:
         return cls.from_json(Path(path).read_text())
 
 
-def discover(cfg: BinlakeConfig) -> SourceCatalog:
+def discover(cfg: BinlakeConfig, connect_timeout: float = 10) -> SourceCatalog:
     """Read the captured tables and their schemas from the source."""
-    with connect(connection_settings(cfg), connect_timeout=10) as conn, conn.cursor() as cur:
+    with connect(connection_settings(cfg), connect_timeout=connect_timeout) as conn, conn.cursor() as cur:
         tables = tuple(without_excluded(describe_table(cur, *n.split(".", 1)), cfg.source)
                        for n in captured_tables(cfg, cur))
     return SourceCatalog(cfg.pipeline.name, dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), tables)

@@ -11,7 +11,10 @@ Invariants (tests/test_dagster_snapshot.py, tests/test_dagster_stream.py, tests/
 - The stream runs in a worker thread; the op's thread turns a Terminate from the UI
   (``DagsterExecutionInterruptedError``) into the engine's clean stop (batch committed,
   checkpoint written, replication connection closed), tags the run
-  ``binlake/stopped=terminate`` and ends without a failure.
+  ``binlake/stopped=terminate`` and ends without a failure. A stop signal from elsewhere
+  (the code location server or ``dagster dev`` stopped, the run not being cancelled) stops
+  it the same way without that tag, so the hand-off sensor starts the next stream run once
+  Dagster is back (tests/test_dagster_postgres.py).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from dagster import (
     AssetMaterialization,
     ConfigurableResource,
     DagsterExecutionInterruptedError,
+    DagsterRunStatus,
     Failure,
     OpExecutionContext,
 )
@@ -213,14 +217,16 @@ class BinlakeResource(ConfigurableResource):
             except (DagsterExecutionInterruptedError, KeyboardInterrupt):
                 if not terminated:
                     terminated = True
-                    context.log.info("terminate requested: committing the batch read so far, writing the "
-                                     "checkpoint and closing the replication connection")
+                    context.log.info("stop requested (Terminate, or a stop signal to the run's process): "
+                                     "committing the batch read so far, writing the checkpoint and closing the "
+                                     "replication connection")
                 engine.request_stop()
         if "error" in outcome:
             e = outcome["error"]
             raise Failure(description=f"binlake stream stopped: {type(e).__name__}: {e}") from e
         summary = outcome["summary"]
-        if terminated:
+        if terminated and context.instance.get_run_by_id(context.run_id).status == DagsterRunStatus.CANCELING:
+            # Terminated from the UI (Dagster marks the run cancelling first): not relaunched.
             context.instance.add_run_tags(context.run_id, {STOPPED_TAG: "terminate"})
         self._refresh_if_new_tables(context, cfg, tables)
         context.log.info(f"stream stopped cleanly ({summary.stop_reason}): {summary.changes:,} changes in "

@@ -122,7 +122,7 @@ def replay_handoff(cfg: BinlakeConfig, names: list[str]) -> dict[str, dict]:
     server's current end through the hand-off filter, its keys in the server's order as the
     stream has them: the table as the stream will see it.
     Returns {table: {primary key: canonical row tuple}}."""
-    from cdc_core.binlog.decoder import read_changes
+    from cdc_core.binlog.range_reads import read_changes
     from cdc_core.chunks.handoff import HandoffFilter
     from cdc_core.offset.position import master_position
     from cdc_core.types.key_order import KeyOrders, ServerSql

@@ -64,15 +64,16 @@ def _damage(cfg, name: str, ids: range, salt: int = 0) -> None:
     write_deltalake(dt, extra, mode="append")
 
 
-def _writer(settings, database: str, table: str, hi: int, stop: threading.Event, seed: int) -> list[int]:
-    """Updates, deletes and inserts rows of ``table`` anywhere in ``[1, hi]`` until ``stop``;
-    returns the ids it touched."""
+def _writer(settings, database: str, table: str, hi: int, stop: threading.Event, seed: int, *, lo: int = 1,
+            pause: float = 0.002) -> list[int]:
+    """Updates, deletes and inserts rows of ``table`` anywhere in ``[lo, hi]``, one every
+    ``pause`` seconds or so, until ``stop``; returns the ids it touched."""
     rng = random.Random(seed)
     touched = []
     with connect(settings) as conn, conn.cursor() as cur:
         cur.execute(f"USE `{database}`")
         while not stop.is_set():
-            k = rng.randint(1, hi)
+            k = rng.randint(lo, hi)
             op = rng.random()
             if op < 0.6:
                 cur.execute(f"UPDATE {table} SET v = v + 1 WHERE id = %s", (k,))
@@ -82,7 +83,7 @@ def _writer(settings, database: str, table: str, hi: int, stop: threading.Event,
                 cur.execute(f"INSERT INTO {table} (id, v, s) VALUES (%s, 7, 'new') ON DUPLICATE KEY UPDATE v = 8",
                             (k,))
             touched.append(k)
-            time.sleep(0.002)
+            time.sleep(pause)
     return touched
 
 

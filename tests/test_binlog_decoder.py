@@ -9,7 +9,8 @@ import dataclasses
 from pymysqlreplication.event import QueryEvent, XidEvent
 from pymysqlreplication.row_event import WriteRowsEvent
 
-from cdc_core.binlog.decoder import ROW_EVENTS, RowDecoder, open_binlog
+from cdc_core.binlog.decoder import ROW_EVENTS, RowDecoder
+from cdc_core.binlog.event_source import open_binlog
 from cdc_core.offset.position import master_position
 from cdc_core.schema.history import storage_class
 from cdc_core.schema.table import describe_table

@@ -19,7 +19,7 @@ from devtools.ui import (
     dagster_home,
     launch_snapshot,
     start_dagster_dev,
-    stop_dagster_dev,
+    stop_dagster,
     terminate_run,
     wait_for_webserver,
 )
@@ -121,5 +121,5 @@ def test_dagster_dev_end_to_end(db, make_config, tmp_path):
         print((tmp_path / "dagster.log").read_text()[-30000:])  # what Dagster did, shown with the failure
         raise
     finally:
-        stop_dagster_dev(proc)
+        stop_dagster(proc)
         state.unlink(missing_ok=True)

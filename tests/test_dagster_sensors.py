@@ -1,6 +1,7 @@
 """The sensors, ticked with ``build_sensor_context`` against an instance holding real runs
 and a real lake: the hand-off waits for the snapshot, fires once, never while a stream run
-is queued or running, and not after a stop from the UI or a failure; the schema sensor
+is queued or running, and not after a stop from the UI or a failure; after a stream run
+whose launch failed (it never started) it fires again, once a while has passed; the schema sensor
 fires once per pending change, and the run it requests applies the change (the held table
 is released and Delta equals MySQL)."""
 
@@ -8,7 +9,16 @@ from __future__ import annotations
 
 import time
 
-from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunRequest, SkipReason, build_sensor_context
+from dagster import (
+    AssetKey,
+    DagsterEvent,
+    DagsterEventType,
+    DagsterInstance,
+    DagsterRunStatus,
+    RunRequest,
+    SkipReason,
+    build_sensor_context,
+)
 from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
 from dagster._core.test_utils import create_run_for_test
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
@@ -34,7 +44,7 @@ def _defs(cfg, tmp_path):
     return build_binlake_definitions(path, tmp_path / "tables.json")
 
 
-def test_handoff_fires_once_and_never_beside_a_stream_run(db, make_config, spark, tmp_path):
+def test_handoff_fires_once_and_never_beside_a_stream_run(db, make_config, spark, tmp_path, monkeypatch):
     name, conn = db
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE a (id INT PRIMARY KEY)")
@@ -66,9 +76,17 @@ def test_handoff_fires_once_and_never_beside_a_stream_run(db, make_config, spark
     stopped = create_run_for_test(instance, job_name=STREAM_JOB, status=DagsterRunStatus.SUCCESS,
                                   tags={**request.tags, STOPPED_TAG: "terminate"})
     assert "stopped from the UI" in tick().skip_message
-    failed = create_run_for_test(instance, job_name=STREAM_JOB, status=DagsterRunStatus.FAILURE, tags=request.tags)
-    assert "failed" in tick().skip_message
-    assert stopped.run_id != failed.run_id
+    never_started = create_run_for_test(instance, job_name=STREAM_JOB, status=DagsterRunStatus.FAILURE,
+                                        tags=request.tags)  # its launch failed: it streamed nothing
+    assert "could not be launched" in tick().skip_message
+    monkeypatch.setattr("orchestration.stream.RELAUNCH_SECONDS", 0.0)
+    assert isinstance(tick(), RunRequest)  # launched again, once RELAUNCH_SECONDS have passed
+    failed = create_run_for_test(instance, job_name=STREAM_JOB, status=DagsterRunStatus.STARTED, tags=request.tags)
+    instance.report_dagster_event(DagsterEvent(DagsterEventType.RUN_START.value, job_name=STREAM_JOB),
+                                  run_id=failed.run_id)
+    instance.report_run_failed(failed)
+    assert "failed: fix the cause" in tick().skip_message
+    assert len({stopped.run_id, never_started.run_id, failed.run_id}) == 3
 
 
 def test_schema_sensor_fires_once_per_pending_change(db, make_config, spark, tmp_path):

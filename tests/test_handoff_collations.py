@@ -23,7 +23,7 @@ import connectorx as cx
 import pyarrow as pa
 import pytest
 
-from cdc_core.binlog.decoder import read_changes
+from cdc_core.binlog.range_reads import read_changes
 from cdc_core.chunks.handoff import HandoffFilter
 from cdc_core.chunks.planning import Chunk, decode_value, encode_value, plan_chunks
 from cdc_core.chunks.reader import ChunkReader

@@ -3,13 +3,13 @@ NOBLOB although the server's is FULL. An update then carries the key and the cha
 columns only, a delete the key only. Before, the stream applied such images as whole rows
 (an updated row came out with a NULL key and its other columns lost); now the event is not
 decoded, its table is backfilled online, and a chunk window holding one is read again
-(cdc_core/binlog/decoder.py: ``partial_image``)."""
+(cdc_core/binlog/decoder.py: ``partial_image``; cdc_core/binlog/range_reads.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from cdc_core.binlog.decoder import PartialRowImage, read_changes
+from cdc_core.binlog.range_reads import PartialRowImage, read_changes
 from cdc_core.offset.position import master_position
 from cdc_core.source.connection import connection_settings
 from pipelines.lake.control_store import ControlStore

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from cdc_core.binlog.decoder import read_changes
+from cdc_core.binlog.range_reads import read_changes
 from cdc_core.config import ConfigError, parse_config
 from cdc_core.offset.position import master_position
 from cdc_core.schema.table import Column, TableSchema, describe_table

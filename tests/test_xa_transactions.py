@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_core.binlog.decoder import read_changes
+from cdc_core.binlog.range_reads import read_changes
 from cdc_core.binlog.xa import XaHold, XaOutsideWindow, XaStatement, XaVerb, canonical_xid, xa_statement
 from cdc_core.offset.position import master_position
 from cdc_core.source.connection import connection_settings

@@ -63,6 +63,18 @@ class RowsEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class TransactionStart:
+    """A transaction's first event (a GTID event, BEGIN, XA START, or an XA outcome, which is
+    a transaction of one statement), for the readers that look for transactions (the start
+    scan, failover); the event loop yields it only to them, the engine never sees one.
+    ``gtid`` is the GTID event's, None for the others."""
+
+    position: BinlogPosition
+    gtid: str | None
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
 class TransactionEnd:
     """A transaction committed (XID or COMMIT) at ``position``: a place to resume from."""
 

@@ -5,15 +5,20 @@ Decoding (python-mysql-replication) is the most expensive step of the stream and
 is pure Python, so it runs in its own process: the apply side (canonical values,
 dedupe, Delta MERGE) uses the other core instead of competing for one GIL.
 
-Records are put on the queue in binlog order, as lists (one list per ``put``):
-``TableLayout`` (before the first row event written with it), ``RowsEvent``,
-``TransactionEnd``, ``Statement`` (DDL, TRUNCATE), ``Heartbeat``, and last
-``ReaderEnd`` or ``ReaderError``.
+The reading is the event loop's (cdc_core/binlog/event_loop.py): its records are put on
+the queue in binlog order, as lists (one list per ``put``): ``TableLayout`` (before the
+first row event written with it), ``RowsEvent``, ``TransactionEnd``, ``PreparedCommit``,
+``Statement`` (DDL, TRUNCATE), ``Heartbeat``, and last ``ReaderEnd`` or ``ReaderError``
+(an event binlake cannot decode among them: cdc_core/binlog/undecodable.py).
 
 Invariants:
 - Reading starts at a transaction boundary (``start``), so every row event comes
   after its table map; row events at or before ``skip_through`` (already applied
-  before a restart) are not sent.
+  before a restart) are not sent; reading ends at ``until`` (the loop's end).
+- Only the captured tables' row events are decoded (``source.tables``/``exclude_tables``,
+  decided inside python-mysql-replication too), without ``source.exclude_columns``.
+- An XA COMMIT whose XA PREPARE lies before ``start`` finds its rows by looking back
+  (cdc_core/binlog/xa_lookup.py).
 - The queue is bounded (``QUEUE_ITEMS`` puts of at most ``FLUSH_ROWS`` rows or
   ``FLUSH_BYTES`` of events each): when the apply side is slow the reader blocks,
   so memory stays bounded however large the backlog.
@@ -22,7 +27,6 @@ Invariants:
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import logging
 import os
 import signal
@@ -31,38 +35,12 @@ import time
 from dataclasses import dataclass
 
 import pymysql
-from pymysqlreplication.event import (
-    HeartbeatLogEvent,
-    MariadbGtidEvent,
-    NotImplementedEvent,
-    QueryEvent,
-    RotateEvent,
-    XAPrepareEvent,
-    XidEvent,
-)
 
-from cdc_core.binlog.decoder import (
-    OPS,
-    ROW_EVENTS,
-    RowDecoder,
-    is_transaction_statement,
-    open_binlog,
-    partial_image,
-    refuse_compressed,
-    statement_text,
-)
-from cdc_core.binlog.events import (
-    Heartbeat,
-    PreparedCommit,
-    ReaderEnd,
-    ReaderError,
-    ReadFailure,
-    RowsEvent,
-    Statement,
-    TransactionEnd,
-)
-from cdc_core.binlog.xa import FL_PREPARED_XA, XaHold, XaStatement, XaVerb, xa_statement
-from cdc_core.binlog.xa_lookup import prepared_group
+from cdc_core.binlog.decoder import RowDecoder
+from cdc_core.binlog.event_loop import EventLoop
+from cdc_core.binlog.event_source import Opener, TableFilter, server_source
+from cdc_core.binlog.events import PreparedCommit, ReaderError, ReadFailure, RowsEvent
+from cdc_core.binlog.xa_lookup import XaLookBack
 from cdc_core.config import captures, excludes_column
 from cdc_core.errors import is_transient
 from cdc_core.offset.position import BinlogPosition
@@ -95,39 +73,6 @@ class ReaderSpec:
     exclude_columns: tuple[str, ...] = ()  # source.exclude_columns
     report_as: str = "binlake"
     first_layout_id: int = 1  # readers of one stream's ranges number their layouts apart (events.py)
-
-
-class _CaptureFilter:
-    """Capture by regex inside python-mysql-replication, so row events of other tables
-    are never decoded and tables created later are captured too.
-
-    The library asks ``table in only_tables`` and then ``schema in only_schemas`` for
-    each table map and row event; the first view remembers the table name, the second
-    decides on "schema.table" (cached)."""
-
-    def __init__(self, tables: tuple[str, ...], exclude: tuple[str, ...]):
-        self.tables, self.exclude = tables, exclude
-        self.table: str | None = None
-        self.cache: dict[tuple[str, str], bool] = {}
-        outer = self
-
-        class _Tables:
-            def __contains__(self, table: str) -> bool:
-                outer.table = table
-                return True
-
-        class _Schemas:
-            def __contains__(self, schema: str) -> bool:
-                return outer.captured(schema, outer.table or "")
-
-        self.only_tables, self.only_schemas = _Tables(), _Schemas()
-
-    def captured(self, schema: str, table: str) -> bool:
-        key = (schema, table)
-        hit = self.cache.get(key)
-        if hit is None:
-            hit = self.cache[key] = captures(self.tables, self.exclude, f"{schema}.{table}")
-        return hit
 
 
 class _Buffer:
@@ -226,101 +171,31 @@ def run_reader(spec: ReaderSpec, queue, parent: int) -> None:
     flusher.join()
 
 
-def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
-    capture = _CaptureFilter(spec.tables, spec.exclude)
-    reader = open_binlog(
-        spec.conn, spec.server_id, spec.start,
-        slave_heartbeat=HEARTBEAT_SECONDS,
-        report_slave=spec.report_as,
-        enable_logging=False,
-        only_events=[*ROW_EVENTS, XidEvent, QueryEvent, MariadbGtidEvent, HeartbeatLogEvent, RotateEvent,
-                     XAPrepareEvent, NotImplementedEvent],
-        filter_non_implemented_events=False,  # compressed events must be seen, to stop at them
-        only_schemas=capture.only_schemas,
-        only_tables=capture.only_tables,
+def stream_loop(spec: ReaderSpec, opener: Opener) -> EventLoop:
+    """The event loop (cdc_core/binlog/event_loop.py) that reads what ``spec`` says from the
+    source ``opener`` opens."""
+    return EventLoop(
+        opener, spec.start, end=spec.until, skip_through=spec.skip_through,
+        # capture by regex inside python-mysql-replication too: row events of other tables are never
+        # decoded, and tables created later are captured
+        capture=TableFilter(lambda db, table: captures(spec.tables, spec.exclude, f"{db}.{table}")),
+        decoder=RowDecoder(lambda table, column: not excludes_column(spec.exclude_columns, f"{table}.{column}"),
+                           spec.first_layout_id),
+        unread_commit=XaLookBack(spec.conn, spec.server_id),
     )
-    decoder = RowDecoder(lambda table, column: not excludes_column(spec.exclude_columns, f"{table}.{column}"),
-                         spec.first_layout_id)
-    skip, until = spec.skip_through, spec.until
-    gtid, xa = None, XaHold()
 
-    def row_event(event, at: BinlogPosition) -> RowsEvent:
-        d, new = decoder.decoding(event)
-        if new:
-            buffer.add(d.layout)
-        partial = partial_image(event)  # not decoded: the engine backfills its table
-        rows = [] if partial else decoder.rows(event, d)
-        return RowsEvent(d.layout.table, OPS[type(event)], at, d.layout.id, rows, event.timestamp, event.event_size,
-                         gtid, partial)
 
-    def on_xa(statement: XaStatement, end: TransactionEnd) -> None:
-        """An XA statement (cdc_core/binlog/xa.py): a group's start holds its rows; an ``XA COMMIT`` sends
-        them, stamped at its own position (looked up in the binlog when their XA PREPARE was
-        before this reader's start), unless a run before a restart applied them; an
-        ``XA ROLLBACK`` drops them. Both end a transaction."""
-        if statement.verb == XaVerb.START:  # MySQL's start of a group (MariaDB flags its GTID event)
-            xa.start()
-            return
-        if statement.verb == XaVerb.END:
-            xa.end(statement.xid)
-            return
-        held = xa.outcome(statement.xid)
-        if statement.verb == XaVerb.COMMIT and (skip is None or end.position > skip):
-            if held is None:
-                decoder.reset()  # the look-back's table ids are not this reader's (before and after it)
-                group = prepared_group(spec.conn, spec.server_id, statement.xid, spec.start)
-                held = [row_event(e, at) for e, at in group
-                        if isinstance(e, ROW_EVENTS) and capture.captured(e.schema, e.table)]
-                decoder.reset()
-            if held:
-                events = tuple(dataclasses.replace(ev, position=end.position, gtid=end.gtid, timestamp=end.timestamp)
-                               for ev in held)
-                buffer.add(PreparedCommit(events, end), sum(len(ev.rows) for ev in held), sum(ev.size for ev in held))
-                return
-        buffer.add(end)
-
-    try:
-        if until is not None and spec.start >= until:
-            buffer.add(ReaderEnd(spec.start))
-            return
-        for event in reader:
-            at = spec.start.at(reader.log_file, reader.log_pos)
-            if isinstance(event, ROW_EVENTS):
-                if capture.captured(event.schema, event.table):
-                    if xa.holding:  # an XA transaction's rows: held until its outcome (cdc_core/binlog/xa.py)
-                        xa.hold(row_event(event, at))
-                    elif skip is None or at > skip:
-                        ev = row_event(event, at)
-                        buffer.add(ev, len(ev.rows), event.event_size)
-            elif isinstance(event, XidEvent):
-                buffer.add(TransactionEnd(at, gtid, event.timestamp))
-            elif isinstance(event, MariadbGtidEvent):
-                gtid = event.gtid
-                if event.flags & FL_PREPARED_XA:
-                    xa.start()
-            elif isinstance(event, XAPrepareEvent):
-                xa.prepared()
-                buffer.add(TransactionEnd(at, gtid, event.timestamp))  # nothing applied: a place to resume from
-            elif isinstance(event, QueryEvent):
-                db, sql = statement_text(event)
-                if sql.lstrip()[:5].upper() == "BEGIN":
-                    continue
-                statement = xa_statement(sql)
-                if statement is not None:
-                    on_xa(statement, TransactionEnd(at, gtid, event.timestamp))
-                elif is_transaction_statement(sql):  # COMMIT
-                    buffer.add(TransactionEnd(at, gtid, event.timestamp))
-                else:
-                    buffer.add(Statement(db, sql, at, gtid, event.timestamp))
-            elif isinstance(event, HeartbeatLogEvent):
-                buffer.add(Heartbeat(at))
-            elif isinstance(event, RotateEvent):
-                decoder.reset()  # a new file, or a reconnect after which table ids may be reused
-            else:
-                refuse_compressed(event, at)
-            if until is not None and at >= until:
-                buffer.add(ReaderEnd(at))
-                return
-    finally:
-        reader.close()
-
+def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
+    """Read the server's binlog as ``spec`` says and add every record to ``buffer``, counting
+    the rows and bytes of row events for its bounds."""
+    source = server_source(spec.conn, spec.server_id, slave_heartbeat=HEARTBEAT_SECONDS, report_slave=spec.report_as,
+                           enable_logging=False)
+    add = buffer.add
+    for record in stream_loop(spec, source).records():
+        kind = type(record)
+        if kind is RowsEvent:
+            add(record, len(record.rows), record.size)
+        elif kind is PreparedCommit:
+            add(record, sum(len(ev.rows) for ev in record.events), sum(ev.size for ev in record.events))
+        else:
+            add(record)

@@ -17,7 +17,7 @@ Invariants (tests/test_xa_transactions.py):
   the rows MySQL holds from there on.
 - An outcome whose XA PREPARE lies before where reading started (a restart, a snapshot's
   hand-off, a start position inside it) finds its rows by looking back through the
-  binlog (cdc_core/binlog/decoder.py's ``prepared_rows``); a rollback needs nothing.
+  binlog (cdc_core/binlog/xa_lookup.py); a rollback needs nothing.
 """
 
 from __future__ import annotations

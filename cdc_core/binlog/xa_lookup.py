@@ -6,21 +6,29 @@ the last ``XA END <xid>`` at or before the reader's start, from its file back to
 oldest binlog the server has; the group is then read from its start (its GTID event, or
 MySQL's ``XA START`` without one) to its XA_PREPARE. A rare path (an outcome right after a restart or a start inside the
 transaction), so it scans whole files; a file costs about a second per million events.
+The group is read by an event loop (cdc_core/binlog/event_loop.py) of its own that shares
+the stream loop's decoder and capture: its rows are decoded and captured as the stream's.
+
+Invariants (tests/test_xa_transactions.py):
+- The rows found are the group's captured row events, in binlog order, and the layouts
+  they are new in come before them; a group no binlog holds any more is
+  ``PreparedGroupGone`` (its rows would be lost).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 
-from pymysqlreplication.event import MariadbGtidEvent, XAPrepareEvent
-
-from cdc_core.binlog.decoder import open_binlog
+from cdc_core.binlog.event_loop import EventLoop
+from cdc_core.binlog.event_source import server_source
+from cdc_core.binlog.events import RowsEvent, TableLayout, TransactionEnd
 from cdc_core.binlog.xa import XaVerb, xa_statement
 from cdc_core.errors import TerminalError
 from cdc_core.offset.position import BinlogPosition
+from cdc_core.offset.startup import binlog_files
 from cdc_core.source.connection import ConnectionSettings, connect
+from cdc_core.source.flavour import flavour_of
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +47,13 @@ def prepared_group_start(conn: ConnectionSettings, xid: str, before: BinlogPosit
     no binlog holds it."""
     started = time.monotonic()
     with connect(conn) as c, c.cursor() as cur:
-        cur.execute("SHOW BINARY LOGS")
-        files = [r[0] for r in cur.fetchall()]
+        files = [name for name, _ in binlog_files(cur)]
+        events_sql = flavour_of(cur).binlog_events_sql + " IN %s LIMIT %s, %s"
         names = [f for f in files if before.at(f, 0) <= before.at(before.file, 0)]
         for name in reversed(names):
             found, group, offset = None, None, 0
             while True:
-                cur.execute("SHOW BINLOG EVENTS IN %s LIMIT %s, %s", (name, offset, PAGE))
+                cur.execute(events_sql, (name, offset, PAGE))
                 rows = cur.fetchall()
                 for r in rows:
                     pos, kind, end = int(r[1]), r[2], int(r[4])
@@ -71,22 +79,36 @@ def prepared_group_start(conn: ConnectionSettings, xid: str, before: BinlogPosit
     return None
 
 
-def prepared_group(conn: ConnectionSettings, server_id: int, xid: str,
-                   before: BinlogPosition) -> Iterator[tuple[object, BinlogPosition]]:
-    """The events (with their end positions) of ``xid``'s prepared group before ``before``,
-    up to its XA_PREPARE; :class:`PreparedGroupGone` when no binlog holds it any more."""
-    start = prepared_group_start(conn, xid, before)
-    if start is None:
-        raise PreparedGroupGone(
-            f"XA COMMIT {xid} after {before}: its XA PREPARE is in no binlog the server still has, so its rows "
-            "cannot be read; re-snapshot or backfill the tables it wrote (binlake backfill --table)")
-    reader = open_binlog(conn, (server_id + LOOKUP_ID_OFFSET) % (1 << 32), start, filter_non_implemented_events=False)
-    try:
-        for event in reader:
-            at = before.at(reader.log_file, reader.log_pos)
-            if not isinstance(event, MariadbGtidEvent):
-                yield event, at
-            if isinstance(event, XAPrepareEvent):
-                return
-    finally:
-        reader.close()
+class XaLookBack:
+    """The stream loop's ``unread_commit`` (cdc_core/binlog/event_loop.py): the rows of an
+    XA COMMIT whose XA PREPARE lies before the loop's start, read from the binlog."""
+
+    def __init__(self, conn: ConnectionSettings, server_id: int) -> None:
+        self.conn = conn
+        self.opener = server_source(conn, (server_id + LOOKUP_ID_OFFSET) % (1 << 32))
+
+    def __call__(self, xid: str, end: TransactionEnd, loop: EventLoop) -> list[TableLayout | RowsEvent]:
+        """The layouts and row events of ``xid``'s prepared group before ``loop.start``, read
+        with ``loop``'s decoder and capture; :class:`PreparedGroupGone` when no binlog holds it."""
+        start = prepared_group_start(self.conn, xid, loop.start)
+        if start is None:
+            raise PreparedGroupGone(
+                f"XA COMMIT {xid} at {end.position}: its XA PREPARE is in no binlog the server still has, so its "
+                "rows cannot be read; re-snapshot or backfill the tables it wrote (binlake backfill --table)")
+        group = EventLoop(self.opener, start, decoder=loop.decoder, capture=loop.capture)
+        layouts: list[TableLayout | RowsEvent] = []
+        records = group.records()
+        try:
+            for record in records:
+                if isinstance(record, TableLayout):
+                    layouts.append(record)
+                elif isinstance(record, TransactionEnd):  # the group's XA_PREPARE
+                    break
+        finally:
+            records.close()
+        rows = group.xa.outcome(xid)
+        if rows is None:
+            raise PreparedGroupGone(f"XA COMMIT {xid} at {end.position}: the group found at {start} is not its "
+                                    "prepared part; re-snapshot or backfill the tables it wrote "
+                                    "(binlake backfill --table)")
+        return [*layouts, *rows]

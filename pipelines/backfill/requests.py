@@ -1,11 +1,14 @@
 """Backfill requests as the command line and the Dagster jobs make them: checked against the source, stored
 in ``_binlake/backfill_requests`` for the stream process (the pipeline's only writer) to
-work on, paused, resumed, cancelled and waited for (the algorithm: cdc_core/chunks/incremental.py)."""
+work on, paused, resumed, cancelled and waited for (the algorithm: cdc_core/chunks/incremental.py);
+and the tables a scheduled backfill's regexes select when it ticks (``select_tables``)."""
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from cdc_core.chunks.incremental import BackfillRequest, BackfillState, key_value
@@ -14,7 +17,7 @@ from cdc_core.config import BinlakeConfig
 from cdc_core.errors import BadInput, BinlakeError, TerminalError
 from cdc_core.routes import Router
 from cdc_core.schema.table import TableSchema
-from cdc_core.source.connection import connect, connection_settings, describe_captured
+from cdc_core.source.connection import captured_tables, connect, connection_settings, describe_captured
 from pipelines.lake.control_store import ControlStore
 
 
@@ -160,3 +163,29 @@ def _states(cfg: BinlakeConfig, store: ControlStore, request_ids: list[str]) -> 
         raise TerminalError(f"backfill request {', '.join(gone)} is no longer in pipeline {cfg.pipeline.name}'s "
                             f"control tables ({cfg.sink.path}/_binlake was removed or replaced while waiting)")
     return [by_id[i] for i in request_ids]
+
+
+@dataclass(frozen=True)
+class TableSelection:
+    """What a list of regexes selects on the source: the captured tables they match, and each
+    regex that matches none with why (``{regex: reason}``)."""
+
+    tables: list[str]
+    unmatched: dict[str, str]
+
+
+def select_tables(cfg: BinlakeConfig, patterns: list[str], known: Iterable[str] = ()) -> TableSelection:
+    """The captured tables on the source that ``patterns`` (regexes over "db.table", full match)
+    select, in name order; a regex that selects none is named, with the tables it matched in
+    ``known`` (the table catalog, the lake) that are no longer on the source."""
+    with connect(connection_settings(cfg), connect_timeout=10) as conn, conn.cursor() as cur:
+        on_source = captured_tables(cfg, cur)
+    selected, unmatched = set(), {}
+    for p in patterns:
+        found = [t for t in on_source if re.fullmatch(p, t)]
+        selected.update(found)
+        if not found:
+            gone = sorted({t for t in known if re.fullmatch(p, t)})
+            unmatched[p] = (f"{', '.join(gone)} no longer on the source" if gone
+                            else "matches no captured table on the source")
+    return TableSelection(sorted(selected), unmatched)

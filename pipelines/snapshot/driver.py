@@ -44,7 +44,7 @@ import pymysql
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from cdc_core.binlog.decoder import read_statements
+from cdc_core.binlog.range_reads import read_statements
 from cdc_core.chunks.record import ChunkRecord
 from cdc_core.config import BinlakeConfig
 from cdc_core.errors import TerminalError, transient_cause

@@ -34,7 +34,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 
-from cdc_core.binlog.decoder import read_statements
+from cdc_core.binlog.range_reads import read_statements
 from cdc_core.chunks.handoff import HandoffFilter
 from cdc_core.config import BinlakeConfig, SourceConfig
 from cdc_core.offset.position import BinlogPosition, master_position
