@@ -14,6 +14,8 @@
 - layout: tables binlake creates carry the configured and default properties, an existing
   one gains them; ``cluster_by`` orders compacted files on its columns; a partitioned table
   (``partition_by``) is written, updated by MERGE and compacted partition by partition;
+- after a table's vacuum the stream's handles of it are opened afresh from the checkpoint the
+  vacuum wrote (a handle kept for the stream's life grows with every commit) and read the same;
 - configuration: every key validated, a short retention warned about, properties binlake cannot
   keep refused.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -311,3 +314,48 @@ def test_a_compaction_rewrites_at_most_its_budget_in_key_order(tmp_path, monkeyp
     taken = pa.concat_tables([job.fragments[f.path].to_table(columns=["id"]) for f in job.inputs]).column(0)
     assert sorted(taken.to_pylist()) == list(range(500))  # ... the lowest keys first
     assert _sorted(uri).equals(rows) and done.files_removed == 5
+
+
+# --- long-lived handles --------------------------------------------------------------------------
+
+
+def test_a_vacuum_reopens_the_streams_handles_from_its_checkpoint(tmp_path):
+    """A handle kept for the stream's life grows with every commit it has seen: after a table's
+    vacuum (which writes a checkpoint) the stream's handles of it are fresh ones that read the same."""
+    from cdc_core.routes import Router
+    from pipelines.lake.control_store import ControlStore
+    from pipelines.lake.maintenance.maintainer import Maintainer
+    from pipelines.lake.tables import table_uri
+    from pipelines.stream.sinks import Sinks
+
+    cfg = parse_config({"pipeline": {"name": "p"}, "source": {"user": "u", "tables": ["d\\..*"]},
+                        "sink": {"path": str(tmp_path), "maintenance": {"retention_hours": 0}}})
+    uri = table_uri(cfg.sink.path, "d.t")
+    rows = _sorted(_streamed(uri, snapshot_rows=2_000, batches=4))
+    sinks = Sinks(cfg, Router([]))
+    kept = sinks.existing("d.t")
+    store = ControlStore.of(cfg)
+    for seq in range(3):
+        pos = BinlogPosition("binlog.000001", 4 + seq)
+        store.save_checkpoint(StreamOffset(pos, pos), "streaming", seq)
+    now = [0.0]
+    m = Maintainer(cfg, lambda: sinks.tables, lambda sink: ("id",), store, reopen=sinks.reopen,
+                   clock=lambda: now[0])
+    try:
+        m.step()  # the tables are seen: their interval starts now
+        now[0] = cfg.sink.maintenance.interval_minutes * 60 + 1  # every table's vacuum is due
+        for _ in range(200):
+            m.step()
+            if sinks.tables["d.t"] is not kept:
+                break
+            now[0] += 0.1
+            time.sleep(0.05)  # the compaction that is due first runs in the maintainer's thread
+        fresh = sinks.tables["d.t"]
+        assert fresh is not kept, "the vacuumed table's handle was not reopened"
+        assert fresh.version() == DeltaTable(uri).version() and _sorted(fresh).equals(rows)
+    finally:
+        m.close()
+    store.reopen("stream_checkpoint")  # as after a vacuum of the control table: the next write opens it
+    pos = BinlogPosition("binlog.000001", 99)
+    store.save_checkpoint(StreamOffset(pos, pos), "streaming", 3)
+    assert store.checkpoint().offset.applied == pos

@@ -133,6 +133,18 @@ class ControlStore:
         self._cache[name] = _Read(t, t.version(), rows)
         return list(rows)
 
+    def reopen(self, name: str) -> None:
+        """Open control table ``name`` afresh on next use: a handle kept for the stream's life grows
+        with every commit it has seen, so maintenance reopens it after each vacuum (which writes a
+        checkpoint). The rows read stay cached: they are read again only if the version moved."""
+        if name == "stream_checkpoint":
+            self._checkpoints = None
+        cached = self._cache.get(name)
+        if cached is not None:
+            fresh = open_table(f"{self.root}/{name}", self.storage_options)
+            if fresh is not None:
+                cached.table = fresh
+
     def _append(self, name: str, rows: list[dict], schema: pa.Schema) -> None:
         data = pa.Table.from_pylist(rows, schema=schema)
         cached = self._cache.get(name)

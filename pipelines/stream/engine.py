@@ -202,7 +202,7 @@ class StreamEngine:
         self.changes = SchemaChanges(self.cfg, self.router, s, self.sinks, self.store, self.recorder, self.conn)
         self.backfills = Backfills(self.cfg, s, self.sinks, self.store, self.recorder, self.router, self.key_orders,
                                    self.conn)
-        self.maintenance = Maintainer(self.cfg, self._maintained, self._row_key, self.store)
+        self.maintenance = Maintainer(self.cfg, self._maintained, self._row_key, self.store, reopen=self.sinks.reopen)
         self._cascades = self._foreign_keys()
         self.backfills.poll(force=True)
         # --until now with backfills to finish (or tables still to decide, which may need one): the

@@ -69,6 +69,14 @@ class Sinks:
         refresh(dt)
         self.schemas[sink] = delta_schema(dt)
 
+    def reopen(self, sink: str) -> None:
+        """Open ``sink`` afresh, from its latest checkpoint: a handle kept for the stream's life
+        grows with every commit it has seen (delta-rs keeps their state), so maintenance reopens
+        it after each vacuum, which writes a checkpoint (tests/test_maintenance.py)."""
+        dt = open_table(table_uri(self.cfg.sink.path, sink), self.cfg.sink.storage_options)
+        if dt is not None:
+            self.tables[sink] = dt
+
     def applied_key(self, sink: str) -> tuple[int, int] | None:
         """(file number, offset) of the last binlog event the stream committed to ``sink``."""
         return applied_position_key(self.tables[sink], self.cfg.pipeline.name)
