@@ -157,7 +157,8 @@ def stream_config(server: LocalMariaDB, lake: Path, name: str, server_id: int, d
                    "password": password if password is not None else server.password,
                    "server_id": server_id, "tables": [rf"{database}\..*"],
                    "startup": {"mode": "specific", "file": start.file, "pos": start.pos}},
-        "sink": {"path": str(lake)},
+        # bench/maintenance.py measures latency with and without lake maintenance (sink.maintenance)
+        "sink": {"path": str(lake), **({"maintenance": m} if (m := getattr(args, "maintenance", None)) else {})},
         **({"stream": stream} if stream else {}),
     }
 

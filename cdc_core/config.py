@@ -164,6 +164,62 @@ class SourceConfig(_Strict):
 _SECRET_OPTION = re.compile(r"key|secret|token|password|sas|credential", re.IGNORECASE)
 
 
+DEFAULT_RETENTION_HOURS = 168  # Delta's own default of delta.deletedFileRetentionDuration (7 days)
+
+
+class MaintenanceConfig(_Strict):
+    """Lake maintenance (``sink.maintenance``; pipelines/lake/maintenance/): compaction of small
+    files into files of about ``target_file_mb`` (capped for small tables), vacuum of files no
+    version within ``retention_hours`` references, the log's checkpoints and retention."""
+
+    # The stream compacts and vacuums its tables between batches; false: only `binlake maintain`
+    # (and the Dagster maintenance job) do.
+    auto: bool = True
+    target_file_mb: float = Field(128, gt=0)
+    # Files a version younger than this still references are kept (time travel, readers of an
+    # older version); below Delta's default of 168 is accepted with a warning.
+    retention_hours: int = Field(DEFAULT_RETENTION_HOURS, ge=0)
+    # How often the stream vacuums each table and compacts the small files left after the last
+    # compaction (a compaction is also started whenever a table's small files pass their bound).
+    interval_minutes: float = Field(10, gt=0)
+    # A table holding more small files than this fails the Dagster check `small_files_under_bound`.
+    max_small_files: int = Field(64, ge=1)
+
+    def retention_warning(self) -> str | None:
+        """Why a retention below Delta's default is risky, or None."""
+        if self.retention_hours >= DEFAULT_RETENTION_HOURS:
+            return None
+        return (f"sink.maintenance.retention_hours is {self.retention_hours} (Delta's default: "
+                f"{DEFAULT_RETENTION_HOURS}): a reader of a version older than that (time travel, a long query) "
+                "may find its files deleted")
+
+
+class TableLayoutConfig(_Strict):
+    """The layout of the Delta tables a ``sink.layout`` entry matches."""
+
+    # Compaction sorts a table's rows by these columns (then by its row key), so readers skip
+    # files on them; copy-on-write then prunes less on the key (docs/maintenance.md).
+    cluster_by: list[str] = []
+    # Partition columns of tables created from now on (an existing table keeps its own);
+    # updates and deletes of a partitioned table are one MERGE per batch, not copy-on-write.
+    partition_by: list[str] = []
+
+
+# Table properties binlake's stream cannot honour: it rewrites files to update and delete rows.
+_REFUSED_PROPERTIES = {"delta.appendonly": "binlake's stream updates and deletes rows; an append-only table refuses "
+                                           "that"}
+_INTERVAL = re.compile(r"^\s*interval\s+(\d+)\s+(nanosecond|microsecond|millisecond|second|minute|hour|day|week)s?"
+                       r"\s*$", re.IGNORECASE)
+_UNIT_SECONDS = {"nanosecond": 1e-9, "microsecond": 1e-6, "millisecond": 1e-3, "second": 1, "minute": 60,
+                 "hour": 3600, "day": 86400, "week": 604800}
+
+
+def interval_seconds(text: str) -> float | None:
+    """Seconds of a Delta interval property value (``interval 7 days``), or None if it is not one."""
+    m = _INTERVAL.match(text)
+    return None if m is None else int(m.group(1)) * _UNIT_SECONDS[m.group(2).lower()]
+
+
 class SinkConfig(_Strict):
     path: str = "./lake"  # a local folder or an object-store URI (s3://, gs://, abfss://, ...)
     storage_options: dict[str, str] = Field({}, repr=False)  # delta-rs's own option keys
@@ -196,6 +252,42 @@ class SinkConfig(_Strict):
     def feeds(self, qualified_name: str) -> bool:
         """Whether the Delta table ``db.table`` has a changelog table (``change_feed``)."""
         return any(re.fullmatch(p, qualified_name) for p in self.change_feed)
+
+    # Delta table properties (delta.*) of every data table: set when binlake creates a table, and
+    # on existing tables where delta-rs allows (pipelines/lake/maintenance/layout.py).
+    table_properties: dict[str, str] = {}
+    maintenance: MaintenanceConfig = MaintenanceConfig()
+    # Per table ("db.table", full-match regex; the first matching entry wins): its layout.
+    layout: dict[str, TableLayoutConfig] = {}
+
+    @field_validator("layout")
+    @classmethod
+    def _layout_patterns_compile(cls, entries: dict[str, TableLayoutConfig]) -> dict[str, TableLayoutConfig]:
+        return _compiled(entries)
+
+    @model_validator(mode="after")
+    def _properties_binlake_can_keep(self) -> SinkConfig:
+        for key, value in self.table_properties.items():
+            if key.lower() in _REFUSED_PROPERTIES and value.strip().lower() == "true":
+                raise ValueError(f"table_properties.{key}: {_REFUSED_PROPERTIES[key.lower()]}")
+            if key.lower() in ("delta.deletedfileretentionduration", "delta.logretentionduration"):
+                seconds = interval_seconds(value)
+                if seconds is None:
+                    raise ValueError(f"table_properties.{key}: not a Delta interval ('interval 7 days')")
+                if key.lower() == "delta.deletedfileretentionduration" and \
+                        seconds < self.maintenance.retention_hours * 3600:
+                    # Checkpoints drop a removed file's record after this; a vacuum within
+                    # retention_hours would then take the file for one never committed.
+                    raise ValueError(f"table_properties.{key}: {value} is shorter than "
+                                     f"maintenance.retention_hours ({self.maintenance.retention_hours})")
+        return self
+
+    def layout_of(self, qualified_name: str) -> TableLayoutConfig:
+        """The layout of the Delta table ``db.table``."""
+        for pattern, layout in self.layout.items():
+            if re.fullmatch(pattern, qualified_name):
+                return layout
+        return TableLayoutConfig()
 
     @field_validator("storage_options")
     @classmethod
@@ -336,6 +428,9 @@ class DagsterConfig(_Strict):
     max_lag_seconds: float = Field(300, gt=0)  # the asset check `lag_under_bound` fails past this
     # When the nightly reconciliation (the checksum_parity checks, `binlake reconcile`) runs: a cron schedule.
     reconcile_cron: str = "0 2 * * *"
+    # When the job binlake_maintenance runs, if its schedule is turned on (the stream maintains its
+    # tables between batches anyway unless sink.maintenance.auto is false).
+    maintenance_cron: str = "0 3 * * *"
     freshness: FreshnessConfig = FreshnessConfig()
     # Per table ("db.table", full-match regex): the first matching entry replaces `freshness`.
     table_freshness: dict[str, FreshnessConfig] = {}

@@ -11,8 +11,9 @@ orchestration/snapshot.py), the stream job and its hand-off sensor
 (orchestration/stream.py), the schema-change sensor and job (orchestration/schema_changes.py),
 asset checks with their jobs and schedules (hourly checks, nightly reconciliation;
 orchestration/checks.py), the job ``binlake_refresh_tables``, the online backfill and
-repair jobs (orchestration/backfill.py) and a schedule per ``dagster.backfills`` entry
-(orchestration/scheduled_backfills.py).
+repair jobs (orchestration/backfill.py), a schedule per ``dagster.backfills`` entry
+(orchestration/scheduled_backfills.py), and the maintenance job and its schedule
+(orchestration/maintenance.py).
 
 Tests: tests/test_dagster_defs.py.
 """
@@ -26,6 +27,7 @@ from dagster import Definitions, OpExecutionContext, in_process_executor, job, o
 from cdc_core.config import load_config
 from orchestration.backfill import backfill_job, repair_job
 from orchestration.checks import all_checks, check_jobs
+from orchestration.maintenance import maintenance_job, maintenance_schedule
 from orchestration.scheduled_backfills import backfill_schedules
 from orchestration.schema_changes import apply_schema_changes, schema_change_sensor
 from orchestration.snapshot import snapshot_asset, snapshot_partitions_sensor
@@ -70,9 +72,9 @@ def build_binlake_definitions(config: str | Path, catalog_path: str | Path | Non
     return Definitions(
         assets=[*(snapshot_asset(s) for s in specs), *changelogs],
         asset_checks=all_checks([s.key for s in specs]),
-        jobs=[stream_job, apply_schema_changes, refresh_tables_job, backfill_job, repair_job, *jobs],
+        jobs=[stream_job, apply_schema_changes, refresh_tables_job, backfill_job, repair_job, maintenance_job, *jobs],
         sensors=[snapshot_partitions_sensor, stream_handoff_sensor, schema_change_sensor],
-        schedules=[*schedules, *backfill_schedules(cfg)],
+        schedules=[*schedules, *backfill_schedules(cfg), maintenance_schedule(cfg.dagster.maintenance_cron)],
         # One process per run: a step subprocess would start Python, Dagster and binlake again per
         # step, and a snapshot step already runs its chunks in parallel on Spark.
         executor=in_process_executor,

@@ -1,5 +1,7 @@
 """Asset checks on every table: row-count parity (MySQL vs Delta), schema parity (every
 source column in Delta with the type binlake maps it to), lag under ``dagster.max_lag_seconds``,
+small files under ``sink.maintenance.max_small_files`` (with the table's upkeep as metadata:
+files, bytes, bytes awaiting vacuum, last compaction and vacuum; orchestration/maintenance.py),
 checksum parity (``binlake reconcile``'s per-chunk row counts and checksums, server vs
 Delta, pipelines/reconcile/checksums.py), and Dagster's column-schema change check (latest
 vs previous materialization). Freshness is each spec's ``FreshnessPolicy`` (see
@@ -40,6 +42,7 @@ from resources.binlake import BinlakeResource
 from resources.translator import table_of
 
 ROW_COUNT, SCHEMA, LAG, CHECKSUM = "row_count_parity", "schema_parity", "lag_under_bound", "checksum_parity"
+SMALL_FILES = "small_files_under_bound"
 CHECKS_JOB, RECONCILE_JOB, REPAIR_JOB = "binlake_checks", "binlake_reconcile", "binlake_repair"
 
 
@@ -92,12 +95,32 @@ def _lag(key: AssetKey, status: dict, bound: float) -> AssetCheckResult:
         metadata={k: v for k, v in metadata.items() if v is not None})
 
 
+def _small_files(key: AssetKey, cfg, router, table: str, runs: dict) -> AssetCheckResult:
+    """The table's small files under ``sink.maintenance.max_small_files``, its upkeep as metadata."""
+    from orchestration.maintenance import upkeep_metadata
+    from pipelines.lake.maintenance.upkeep import upkeep
+    from pipelines.lake.tables import open_table, table_uri
+
+    sink, bound = router.sink(table), cfg.sink.maintenance.max_small_files
+    dt = open_table(table_uri(cfg.sink.path, sink), cfg.sink.storage_options)
+    if dt is None:
+        return AssetCheckResult(asset_key=key, check_name=SMALL_FILES, passed=True, description="no Delta table yet")
+    u = upkeep(cfg, sink, dt, runs)
+    return AssetCheckResult(
+        asset_key=key, check_name=SMALL_FILES, passed=u.small_files <= bound, severity=AssetCheckSeverity.WARN,
+        description=None if u.small_files <= bound else
+        f"{u.small_files} small files (bound {bound}): compaction is off (sink.maintenance.auto) or behind; launch "
+        "binlake_maintenance",
+        metadata={**upkeep_metadata(u), "binlake/max_small_files": bound})
+
+
 def table_checks(keys: list[AssetKey]):
-    """Row-count parity, schema parity and lag for the tables ``keys``."""
+    """Row-count parity, schema parity, lag and small files for the tables ``keys``."""
     specs = [AssetCheckSpec(name, asset=k, description=d) for k in keys for name, d in (
         (ROW_COUNT, "MySQL and Delta hold the same number of rows"),
         (SCHEMA, "every MySQL column is in Delta with the type binlake maps it to"),
-        (LAG, "the stream's lag is under dagster.max_lag_seconds"))]
+        (LAG, "the stream's lag is under dagster.max_lag_seconds"),
+        (SMALL_FILES, "the Delta table's small files are under sink.maintenance.max_small_files"))]
 
     @multi_asset_check(specs=specs, can_subset=True, name="binlake_table_checks")
     def _checks(context: AssetCheckExecutionContext, binlake: BinlakeResource):
@@ -107,8 +130,11 @@ def table_checks(keys: list[AssetKey]):
 
         cfg = binlake.load()
         router = Router(cfg.routes)
+        from pipelines.lake.control_store import ControlStore
+
         selected = context.selected_asset_check_keys
         lag = {t["table"]: t for t in pipeline_status(cfg)["tables"]} if any(k.name == LAG for k in selected) else {}
+        runs = ControlStore.of(cfg).latest_maintenance() if any(k.name == SMALL_FILES for k in selected) else {}
         with connect(connection_settings(cfg)) as conn, conn.cursor() as cur:
             for key in sorted(selected, key=lambda k: (k.asset_key.to_string(), k.name)):
                 table = table_of(key.asset_key)
@@ -116,6 +142,8 @@ def table_checks(keys: list[AssetKey]):
                     yield _row_count(cur, cfg, router, table)
                 elif key.name == SCHEMA:
                     yield _schema(cur, cfg, router, table)
+                elif key.name == SMALL_FILES:
+                    yield _small_files(key.asset_key, cfg, router, table, runs)
                 else:
                     yield _lag(key.asset_key, lag.get(table, {}), cfg.dagster.max_lag_seconds)
 

@@ -10,7 +10,9 @@ each chunk that differs (exit 0 once they are done).
 ``backfill`` stores its request, then takes the lock and streams until the request is done;
 when another process holds the lock (a running stream) it hands the request to it and waits.
 ``resync`` (a writing command) is the way out when the stream's binlog position was purged
-(pipelines/resync.py).
+(pipelines/resync.py). ``maintain`` compacts and vacuums the tables now: under the writer lock
+when no stream runs, else handed to the running stream and waited for
+(pipelines/lake/maintenance/).
 
 Output: tables fit a terminal; on anything else (a pipe, a file, cron, CI, a Dagster run's
 stdout) they are printed at their full width, so no number is cut. ``snapshot``, ``stream``,
@@ -314,6 +316,31 @@ def _backfill_list(cfg: BinlakeConfig) -> None:
     _print_table(t)
 
 
+def cmd_maintain(args) -> int:
+    from pipelines.lake.maintenance.maintainer import maintain
+
+    cfg = _load(args.config)
+    with err.status(f"maintaining {args.table or 'every table'} of {cfg.pipeline.name} (handed to the running "
+                    "stream if one runs)"):
+        report = maintain(cfg, args.table, f"binlake maintain -c {args.config}")
+    _maintenance_report(report)
+    return EXIT_OK
+
+
+def _maintenance_report(report) -> None:
+    t = Table(title=f"maintenance ({report.by})")
+    for col in ("table", "files before", "files after", "files deleted", "bytes deleted"):
+        t.add_column(col, justify="left" if col == "table" else "right", no_wrap=col == "table")
+    for r in report.tables:
+        t.add_row(escape(r.table), str(r.files_before), str(r.files_after), str(r.files_deleted),
+                  f"{r.bytes_deleted:,}")
+    out.print(t)
+    for r in report.tables:
+        for line in (r.compaction, r.vacuum, r.note):
+            if line:
+                out.print(escape(line), soft_wrap=True, highlight=False)
+
+
 def cmd_status(args) -> int:
 
     from pipelines.lake.writer_lock import writer_lock
@@ -341,7 +368,26 @@ def cmd_status(args) -> int:
         shown = r["table"] if r["sink"] == r["table"] else f"{r['table']} → {r['sink']}"  # routed: where it goes
         t.add_row(shown, r["phase"], f"{r['rows']:,}", r["committed_position"] or "-", _lag(r))
     _print_table(t)
+    _upkeep_table(st["tables"])
     return EXIT_OK
+
+
+def _upkeep_table(tables: list[dict]) -> None:
+    """``binlake status``'s second table: each Delta table's files, bytes and last maintenance."""
+    t = Table(title="Delta tables")
+    for col in ("table", "files", "live bytes", "awaiting vacuum", "last compaction", "last vacuum"):
+        t.add_column(col, justify="left" if col in ("table", "last compaction", "last vacuum") else "right",
+                     no_wrap=True)
+    shown: dict[str, dict] = {r["sink"]: r["maintenance"] for r in tables if r["maintenance"]}  # a route's sink once
+    for sink, m in shown.items():
+        t.add_row(escape(sink), f"{m['live_files']:,}", f"{m['live_bytes']:,}", f"{m['bytes_awaiting_vacuum']:,}",
+                  _ran(m["last_compaction"]), _ran(m["last_vacuum"]))
+    out.print(t)
+    for sink, m in shown.items():
+        for kind in ("last_compaction", "last_vacuum"):
+            if m[kind]:
+                out.print(f"{escape(sink)}: {kind.replace('_', ' ')} ({m[kind]['reason']}): {escape(m[kind]['did'])}",
+                          soft_wrap=True, highlight=False)
 
 
 def cmd_reconcile(args) -> int:
@@ -415,6 +461,11 @@ def _version() -> str:
         return "(not installed)"
 
 
+def _ran(run: dict | None) -> str:
+    """When a maintenance step last ran, to the second (what it did is printed below the table)."""
+    return run["at"][:19].replace("T", " ") if run else "never"
+
+
 def _lag(r: dict) -> str:
     if r.get("lag_bytes") is None:
         return "unknown"
@@ -438,6 +489,8 @@ def main(argv: list[str] | None = None) -> int:
                                      "(exit 1 when chunks differ)"),
         ("resync", cmd_resync, "after the stream's binlog position was purged: restart at the binlog end and "
                                "backfill every table online"),
+        ("maintain", cmd_maintain, "compact and vacuum the pipeline's Delta tables now (by the running stream, "
+                                   "else here)"),
     ):
         p = sub.add_parser(name, help=help_)
         p.add_argument("-c", "--config", required=True, help="binlake YAML config file")
@@ -456,6 +509,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--cancel", metavar="ID", help="cancel a request")
             p.add_argument("--pause", metavar="ID", help="pause a request")
             p.add_argument("--resume", metavar="ID", help="resume a paused request")
+        if name == "maintain":
+            p.add_argument("--table", metavar="DB.TABLE", help="only this table (default: every table of the pipeline)")
         if name == "resync":
             p.add_argument("--no-wait", action="store_true", help="return once the backfills are requested")
         if name == "reconcile":

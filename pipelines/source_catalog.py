@@ -24,7 +24,6 @@ from pathlib import Path
 
 from cdc_core.config import BinlakeConfig
 from cdc_core.routes import Router
-from cdc_core.schema.history import Status
 from cdc_core.schema.modes import SinkColumns
 from cdc_core.schema.output import output_schema
 from cdc_core.schema.table import TableSchema, describe_table
@@ -92,8 +91,7 @@ def lake_tables(cfg: BinlakeConfig) -> dict[str, TableSchema]:
     """Tables the stream has captured, by name, with the source schema it recorded last
     (from ``_binlake/schema_history``; tables created after the discovery show up here; a
     dropped table keeps its asset, as its Delta table is kept)."""
-    return {r.table: r.schema for r in ControlStore.of(cfg).schema_history()
-            if r.status in (Status.BASELINE, Status.APPLIED) and r.schema is not None}
+    return ControlStore.of(cfg).recorded_schemas()
 
 
 def current_tables(cfg: BinlakeConfig, catalog: SourceCatalog | None) -> list[TableSchema]:

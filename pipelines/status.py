@@ -1,5 +1,7 @@
 """``binlake status``: per table phase, rows, committed position and lag, read from the
-lake (Delta tables and ``_binlake/``) and, when reachable, the source server."""
+lake (Delta tables and ``_binlake/``) and, when reachable, the source server; and the
+table's upkeep: live files and bytes, bytes awaiting vacuum (one listing of its folder),
+its last compaction and vacuum (``_binlake/maintenance_runs``: pipelines/lake/maintenance/)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from cdc_core.routes import Router
 from cdc_core.schema.history import TableState, fold
 from cdc_core.source.connection import captured_tables, connect, connection_settings
 from pipelines.lake.control_store import ControlStore
+from pipelines.lake.maintenance.upkeep import upkeep as table_upkeep
 from pipelines.lake.offsets import applied_position_key
 from pipelines.lake.reads import count_rows
 from pipelines.lake.tables import open_table, table_uri
@@ -85,6 +88,8 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
             backfilling.setdefault(r.table, r)
     names = sorted(set(names) | set(plans))
     reconciled = store.latest_reconcile()
+    maintained = store.latest_maintenance()
+    upkeep: dict[str, dict] = {}  # by sink: a route's sources share theirs
     now = time.time()
 
     def lag(applied_key: tuple[int, int] | None, event_time: int) -> tuple[float | None, int | None]:
@@ -123,9 +128,12 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
         else:
             phase = "not started"
         lag_s, lag_b = lag(key, cp.offset.event_time if cp else 0)
+        if sink not in upkeep:
+            upkeep[sink] = table_upkeep(cfg, sink, t, maintained).to_json() if t is not None else None
         tables.append({"table": n, "sink": sink, "phase": phase, "rows": rows,
                        "committed_position": _position_name(key, base, end.file if end else None) if key else None,
-                       "lag_seconds": lag_s, "lag_bytes": lag_b, "reconcile": _reconcile_summary(reconciled.get(n))})
+                       "lag_seconds": lag_s, "lag_bytes": lag_b, "reconcile": _reconcile_summary(reconciled.get(n)),
+                       "maintenance": upkeep[sink]})
     stream = {"state": cp.state if cp else "not started",
               "committed_position": str(cp.offset.applied) if cp else None,
               "resume_position": str(cp.offset.resume) if cp else None,

@@ -91,6 +91,8 @@ class OffsetRecorder:
             "binlake/rows_deleted": rows.deleted,
             "binlake/table_mode": self.cfg.sink.mode_of(sink) if not self.router.routed(table) else "current",
             "dagster/row_count": count_rows(dt, table if self.router.routed(table) else None) if dt else 0,
+            # The table's files as the stream left them (compaction keeps them few: pipelines/lake/maintenance/).
+            "binlake/live_files": len(dt.file_uris()) if dt else None,
         }
         if table in self.tables:
             metadata["dagster/column_schema"] = column_schema(self._columns(table))

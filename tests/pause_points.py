@@ -24,6 +24,13 @@ The points, each a step where a crash leaves the lake half-way:
 - ``backfill_merged``: stream, a backfill chunk is merged into Delta (or found equal to
   MySQL, nothing to write), the request's progress not saved yet (the end of
   ``Backfills._write_merge``);
+- ``compaction_rewritten``: stream, a compaction's new files are written, not committed (the
+  end of ``compaction.rewrite``, in the stream's maintenance thread);
+- ``compaction_committed``: stream, a compaction is committed, its run not recorded in
+  ``_binlake/maintenance_runs`` (the end of ``compaction.commit`` with a commit made);
+- ``vacuum_deleted``: stream, a vacuum deleted files and committed its VACUUM END, the log's
+  cleanup and its run's record not done (the end of the table handle's ``vacuum`` as
+  ``pipelines/lake/maintenance/vacuum.py`` calls it, with files deleted);
 - ``snapshot_chunk_committed``: snapshot, a chunk group's rows are committed with their chunk
   records, the records' mirror in ``_binlake/`` not written yet (the end of
   ``SnapshotJob._commit``).
@@ -93,6 +100,9 @@ def _after(owner, name: str, pause: _Pause, when: Callable[..., bool]) -> None:
 
 def install(point: str, n: int) -> None:
     """Wrap the product function whose start or end is ``point``."""
+    from deltalake import DeltaTable
+
+    from pipelines.lake.maintenance import compaction
     from pipelines.schema import registry
     from pipelines.snapshot.driver import SnapshotJob
     from pipelines.stream.commit import Committer
@@ -110,6 +120,10 @@ def install(point: str, n: int) -> None:
             f.request.id == group.request.id and f.chunks[0].index == group.first for f in self.inflight)),
         "backfill_merged": lambda: _after(Backfills, "_write_merge", pause, lambda *_: True),
         "snapshot_chunk_committed": lambda: _after(SnapshotJob, "_commit", pause, lambda *_: True),
+        "compaction_rewritten": lambda: _after(compaction, "rewrite", pause, lambda done, *_: bool(done.written)),
+        "compaction_committed": lambda: _after(compaction, "commit", pause, lambda result, *_: result is not None),
+        "vacuum_deleted": lambda: _after(DeltaTable, "vacuum", pause, lambda deleted, *_, **kw: bool(deleted)
+                                         and not kw.get("dry_run", True)),
     }
     if point not in points:
         raise SystemExit(f"unknown pause point {point!r}: one of {', '.join(points)}")

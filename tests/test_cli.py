@@ -293,6 +293,8 @@ BAD_CONFIGS = {
     "not a mapping": ("- a\n- b\n", "must be a mapping"),
     "wrong ssl key": ("pipeline: {name: p}\nsource: {user: u, tables: ['a'], ssl: {ca_file: x}}\n",
                       "source.ssl.ca_file: unknown key"),
+    "wrong maintenance key": ("pipeline: {name: p}\nsource: {user: u, tables: ['a']}\n"
+                              "sink: {maintenance: {target_mb: 64}}\n", "sink.maintenance.target_mb: unknown key"),
 }
 
 
@@ -301,12 +303,26 @@ def test_bad_config_is_one_line_exit_2_for_every_command(tmp_path, case):
     text, named = BAD_CONFIGS[case]
     path = tmp_path / "binlake.yaml"
     path.write_text(text)
-    for command in ("validate", "snapshot", "stream", "run", "status"):
+    for command in ("validate", "snapshot", "stream", "run", "status", "maintain"):
         r = run_cli(command, "-c", str(path), password="x")
         assert r.returncode == 2, (command, r.stderr)
         (line,) = _lines(r.stderr)
         assert named in line and line.startswith("config error"), (command, line)
         assert_clean(r)
+
+
+def test_maintain_a_table_the_pipeline_does_not_write_is_one_line_exit_2(mariadb, items, tmp_path):
+    name, _ = items
+    config = write_config(tmp_path, mariadb, name)
+    assert run_cli("snapshot", "-c", config, password=mariadb.password).returncode == 0
+    r = run_cli("maintain", "-c", config, "--table", f"{name}.nowhere", password=mariadb.password)
+    assert r.returncode == 2, r.stderr
+    (line,) = _lines(r.stderr)
+    assert f"{name}.nowhere" in line and "not a table this pipeline writes" in line, line
+    done = run_cli("maintain", "-c", config, "--table", f"{name}.items", password=mariadb.password)
+    assert done.returncode == 0, done.stderr
+    assert f"{name}.items" in done.stdout and "files before" in done.stdout
+    assert_clean(done, mariadb.password)
 
 
 @pytest.mark.parametrize("host,port", [("127.0.0.1", 1), ("no-such-host.invalid", 3306)], ids=["port", "name"])

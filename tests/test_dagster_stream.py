@@ -302,3 +302,58 @@ def test_stream_run_refuses_while_another_process_writes_the_pipeline(db, make_c
     assert result.success
     assert writer_lock(cfg.sink.path, cfg.pipeline.name, "binlake status").holder() is None  # released
     assert_equal(cfg, [f"{name}.a"])
+
+
+def test_maintenance_job_small_files_check_and_upkeep_metadata(db, make_config, spark, tmp_path):
+    """With the stream's own maintenance off, small files pile up: the check ``small_files_under_bound``
+    fails, naming the count; the job ``binlake_maintenance`` (no stream running: under the writer
+    lock in the run) compacts and vacuums, recording each table's upkeep on its asset; the check
+    then passes with the last compaction and vacuum as metadata. The schedule is there, stopped."""
+    from dagster import DefaultScheduleStatus
+
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE a (id INT PRIMARY KEY, v INT)")
+        cur.execute("INSERT INTO a SELECT seq, seq FROM seq_1_to_300")
+    cfg = make_config(name, stream={"max_batch_rows": 5},
+                      sink={"maintenance": {"auto": False, "max_small_files": 3, "retention_hours": 0}},
+                      dagster={"maintenance_cron": "15 4 * * *"})
+    snapshot(cfg, spark)
+    with conn.cursor() as cur:
+        for i in range(60):
+            cur.execute("INSERT INTO a VALUES (%s, 0)", (1000 + i,))
+    path = write_config_file(cfg, tmp_path / "binlake.yaml")
+    discover(cfg).write(tmp_path / "tables.json")
+    defs = build_binlake_definitions(path, tmp_path / "tables.json")
+    schedule = defs.resolve_schedule_def("binlake_maintenance_schedule")
+    assert schedule.cron_schedule == "15 4 * * *" and schedule.default_status == DefaultScheduleStatus.STOPPED
+    instance = DagsterInstance.ephemeral()
+    streamed = defs.resolve_job_def("binlake_stream").execute_in_process(
+        instance=instance, run_config={"ops": {"stream_binlog": {"config": {"continuous": False}}}})
+    assert streamed.success
+    last = [m for m in streamed.asset_materializations_for_node("stream_binlog")
+            if m.description == "stream batch committed"][-1]
+    files = len(DeltaTable(table_uri(cfg.sink.path, f"{name}.a")).file_uris())
+    assert last.metadata["binlake/live_files"].value == files > 10
+
+    def small_files_check():
+        checks = defs.resolve_job_def("binlake_checks").execute_in_process(instance=instance)
+        (e,) = [e for e in checks.get_asset_check_evaluations() if e.check_name == "small_files_under_bound"]
+        return e
+
+    before = small_files_check()
+    assert not before.passed and before.metadata["binlake/small_files"].value > 3
+    assert "binlake/last_compaction" not in before.metadata
+
+    maintained = defs.resolve_job_def("binlake_maintenance").execute_in_process(instance=instance)
+    assert maintained.success
+    (obs,) = [e.event_specific_data.asset_observation for e in maintained.all_events
+              if e.event_type_value == "ASSET_OBSERVATION"]
+    md = {k: v.value for k, v in obs.metadata.items()}
+    assert obs.asset_key == AssetKey([name, "a"]) and md["binlake/files_before"] == files > md["binlake/files_after"]
+    assert md["binlake/live_files"] == md["binlake/files_after"] and md["binlake/bytes_awaiting_vacuum"] == 0
+    assert md["binlake/bytes_deleted"] > 0 and "live files" in md["binlake/last_compaction"]
+
+    after = small_files_check()
+    assert after.passed and "binlake/last_vacuum" in after.metadata
+    assert_equal(cfg, [f"{name}.a"])

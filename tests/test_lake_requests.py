@@ -120,3 +120,50 @@ def test_data_file_with_an_option_boto3_does_not_read_is_one_part(s3_sink, s3_se
     written = write_parquet(uri, _random_rows(1_000_000), options)
     assert written.size > 5 << 20
     assert dict(s3_server.requests()) == {"POST data": 2, "PUT data": 1}
+
+
+def test_maintenance_between_batches_adds_no_request_unless_it_compacts(s3_sink, s3_server):
+    """The stream's maintenance looks at its tables from their open handles: between its polls
+    for ``binlake maintain`` requests (one listing every ``REQUEST_POLL_SECONDS``), a step on a
+    table that needs no compaction makes no request; one that compacts reads, writes and commits."""
+    from cdc_core.config import parse_config
+    from pipelines.lake.maintenance import maintainer
+
+    cfg = parse_config({"pipeline": {"name": "p"}, "source": {"user": "u", "tables": [r"d\..*"]},
+                        "sink": s3_sink})
+    uri, options = f"{s3_sink['path']}/d/t", s3_sink["storage_options"]
+    table = ensure_table(uri, SCHEMA, options)
+
+    def small_file(i: int) -> None:  # a batch's new rows
+        rows = pa.Table.from_pylist([{"id": i, "_cdc_op": "c"}], schema=SCHEMA)
+        commit_files(table, [write_parquet(uri, rows, options, kind="stream")], SCHEMA, {})
+
+    for i in range(3):
+        small_file(i)
+    now = [0.0]
+    m = maintainer.Maintainer(cfg, lambda: {"d.t": table}, lambda _sink: ("id",), ControlStore.of(cfg),
+                              clock=lambda: now[0])
+    try:
+        m.step()  # the first poll for requests
+        now[0] += maintainer.CHECK_SECONDS
+        m.step()  # the first look at the table: its properties set, once per process (one commit)
+        s3_server.requests(reset=True)
+        for _ in range(30):  # 3 s of batches: the files looked at every second, from the handle
+            now[0] += 0.1
+            m.step()
+        assert dict(s3_server.requests()) == {}
+        now[0] += maintainer.REQUEST_POLL_SECONDS
+        m.step()
+        polled = sum(s3_server.requests(reset=True).values())
+        assert 0 < polled <= 2
+
+        for i in range(3, 3 + maintainer.policy.SMALL_FILES_TRIGGER):
+            small_file(i)
+        s3_server.requests(reset=True)
+        now[0] += 1.0
+        m.step()  # plans and starts the rewrite
+        m._inflight[1].result()  # noqa: SLF001 - wait for the rewrite in the maintenance thread
+        m.step()  # commits it
+        assert len(table.file_uris()) == 1 and sum(s3_server.requests().values()) > 0
+    finally:
+        m.close()

@@ -74,10 +74,13 @@ def _rewritable(dt: DeltaTable) -> bool:
     """Whether the table's data files hold its rows as they are, so that rewriting a file without
     some rows removes exactly those: no partition columns (their values are not in the files), no
     column mapping (physical names differ), no deletion vectors (a file is not all live rows).
-    Tables binlake created have none of these; one another engine made may."""
+    Tables binlake created have none of these unless ``sink.layout`` partitions them; one another
+    engine made may. A table whose change data feed is on gets MERGEs too: they write the change
+    data its readers expect, which a copy-on-write commit has none of."""
     meta = dt.metadata()
     return (not meta.partition_columns
             and meta.configuration.get("delta.columnMapping.mode", "none") == "none"
+            and meta.configuration.get("delta.enableChangeDataFeed", "false").lower() != "true"
             and "deletionVectors" not in (dt.protocol().reader_features or ()))
 
 
@@ -113,9 +116,7 @@ def _copy_on_write(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upser
     now = int(time.time() * 1000)
     updated = deleted = 0
     dataset = dt.to_pyarrow_dataset()
-    # Files are pruned on one key column: an integer one if any (a route's key starts with the
-    # source's name, which statistics cannot prune on), see files_holding.
-    prune = next((k for k in key if pa.types.is_integer(schema.field(k).type)), key[0])
+    prune = pruning_column(schema, key)
     candidates = files_holding(dt, prune, changes.column(prune))
     for fragment in dataset.get_fragments():
         size = candidates.get(fragment.path)
@@ -147,6 +148,13 @@ def _copy_on_write(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upser
                                 post_commithook_properties=hooks)
     dt.update_incremental()  # a write transaction does not move ``dt`` to the version it committed
     return RowsApplied(new.num_rows, updated, deleted)
+
+
+def pruning_column(schema: pa.Schema, key: tuple[str, ...]) -> str:
+    """The key column copy-on-write finds a batch's files by: an integer one if any (a route's key
+    starts with the source's name, which statistics cannot prune on), see :func:`files_holding`.
+    Compaction sorts by it first (pipelines/lake/maintenance/layout.py)."""
+    return next((k for k in key if pa.types.is_integer(schema.field(k).type)), key[0])
 
 
 def files_holding(dt: DeltaTable, column: str, values: pa.ChunkedArray) -> dict[str, int]:

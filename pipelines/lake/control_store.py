@@ -82,6 +82,20 @@ BACKFILL_SCHEMA = pa.schema([
     ("rows", pa.int64()), ("detail", pa.string()), ("seq", pa.int64()), ("updated_at", pa.timestamp("us", tz="UTC")),
 ])
 
+MAINTENANCE_RUNS_SCHEMA = pa.schema([
+    ("pipeline", pa.string()), ("table", pa.string()), ("kind", pa.string()), ("at", pa.timestamp("us", tz="UTC")),
+    ("reason", pa.string()), ("files_before", pa.int64()), ("files_after", pa.int64()), ("files_removed", pa.int64()),
+    ("files_added", pa.int64()), ("bytes_removed", pa.int64()), ("bytes_added", pa.int64()),
+    ("files_deleted", pa.int64()), ("bytes_deleted", pa.int64()), ("live_bytes", pa.int64()),
+    ("stored_bytes", pa.int64()), ("seconds", pa.float64()), ("delta_version", pa.int64()),
+])
+# Past this many files the maintenance_runs table is rewritten as each table's latest run of each kind.
+MAINTENANCE_RUNS_COMPACT_FILES = 500
+MAINTENANCE_REQUEST_SCHEMA = pa.schema([
+    ("pipeline", pa.string()), ("id", pa.string()), ("table", pa.string()), ("state", pa.string()),
+    ("detail", pa.string()), ("seq", pa.int64()), ("updated_at", pa.timestamp("us", tz="UTC")),
+])
+
 
 # Commit metadata of a control-table append: a token of its own, found again after a fault.
 WRITE_KEY = "binlake.write"
@@ -133,6 +147,18 @@ class ControlStore:
         rows = [r for r in t.to_pyarrow_table().to_pylist() if r["pipeline"] == self.pipeline]
         self._cache[name] = _Read(t, t.version(), rows)
         return list(rows)
+
+    def reopen(self, name: str) -> None:
+        """Open control table ``name`` afresh on next use: a handle kept for the stream's life grows
+        with every commit it has seen, so maintenance reopens it after each vacuum (which writes a
+        checkpoint). The rows read stay cached: they are read again only if the version moved."""
+        if name == "stream_checkpoint":
+            self._checkpoints = None
+        cached = self._cache.get(name)
+        if cached is not None:
+            fresh = open_table(f"{self.root}/{name}", self.storage_options)
+            if fresh is not None:
+                cached.table = fresh
 
     def _append(self, name: str, rows: list[dict], schema: pa.Schema) -> None:
         data = pa.Table.from_pylist(rows, schema=schema)
@@ -224,6 +250,12 @@ class ControlStore:
         entries = [_entry(r) for r in self._read("schema_history")]
         return sorted(entries, key=lambda e: e.order)
 
+    def recorded_schemas(self) -> dict[str, TableSchema]:
+        """Each table's source schema as the schema history recorded it last (baselines and applied
+        changes), by name."""
+        return {e.table: e.schema for e in self.schema_history()
+                if e.status in (Status.BASELINE, Status.APPLIED) and e.schema is not None}
+
     def record_schema(self, entry: HistoryEntry) -> None:
         """Append a schema-history entry (cdc_core/schema/history.py says what each status means)."""
         self._append("schema_history", [{
@@ -256,6 +288,41 @@ class ControlStore:
                 latest[r["table"]] = r
         return {t: {**r, "mismatches": json.loads(r["mismatches"] or "[]"),
                     "excluded_columns": json.loads(r["excluded_columns"] or "{}")} for t, r in latest.items()}
+
+    def maintenance_requests(self) -> list[dict]:
+        """Every state change of this pipeline's maintenance requests (rows, oldest first by ``seq``)."""
+        return sorted(self._read("maintenance_requests"), key=lambda r: r["seq"])
+
+    def save_maintenance_request(self, row: dict) -> None:
+        """Append a maintenance request's new state (``binlake maintain`` and the stream both write here)."""
+        self._append("maintenance_requests", [{**row, "pipeline": self.pipeline}], MAINTENANCE_REQUEST_SCHEMA)
+
+    def record_maintenance(self, rows: list[dict]) -> None:
+        """Append maintenance runs (pipelines/lake/maintenance/: one row per compaction or vacuum of a
+        table), in one commit; past ``MAINTENANCE_RUNS_COMPACT_FILES`` files the table is rewritten
+        as each table's latest run of each kind."""
+        rows = [{**r, "pipeline": self.pipeline} for r in rows]
+        self._read("maintenance_runs")  # a handle kept (read once, then only checked)
+        cached = self._cache.get("maintenance_runs")
+        if cached is None or len(cached.table.file_uris()) < MAINTENANCE_RUNS_COMPACT_FILES:
+            self._append("maintenance_runs", rows, MAINTENANCE_RUNS_SCHEMA)
+            return
+        t = cached.table
+        latest: dict[tuple, dict] = {}
+        for r in t.to_pyarrow_table().to_pylist() + rows:
+            latest[(r["pipeline"], r["table"], r["kind"])] = r
+        write_deltalake(t, pa.Table.from_pylist(sorted(latest.values(), key=lambda r: r["at"]),
+                                                schema=MAINTENANCE_RUNS_SCHEMA),
+                        mode="overwrite", schema_mode="overwrite", post_commithook_properties=post_commit_hooks(t))
+        self._cache.pop("maintenance_runs", None)
+
+    def latest_maintenance(self) -> dict[tuple[str, str], dict]:
+        """The latest maintenance run of each (table, kind) of this pipeline."""
+        latest: dict[tuple[str, str], dict] = {}
+        for r in self._read("maintenance_runs"):
+            if (r["table"], r["kind"]) not in latest or r["at"] >= latest[(r["table"], r["kind"])]["at"]:
+                latest[(r["table"], r["kind"])] = r
+        return latest
 
     def checkpoint(self) -> Checkpoint | None:
         """The latest stream checkpoint, or None before the stream first committed."""

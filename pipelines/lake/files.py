@@ -20,10 +20,12 @@ Invariants:
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from urllib.parse import quote, unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -64,24 +66,65 @@ class WrittenFile:
     size: int
     num_rows: int
     stats: str
+    partition_values: dict[str, str | None] = field(default_factory=dict)  # of a partitioned table's file
 
     def add_action(self) -> AddAction:
-        return AddAction(self.path, self.size, {}, int(time.time() * 1000), True, self.stats)
+        return AddAction(self.path, self.size, self.partition_values, int(time.time() * 1000), True, self.stats)
 
 
 def write_parquet(uri: str, table: pa.Table, storage_options: dict[str, str] | None = None,
-                  kind: str = "snapshot") -> WrittenFile:
+                  kind: str = "snapshot", folder: str = "") -> WrittenFile:
     """Write ``table`` as one Parquet file into the table folder ``uri`` (a local folder or an
-    object-store URI reached with ``storage_options``); the file is not committed. ``kind``
-    names the writer in the file name (snapshot, stream)."""
+    object-store URI reached with ``storage_options``), in its sub-folder ``folder`` if given
+    (the returned path is then relative to that sub-folder); the file is not committed.
+    ``kind`` names the writer in the file name (snapshot, stream, compact)."""
     name = f"part-{kind}-{uuid.uuid4().hex}.parquet"
     # Dictionary encoding only for the op column (and the position, one value per transaction:
     # cdc_core/schema/modes.py): on high-cardinality columns it costs about twice the write time
     # for larger files (measured in bench/snapshot.py --profile).
     dictionary = [n for n in table.column_names if n in (CDC_OP, CDC_POSITION)]
-    size = write_file(uri, name, storage_options, lambda out: pq.write_table(
+    root = f"{uri.rstrip('/')}/{folder}" if folder else uri
+    size = write_file(root, name, storage_options, lambda out: pq.write_table(
         table, out, compression="snappy", write_statistics=True, use_dictionary=dictionary))
     return WrittenFile(name, size, table.num_rows, file_stats(table))
+
+
+def write_files(uri: str, table: pa.Table, storage_options: dict[str, str] | None = None, kind: str = "snapshot",
+                partition_by: tuple[str, ...] = ()) -> tuple[WrittenFile, ...]:
+    """Write ``table`` into the table folder ``uri``: one Parquet file (:func:`write_parquet`), or for
+    a table partitioned by ``partition_by`` one file per partition value, in the folder
+    ``col=value/…`` without the partition columns, its add action carrying their values."""
+    if not partition_by:
+        return (write_parquet(uri, table, storage_options, kind),)
+    keys = table.select(list(partition_by)).to_pylist()
+    groups: dict[tuple, list[int]] = {}
+    for i, k in enumerate(keys):
+        groups.setdefault(tuple(partition_value(k[c]) for c in partition_by), []).append(i)
+    rest = table.drop_columns(list(partition_by))
+    out = []
+    for values, rows in groups.items():
+        folder = "/".join(f"{c}={quote(HIVE_NULL if v is None else v, safe='')}" for c, v in zip(partition_by, values))
+        f = write_parquet(uri, rest.take(pa.array(rows, pa.int64())), storage_options, kind, folder=unquote(folder))
+        out.append(WrittenFile(f"{folder}/{f.path}", f.size, f.num_rows, f.stats, dict(zip(partition_by, values))))
+    return tuple(out)
+
+
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"  # the folder name of a NULL partition value
+
+
+def partition_value(value: object) -> str | None:
+    """A partition column's value as Delta's ``partitionValues`` write it (None for NULL)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.decode("latin-1")
+    return str(value)
 
 
 def file_stats(table: pa.Table) -> str:
@@ -111,7 +154,8 @@ def commit_files(dt: DeltaTable, files: list[WrittenFile], schema: pa.Schema, me
     def attempt() -> int:
         dt.create_write_transaction(
             [f.add_action() for f in files], mode="append", schema=schema,
-            commit_properties=metadata_properties(custom), post_commithook_properties=post_commit_hooks(dt),
+            partition_by=list(dt.metadata().partition_columns) or None, commit_properties=metadata_properties(custom),
+            post_commithook_properties=post_commit_hooks(dt),
         )
         dt.update_incremental()
         return dt.version()

@@ -127,9 +127,21 @@ def write_file(root: str, name: str, options: dict[str, str] | None, fill: Calla
         # Larger: through delta-rs's stream, which takes bytes, not an Arrow buffer.
         fill = lambda out: out.write(data.to_pybytes())  # noqa: E731
     fs, prefix = filesystem(root, options)
+    if is_local(root):  # an object store has no folders to make
+        fs.create_dir(prefix.rstrip("/"), recursive=True)
     with fs.open_output_stream(prefix + name) as out:
         fill(out)
         return out.tell()
+
+
+def delete_files(root: str, names: list[str], options: dict[str, str] | None) -> None:
+    """Delete the files ``names`` (relative to the lake folder ``root``); one already gone is no error."""
+    fs, prefix = filesystem(root, options)
+    for name in names:
+        try:
+            fs.delete_file(prefix + name)
+        except FileNotFoundError:
+            pass
 
 
 # S3 error codes of a request that may succeed when made again (besides any 5xx answer).

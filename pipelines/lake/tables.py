@@ -35,6 +35,8 @@ DEFAULT_CHECKPOINT_INTERVAL = 100  # delta.checkpointInterval when the table doe
 # Commits looked at for a write's token when the version it was made on is unknown: the one
 # writer of a pipeline commits one at a time, other writers (a backfill request) rarely.
 TOKEN_WINDOW = 20
+# Commit metadata of binlake's maintenance commits (a compaction, a vacuum): what it did (docs/contracts.md).
+MAINTENANCE_KEY = "binlake.maintenance"
 
 
 def table_uri(sink_path: str, qualified_name: str) -> str:
@@ -57,16 +59,19 @@ def require_table(uri: str, storage_options: dict | None = None) -> DeltaTable:
 
 
 def ensure_table(uri: str, schema: pa.Schema, storage_options: dict | None = None,
-                 retry: RetryPolicy | None = None) -> DeltaTable:
-    """Open the table at ``uri``, creating it empty with ``schema`` if it does not exist; a fault
-    that passes is retried under ``retry`` (a creation that landed although its call failed is
-    found by opening the table)."""
+                 retry: RetryPolicy | None = None, *, configuration: dict[str, str] | None = None,
+                 partition_by: tuple[str, ...] = ()) -> DeltaTable:
+    """Open the table at ``uri``, creating it empty with ``schema`` if it does not exist (with the
+    table properties ``configuration`` and the partition columns ``partition_by``:
+    pipelines/lake/maintenance/layout.py); a fault that passes is retried under ``retry`` (a
+    creation that landed although its call failed is found by opening the table)."""
     def attempt() -> DeltaTable:
         dt = open_table(uri, storage_options)
         if dt is not None:
             return dt
         try:
-            dt = DeltaTable.create(uri, schema=schema, mode="error", storage_options=storage_options or None)
+            dt = DeltaTable.create(uri, schema=schema, mode="error", storage_options=storage_options or None,
+                                   configuration=configuration or None, partition_by=list(partition_by) or None)
         except DeltaError:
             dt = open_table(uri, storage_options)  # another writer created it meanwhile
             if dt is None:
@@ -176,7 +181,8 @@ def rewrite(dt: DeltaTable, transform: Callable[[pa.Table], pa.Table], props: Co
 
 
 def _overwrite(dt: DeltaTable, table: pa.Table, props: CommitProperties | None) -> None:
-    write_deltalake(dt, table, mode="overwrite", schema_mode="overwrite", commit_properties=props)
+    write_deltalake(dt, table, mode="overwrite", schema_mode="overwrite", commit_properties=props,
+                    partition_by=list(dt.metadata().partition_columns) or None)
 
 
 # --- emptying a table ------------------------------------------------------------------------

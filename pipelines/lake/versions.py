@@ -39,7 +39,7 @@ from cdc_core.schema.modes import (
     SinkColumns,
 )
 from cdc_core.schema.output import CDC_OP, CDC_SEQ
-from pipelines.lake.apply import files_holding
+from pipelines.lake.apply import files_holding, pruning_column
 from pipelines.lake.files import write_parquet
 from pipelines.lake.tables import delta_schema, post_commit_hooks
 
@@ -74,7 +74,7 @@ def apply_history(dt: DeltaTable, key: tuple[str, ...], keys: pa.Table, versions
     touched = keys.select(list(key)).append_column(_KEY, pa.array(np.arange(keys.num_rows)))
     closes = keys.column(_CLOSES).to_numpy(zero_copy_only=False)
     dataset = dt.to_pyarrow_dataset()
-    prune = next((k for k in key if pa.types.is_integer(schema.field(k).type)), key[0])
+    prune = pruning_column(schema, key)
     candidates = files_holding(dt, prune, keys.column(prune))
     hit_file = np.full(keys.num_rows, -1)  # the file holding each key's current version, if the batch ends it
     floor = np.full(keys.num_rows, _MIN)  # each key's latest time in Delta: its versions' end, or the current's start

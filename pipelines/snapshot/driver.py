@@ -70,8 +70,9 @@ from pipelines.lake.files import (
     snapshot_commits,
     snapshot_reset_properties,
 )
+from pipelines.lake.maintenance.layout import create_table
 from pipelines.lake.storage import UnsafeSink, is_local, require_safe_commits
-from pipelines.lake.tables import DeltaTable, delta_schema, ensure_table, open_table, reset, table_uri
+from pipelines.lake.tables import DeltaTable, delta_schema, open_table, reset, table_uri
 from pipelines.schema.applier import widen_to
 from pipelines.snapshot.plan import chunk_groups, group_size, plan_table, streamed_already
 from pipelines.snapshot.runner import GroupRunner, next_attempt_in
@@ -215,14 +216,14 @@ class SnapshotJob:
                        if c.index not in done and (self.chunks is None or c.index in self.chunks)]
             by_table[name].chunks = len(plans[name])
             by_table[name].chunks_read += len(pending)
-            work.append((schema, uri, pending, targets[sink]))
+            work.append((schema, uri, pending, targets[sink], tuple(tables[sink].metadata().partition_columns)))
         total_pending = sum(len(w[2]) for w in work)
         per_group = group_size(total_pending, self.slots, self.cfg.source.snapshot)
         task_conn = replace(self.conn, read_timeout=self.retry.read_timeout)  # a stalled read fails, then retries
         options = tuple(sorted(self.cfg.sink.storage_options.items()))
         tasks = [GroupTask(task_conn, 0, schema, tuple(g), uri, self.cfg.pipeline.name, target, options, self.base,
-                           self._columns(schema))
-                 for schema, uri, pending, target in work for g in chunk_groups(pending, per_group)]
+                           self._columns(schema), partitions)
+                 for schema, uri, pending, target, partitions in work for g in chunk_groups(pending, per_group)]
         log.info("snapshot: %d tables, %d chunks to read in %d tasks", len(names), total_pending, len(tasks))
         self._execute(tasks, tables, by_table, summary, total_pending)
 
@@ -315,7 +316,7 @@ class SnapshotJob:
         # Called on the driver's main thread only: commits never race each other (also
         # those of several routed sources into one sink table).
         records = [r for result in results for r in result.records]
-        files = [result.file for result in results if result.file]
+        files = [f for result in results for f in result.files]
         folder = unquote(urlparse(table.table_uri).path)
         missing = [f for f in files if is_local(self.sink) and not os.path.exists(os.path.join(folder, f.path))]
         if missing:
@@ -353,9 +354,9 @@ class SnapshotJob:
         sources = self.router.sources(sink, schemas)
         if not sources:  # not routed: the source's own table, with its mode's columns
             schema = output_schema(schemas[sink], self._columns(schemas[sink]).fields())
-            return ensure_table(uri, schema, self.cfg.sink.storage_options, self.retry), None
+            return create_table(self.cfg.sink, uri, sink, schema, self.retry), None
         members = [schemas[n] for n in sources]
-        dt_ = ensure_table(uri, sink_schema(members, sink=sink), self.cfg.sink.storage_options, self.retry)
+        dt_ = create_table(self.cfg.sink, uri, sink, sink_schema(members, sink=sink), self.retry)
         widened = widen_to(dt_, sink_schema(members, base=delta_schema(dt_), sink=sink))
         if widened:
             log.info("snapshot: %s %s", sink, widened)

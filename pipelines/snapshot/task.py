@@ -37,7 +37,7 @@ from cdc_core.schema.modes import SinkColumns
 from cdc_core.schema.table import TableSchema
 from cdc_core.source.connection import ConnectionSettings
 from pipelines.lake.conform import conform_routed
-from pipelines.lake.files import WrittenFile, write_parquet
+from pipelines.lake.files import WrittenFile, write_files
 from pipelines.snapshot.connections import drop_connection, worker_connection
 
 
@@ -55,6 +55,7 @@ class GroupTask:
     storage_options: tuple[tuple[str, str], ...] = ()  # sink.storage_options: the executor writes there
     base: int = 0  # of the pipeline's positions on the source (after a failover, cdc_core/offset/position.py)
     columns: SinkColumns = SinkColumns()  # the table's mode and metadata columns (cdc_core/schema/modes.py)
+    partition_by: tuple[str, ...] = ()  # the sink table's partition columns (sink.layout)
 
     def describe(self) -> str:
         return f"{self.schema.qualified_name} chunks {self.chunks[0].index}-{self.chunks[-1].index}"
@@ -62,10 +63,11 @@ class GroupTask:
 
 @dataclass(frozen=True)
 class GroupWritten:
-    """A group read and written: its file (None when its range held no rows), its rows and one
-    record per chunk, for the driver to commit together."""
+    """A group read and written: its files (one, one per partition of a partitioned table, none
+    when its range held no rows), its rows and one record per chunk, for the driver to commit
+    together."""
 
-    file: WrittenFile | None
+    files: tuple[WrittenFile, ...]
     rows: int
     records: tuple[ChunkRecord, ...]
     task_peak_rss_mb: float
@@ -107,7 +109,8 @@ def run_group(task: GroupTask) -> GroupResult:
         counts = rows_per_chunk(task.schema, task.chunks, table)
         if task.target is not None:
             table = conform_routed(table, task.schema.qualified_name, task.target)
-        written = write_parquet(task.uri, table, dict(task.storage_options)) if table.num_rows else None
+        written = write_files(task.uri, table, dict(task.storage_options), partition_by=task.partition_by) \
+            if table.num_rows else ()
     except Exception as e:  # noqa: BLE001 - classified: transient faults are retried, the rest reported
         return task_fault(e, c)
     records = tuple(ChunkRecord.for_chunk(task.pipeline, ch, n, result.low_watermark, result.high_watermark,

@@ -8,6 +8,7 @@
     online_backfill.py online backfill: chunks read between watermarks, merged at their high watermark
     commit.py          one Delta commit per table per batch, carrying the offset
     metrics.py         what the loop reports (batches, checkpoints), served to Prometheus
+    pipelines/lake/maintenance/   compaction and vacuum of the tables, between batches
     (here)             the pipeline checkpoint, lifecycle and the loop
 
 Control flows one way: the engine asks a part, the part answers with a typed decision, and
@@ -39,6 +40,9 @@ Invariants (tests/test_stream*.py; the parts' own docstrings state theirs):
 - Faults that pass (connection lost, server restart, the lake briefly unwritable)
   commit what was read and read again from the checkpoint with backoff; a purged
   position or a server_id in use stops the engine with an error saying what to do.
+- Maintenance (pipelines/lake/maintenance/maintainer.py) commits only between batches, never
+  between a batch's table commits and its checkpoint, never while a table is held; its
+  commits carry no offset, so they change neither the skip filter nor the exactly-once.
 - A stop is a stop: after a stop request (SIGTERM/SIGINT, also sent to the whole process
   group) the engine commits what it read and ends, naming the signal; a fault seen once
   a stop is requested ends the run without a reconnect (tests/test_stream_signals.py).
@@ -85,13 +89,14 @@ from cdc_core.offset.startup import (
 )
 from cdc_core.offset.stream_offset import StreamOffset
 from cdc_core.retry import Retry, RetryPolicy, fault_line, retrying
-from cdc_core.routes import RouteError, Router
+from cdc_core.routes import RouteError, Router, sink_key
 from cdc_core.schema.modes import SinkColumns, mode_problem
 from cdc_core.schema.table import TableSchema
 from cdc_core.source.connection import captured_tables, connect, connection_settings
 from cdc_core.source.foreign_keys import Cascade, by_parent, cascades
 from cdc_core.types.key_order import KeyOrders, ServerSql
 from pipelines.lake.control_store import ControlStore
+from pipelines.lake.maintenance.maintainer import Maintainer
 from pipelines.stream.commit import Committer
 from pipelines.stream.metrics import stream_observer
 from pipelines.stream.online_backfill import Backfills
@@ -140,6 +145,7 @@ class StreamEngine:
         self.committer = Committer(cfg.pipeline.name, self.router, self.sinks, self.policy)
         self.reader: ReaderProcess | ParallelReader | None = None
         self.backfills: Backfills | None = None
+        self.maintenance: Maintainer | None = None
         self._cascades: dict[str, tuple[Cascade, ...]] = {}  # by parent table (cdc_core/source/foreign_keys.py)
         self.retry = Retry(self.policy)  # the loop's faults: reconnects from the checkpoint
         # Chunk keys in the server's order (the hand-off), on one connection made on first use.
@@ -213,6 +219,7 @@ class StreamEngine:
         self.changes = SchemaChanges(self.cfg, self.router, s, self.sinks, self.store, self.recorder, self.conn)
         self.backfills = Backfills(self.cfg, s, self.sinks, self.store, self.recorder, self.router, self.key_orders,
                                    self.conn, self.policy)
+        self.maintenance = Maintainer(self.cfg, self._maintained, self._row_key, self.store, reopen=self.sinks.reopen)
         self._cascades = self._foreign_keys()
         self.backfills.poll(force=True)
         # --until now with backfills to finish (or tables still to decide, which may need one): the
@@ -285,6 +292,8 @@ class StreamEngine:
             self.key_orders.close()
             if self.backfills is not None:
                 self.backfills.close()
+            if self.maintenance is not None:
+                self.maintenance.close()
             self.metrics.close()
             self._restore_signals(handlers)
             self.summary.seconds = time.monotonic() - started
@@ -496,6 +505,18 @@ class StreamEngine:
             self._commit()
         self.backfills.start(group)
 
+    def _maintained(self) -> dict:
+        """The Delta tables maintenance may compact and vacuum now: the stream's, held ones left out."""
+        held = self.state.holds
+        return {sink: dt for sink, dt in self.sinks.tables.items() if sink not in held}
+
+    def _row_key(self, sink: str) -> tuple[str, ...] | None:
+        """The row key of the Delta table ``sink`` (a route's: ``(_cdc_source, key)``), None without one."""
+        for name, schema in self.state.streamed().items():
+            if self.router.sink(name) == sink and schema.row_key:
+                return sink_key(schema) if self.router.routed(name) else schema.row_key
+        return None
+
     def _table_batch(self, name: str, schema: TableSchema, position: BinlogPosition) -> TableBatch:
         f = self.state.filters.get(name)
         if f is not None and position > f.max_high_watermark:
@@ -593,6 +614,8 @@ class StreamEngine:
             self.backfills.save_cascades()  # durable before the checkpoint passes the cascade
         started = time.monotonic()
         commits = self.committer.apply(b, offset)
+        if self.maintenance is not None:
+            self.maintenance.committed(c.table for c in commits)
         s.summary.commits += len(commits)
         s.summary.batches += 1
         self._checkpoint(offset)

@@ -26,6 +26,7 @@ from cdc_core.routes import Router, sink_schema
 from cdc_core.schema.modes import CDC_POSITION, CDC_TS, FEED_COLUMNS, FEED_SUFFIX, MODE_COLUMNS, SinkColumns
 from cdc_core.schema.output import output_schema
 from cdc_core.schema.table import TableSchema
+from pipelines.lake.maintenance.layout import create_table
 from pipelines.lake.offsets import applied_position_key
 from pipelines.lake.tables import (
     DeltaTable,
@@ -70,7 +71,7 @@ class Sinks:
             target = sink_schema(known, sink=sink)
         else:
             target = output_schema(schema, self.columns(sink).fields())
-        dt = ensure_table(table_uri(self.cfg.sink.path, sink), target, self.cfg.sink.storage_options)
+        dt = create_table(self.cfg.sink, table_uri(self.cfg.sink.path, sink), sink, target)
         if not routed:
             self._hold_mode(sink, dt)
         self.tables[sink] = dt
@@ -124,6 +125,14 @@ class Sinks:
         dt = self.tables[sink]
         refresh(dt)
         self.schemas[sink] = delta_schema(dt)
+
+    def reopen(self, sink: str) -> None:
+        """Open ``sink`` afresh, from its latest checkpoint: a handle kept for the stream's life
+        grows with every commit it has seen (delta-rs keeps their state), so maintenance reopens
+        it after each vacuum, which writes a checkpoint (tests/test_maintenance.py)."""
+        dt = open_table(table_uri(self.cfg.sink.path, sink), self.cfg.sink.storage_options)
+        if dt is not None:
+            self.tables[sink] = dt
 
     def applied_key(self, sink: str) -> tuple[int, int] | None:
         """(file number, offset) of the last binlog event the stream committed to ``sink``."""

@@ -1,0 +1,212 @@
+"""Lake maintenance with the stream (pipelines/lake/maintenance/), against the real MariaDB:
+
+- under concurrent streaming and a random workload (inserts, updates, deletes, key moves,
+  transactions; a keyed, a unique-keyed, a key-columns and a keyless table), with a small
+  target, a short interval and no retention, compactions and vacuums run between batches and
+  Delta still equals MySQL row by row, each table's stream commits carry strictly increasing
+  offsets, and the changes they record equal the binlog's (tests/change_count.py);
+- ``binlake maintain`` with no stream compacts and vacuums under the writer lock and prints what
+  it did; handed to a running stream it is carried out there and waited for; ``binlake status``
+  shows each table's files, bytes and last compaction and vacuum;
+- SIGKILL with a compaction's files written and not committed, right after a compaction
+  commit, and right after a vacuum's deletes: the restart leaves Delta equal to MySQL, counted.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from pipelines.lake.control_store import ControlStore
+from pipelines.stream import StreamEngine
+from tests.change_count import assert_changes_counted
+from tests.helpers import EngineThread, assert_equal, snapshot, write_config_file
+from tests.test_stream_crash import (
+    Stream,
+    Writer,
+    _shop,
+    assert_commits_strictly_increase,
+    replica_registered,
+    run_stream,
+    wait_for,
+)
+
+SEED = 20261127
+# Files of ~20 KB for tables of a few hundred KB: compactions every few batches.
+AGGRESSIVE = {"target_file_mb": 0.02, "interval_minutes": 0.05, "retention_hours": 0}
+
+
+def _runs(cfg) -> list[dict]:
+    store = ControlStore.of(cfg)
+    return store._read("maintenance_runs")  # noqa: SLF001 - every run, not only the latest
+
+
+def test_compaction_and_vacuum_under_concurrent_streaming(mariadb, db, spark, make_config, tmp_path):
+    name, conn = db
+    names, cfg, _ = _shop(conn, name, make_config, tmp_path, chunk_size=400)
+    cfg = _maintained(cfg)
+    writer = Writer(mariadb, name, SEED, pace=0.02)
+    writer.start()
+    try:
+        snapshot(cfg, spark)
+        engine = EngineThread(StreamEngine(cfg))
+        engine.start()
+        engine.wait_streaming()
+        deadline = time.monotonic() + 25
+        while time.monotonic() < deadline:
+            time.sleep(1)
+            assert engine.is_alive(), engine.join()
+        writer.stop()
+        engine.stop()
+    finally:
+        writer.stop_event.set()
+        writer.running.set()
+    summary = StreamEngine(cfg, until_now=True).run()
+    assert summary.stop_reason.startswith("reached")
+    assert_equal(cfg, names)
+    commits = {n: assert_commits_strictly_increase(cfg, n) for n in names}
+    changes = assert_changes_counted(cfg, names)
+    runs = _runs(cfg)
+    compacted = {r["table"] for r in runs if r["kind"] == "compaction"}
+    vacuumed = {r["table"] for r in runs if r["kind"] == "vacuum" and r["files_deleted"]}
+    print(f"workload {dict(writer.ops)}; commits {commits}; changes {changes}; "
+          f"{sum(r['kind'] == 'compaction' for r in runs)} compactions of {sorted(compacted)}, "
+          f"{sum(r['kind'] == 'vacuum' for r in runs)} vacuums")
+    assert len(compacted) >= 2 and vacuumed, (compacted, vacuumed)
+
+
+def _maintained(cfg, **overrides):
+    m = {**AGGRESSIVE, **overrides}
+    return cfg.model_copy(update={"sink": cfg.sink.model_copy(update={
+        "maintenance": cfg.sink.maintenance.model_copy(update=m)})})
+
+
+def _status(config, logs, password) -> dict:
+    s = run_stream(config, logs, "--json", password=password, command="status", timeout=120)
+    assert s.proc.returncode == 0, s.describe()
+    return {t["sink"]: t["maintenance"] for t in json.loads(s.stdout)["tables"]}
+
+
+def test_maintain_command_alone_and_handed_to_the_running_stream(mariadb, db, spark, make_config, tmp_path):
+    name, conn = db
+    names, cfg, _ = _shop(conn, name, make_config, tmp_path, chunk_size=400)
+    cfg = _maintained(cfg, auto=False)  # only `binlake maintain` compacts and vacuums
+    config = write_config_file(cfg, tmp_path / "maintained.yaml")
+    logs, password = tmp_path / "logs", mariadb.password
+    snapshot(cfg, spark)
+    writer = Writer(mariadb, name, SEED + 1, pace=0.02)
+    with mariadb.connect(name) as c, c.cursor() as cur:
+        for _ in range(300):
+            writer.step(cur)
+    first = run_stream(config, logs, "--until", "now", password=password)
+    assert first.proc.returncode == 0, first.describe()
+    before = _status(config, logs, password)
+    acct = names[0]
+    assert before[acct]["live_files"] > 1 and before[acct]["last_compaction"] is None
+
+    # No stream runs: maintain here, under the writer lock.
+    alone = run_stream(config, logs, "--table", acct, password=password, command="maintain", timeout=120)
+    assert alone.proc.returncode == 0, alone.describe()
+    assert "this process" in alone.stdout and acct in alone.stdout, alone.describe()
+    after = _status(config, logs, password)
+    assert after[acct]["live_files"] < before[acct]["live_files"], (before[acct], after[acct])
+    assert after[acct]["bytes_awaiting_vacuum"] == 0 and after[acct]["last_vacuum"] is not None
+    assert after[acct]["last_compaction"]["did"].endswith(f"→ {after[acct]['live_files']} live files")
+    assert after[names[1]]["last_compaction"] is None  # --table: that table only
+    assert_equal(cfg, names)
+
+    # A stream runs: the request is handed to it and waited for.
+    with mariadb.connect(name) as c, c.cursor() as cur:
+        for _ in range(200):
+            writer.step(cur)
+    s = Stream(config, logs, password=password)
+    try:
+        wait_for(lambda: replica_registered(mariadb, cfg.source.server_id) or not s.alive(), 60, "the stream")
+        handed = run_stream(config, logs, password=password, command="maintain", timeout=180)
+        assert handed.proc.returncode == 0, handed.describe()
+        assert "the running stream" in handed.stdout, handed.describe()
+        assert s.alive(), s.describe()
+        assert s.terminate() == 0, s.describe()
+    finally:
+        s.kill()
+    final = _status(config, logs, password)
+    for n in names:
+        assert final[n]["last_vacuum"] is not None and final[n]["bytes_awaiting_vacuum"] == 0, (n, final[n])
+    assert_equal(cfg, names)
+    assert_changes_counted(cfg, names)
+
+
+def test_sigkill_during_compaction_and_vacuum(mariadb, db, spark, make_config, tmp_path):
+    from tests.test_soak import SoakWriter, kill_paused
+
+    name, conn = db
+    names, cfg, _ = _shop(conn, name, make_config, tmp_path, chunk_size=400)
+    cfg = _maintained(cfg)
+    config = write_config_file(cfg, tmp_path / "maintained.yaml")
+    logs, password = tmp_path / "logs", mariadb.password
+    snapshot(cfg, spark)
+    writer = SoakWriter(mariadb, name, SEED + 2, pace=0.02)
+    writer.DDL_RATE = 0  # no schema changes: the kills land in maintenance, not in DDL
+    writer.start()
+    landed = []
+    try:
+        for point in ("compaction_rewritten", "compaction_committed", "vacuum_deleted", "compaction_rewritten:2"):
+            writer.resume()
+            where, _, n = point.partition(":")
+            if kill_paused(config, logs, where, int(n or 1), password):
+                landed.append(point)
+            writer.quiesce()
+            summary = StreamEngine(cfg, until_now=True).run()
+            assert summary.stop_reason.startswith("reached"), summary.stop_reason
+            assert_equal(cfg, names)
+        writer.stop()
+    finally:
+        writer.stop_event.set()
+        writer.running.set()
+    assert StreamEngine(cfg, until_now=True).run().stop_reason.startswith("reached")  # what the writer did last
+    assert set(landed) >= {"compaction_rewritten", "compaction_committed", "vacuum_deleted"}, landed
+    for n in names:
+        assert_commits_strictly_increase(cfg, n)
+    assert_changes_counted(cfg, names)
+    # What the kills left behind (a compaction's uncommitted files) goes with the next vacuum.
+    done = run_stream(config, logs, password=password, command="maintain", timeout=120)
+    assert done.proc.returncode == 0, done.describe()
+    for n, m in _status(config, logs, password).items():
+        assert m["bytes_awaiting_vacuum"] == 0, (n, m)
+    assert_equal(cfg, names)
+
+
+def test_maintenance_on_an_object_store(mariadb, db, spark, make_config, s3_sink, tmp_path):
+    """The same on S3 (moto): compactions and vacuums between batches under streaming, then
+    `maintain` alone; Delta equals MySQL, every change counted once, nothing left to vacuum."""
+    from pipelines.lake.maintenance.maintainer import maintain_now, pipeline_tables
+    from pipelines.lake.maintenance.vacuum import usage
+    from pipelines.lake.tables import open_table, table_uri
+
+    name, conn = db
+    names, cfg, _ = _shop(conn, name, make_config, tmp_path, chunk_size=400)
+    cfg = _maintained(cfg.model_copy(update={"sink": cfg.sink.model_copy(update=s3_sink)}))
+    writer = Writer(mariadb, name, SEED + 3, pace=0.02)
+    writer.start()
+    try:
+        snapshot(cfg, spark)
+        engine = EngineThread(StreamEngine(cfg))
+        engine.start()
+        engine.wait_streaming()
+        time.sleep(15)
+        writer.stop()
+        engine.stop()
+    finally:
+        writer.stop_event.set()
+        writer.running.set()
+    assert StreamEngine(cfg, until_now=True).run().stop_reason.startswith("reached")
+    assert_equal(cfg, names)
+    runs = _runs(cfg)
+    assert any(r["kind"] == "compaction" for r in runs) and any(r["kind"] == "vacuum" for r in runs), runs
+    report = maintain_now(cfg, pipeline_tables(cfg))
+    assert {r.table for r in report.tables} >= set(names)
+    for n in names:
+        dt = open_table(table_uri(cfg.sink.path, n), cfg.sink.storage_options)
+        assert usage(dt, table_uri(cfg.sink.path, n), cfg.sink.storage_options).awaiting_vacuum == 0, n
+    assert_equal(cfg, names)
+    assert_changes_counted(cfg, names)
