@@ -69,6 +69,8 @@ RUNS = {
     "catchup": Run("catchup.py", ("--rows", "1000000", "--workers", "1,2,3"), "catchup.json"),
     # the same backlog into tables of each mode, alternating (docs/history.md)
     "history": Run("history.py", ("--rows", "300000"), "history.json"),
+    # 500 tables of 100 rows: the snapshot, a batch touching every table, the Dagster definitions
+    "many_tables": Run("many_tables.py", ("--tables", "500"), "many_tables.json", repeats=False),
     # 20,000 rows/s: 200 rows per transaction at 100 transactions/s; one paced load
     "latency": Run("stream.py", ("--only", "latency", "--latency-seconds", "60", "--rows-per-tx", "200"),
                    "stream_latency/stream_latency.json", repeats=False),
@@ -134,6 +136,27 @@ def _mode(mode: str, goal: float) -> Callable[[dict], tuple[str, str, float | No
     return read
 
 
+def _many_snapshot(doc: dict) -> tuple[str, str, float | None, bool]:
+    r = doc["snapshot"]
+    return (f"{r['per_table_ms']:.1f} ms per table ({doc['tables']} tables {r['many']['seconds']:.2f} s)",
+            f"one table of the same rows {r['one']['seconds']:.2f} s", None, r["pass"])
+
+
+def _many_stream(doc: dict) -> tuple[str, str, float | None, bool]:
+    r = doc["stream"]
+    return (f"batch committed in {r['many']['slowest_batch_commit_s']:.2f} s, lag {r['many']['lag_s']:.2f} s "
+            f"({doc['tables']} tables, {r['many']['batches']} batches)",
+            f"one table: {r['one']['slowest_batch_commit_s']:.2f} s, lag {r['one']['lag_s']:.2f} s", None, r["pass"])
+
+
+def _many_defs(doc: dict) -> tuple[str, str, float | None, bool]:
+    r = doc["defs"]
+    return (f"{r['many']['seconds']:.2f} s, {r['many']['peak_rss_mb']:.0f} MB ({r['many']['tables']} tables; "
+            f"{r['per_table_ms']:.1f} ms per table; 2,000 tables projected {r['projected_2000_s']:.1f} s)",
+            f"{r['few']['tables']} tables {r['few']['seconds']:.2f} s, {r['few']['peak_rss_mb']:.0f} MB", None,
+            r["pass"])
+
+
 STREAM_GOAL = 0.9
 LATENCY_P50_S, LATENCY_P99_S = 0.5, 1.5
 
@@ -155,6 +178,12 @@ FIGURES = (
            _mode("history", 0.7)),
     Figure("history", "2. stream with metadata columns vs the default mode", "current mode", ">= 0.95x",
            _mode("metadata", 0.95)),
+    Figure("many_tables", "3. snapshot of 500 tables of 100 rows, whole process: cost per table",
+           "one table, same rows", "<= 10 ms", _many_snapshot),
+    Figure("many_tables", "3. a batch touching 500 tables: its table commits; last COMMIT to checkpoint",
+           "one table", "<= 1 s", _many_stream),
+    Figure("many_tables", "3. Dagster definitions of 500 tables loaded, whole process",
+           "7 tables", "2,000 tables <= 10 s, <= 500 MB", _many_defs),
     Figure("latency", "4. latency at 20,000 rows/s inserts", "-", "p50 <= 0.5 s, p99 <= 1.5 s", _latency),
 )
 

@@ -1,6 +1,6 @@
 """Named pause points: a ``binlake`` process that waits at an exact step to be SIGKILLed there
-(tests/test_soak.py, tests/test_backfill.py). The product holds no test hook: each point is
-the start or the end of a product function, wrapped here before the CLI runs.
+(tests/test_soak.py, tests/test_backfill.py, tests/test_many_tables.py). The product holds no
+test hook: each point is the start or the end of a product function, wrapped here before the CLI runs.
 
     python tests/pause_points.py <point>[:<n>] <binlake arguments>
 
@@ -10,6 +10,9 @@ The points, each a step where a crash leaves the lake half-way:
 
 - ``batch_read``: stream, a micro-batch is read and none of its tables is committed yet
   (the start of ``Committer.apply`` with a batch holding rows);
+- ``table_commit``: stream, one table's commit of a micro-batch is about to start while the
+  batch's other tables commit in parallel threads (the start of ``Committer._commit``; n counts
+  table commits);
 - ``tables_committed``: stream, every table of a batch is committed (with its offset), the
   pipeline checkpoint past the batch is not written yet (the end of ``Committer.apply``
   with commits made);
@@ -111,6 +114,7 @@ def install(point: str, n: int) -> None:
     pause = _Pause(point, n)
     points = {
         "batch_read": lambda: _before(Committer, "apply", pause, lambda _self, batch, _offset: bool(batch.tables)),
+        "table_commit": lambda: _before(Committer, "_commit", pause, lambda *_: True),
         "tables_committed": lambda: _after(Committer, "apply", pause, lambda commits, *_: bool(commits)),
         "schema_applied": lambda: _after(registry, "apply_schema_change", pause,
                                          lambda result, *_, **__: not result.skipped),

@@ -209,7 +209,8 @@ class ControlStore:
         return plans
 
     def save_plan(self, chunks: list[Chunk]) -> None:
-        """Record a table's chunk plan before any chunk of it is read."""
+        """Record the chunk plans of tables (``chunks`` of one or more tables), in one commit,
+        before any chunk of them is read."""
         now = dt.datetime.now(dt.UTC)
         self._append("snapshot_plan", [
             {"pipeline": self.pipeline, "table": c.table, "chunk_index": c.index, "chunk_key": c.key,
@@ -256,14 +257,16 @@ class ControlStore:
         return {e.table: e.schema for e in self.schema_history()
                 if e.status in (Status.BASELINE, Status.APPLIED) and e.schema is not None}
 
-    def record_schema(self, entry: HistoryEntry) -> None:
-        """Append a schema-history entry (cdc_core/schema/history.py says what each status means)."""
+    def record_schema(self, *entries: HistoryEntry) -> None:
+        """Append schema-history entries, in one commit (cdc_core/schema/history.py says what each
+        status means)."""
+        now = dt.datetime.now(dt.UTC)
         self._append("schema_history", [{
-            "pipeline": self.pipeline, "table": entry.table, "file": entry.position.file, "pos": entry.position.pos,
-            "change_index": entry.index, "kind": entry.kind, "description": entry.description, "ddl": entry.ddl,
-            "schema_json": entry.schema.to_json() if entry.schema else None, "status": str(entry.status),
-            "detail": entry.detail, "held_ms": entry.held_ms, "needs_backfill": entry.needs_backfill,
-            "recorded_at": entry.recorded_at or dt.datetime.now(dt.UTC), "base": entry.position.base}], HISTORY_SCHEMA)
+            "pipeline": self.pipeline, "table": e.table, "file": e.position.file, "pos": e.position.pos,
+            "change_index": e.index, "kind": e.kind, "description": e.description, "ddl": e.ddl,
+            "schema_json": e.schema.to_json() if e.schema else None, "status": str(e.status),
+            "detail": e.detail, "held_ms": e.held_ms, "needs_backfill": e.needs_backfill,
+            "recorded_at": e.recorded_at or now, "base": e.position.base} for e in entries], HISTORY_SCHEMA)
 
     def backfills(self) -> list[BackfillRequest]:
         """Every backfill request of this pipeline in its current state, oldest first

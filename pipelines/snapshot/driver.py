@@ -10,10 +10,11 @@ Invariants:
   record; files of an interrupted group are never committed (no duplicates), and a re-run
   reads only chunks without a record. After success a re-run is a no-op
   (tests/test_snapshot_resume.py).
-- Only the driver commits, on its main thread, so commits never race, also those of
-  several routed sources into one sink table (cdc_core/routes.py: each source's chunks go to
-  its route's sink table, first widened to hold every source; chunk plans and records stay
-  per source table) (tests/test_routes.py).
+- Only the driver commits, one commit per sink table at a time (different sink tables in
+  parallel threads, ``each_sink``), so commits never race, also those of several routed
+  sources into one sink table (cdc_core/routes.py: each source's chunks go to its route's
+  sink table, first widened to hold every source; chunk plans and records stay per source
+  table) (tests/test_routes.py).
 - Before any work the sink must pass ``lake_storage.commit_problem``; a local sink whose
   files the driver cannot see (executors on other hosts) stops the run before a commit
   points at them (tests/test_object_store.py).
@@ -37,9 +38,10 @@ import logging
 import math
 import os
 import time
-from collections.abc import Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import replace
+from typing import TypeVar
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -74,12 +76,13 @@ from pipelines.lake.maintenance.layout import create_table
 from pipelines.lake.storage import UnsafeSink, is_local, require_safe_commits
 from pipelines.lake.tables import DeltaTable, delta_schema, open_table, reset, table_uri
 from pipelines.schema.applier import widen_to
-from pipelines.snapshot.plan import chunk_groups, group_size, plan_table, streamed_already
+from pipelines.snapshot.plan import chunk_groups, group_size, plan_tables, streamed_already
 from pipelines.snapshot.runner import GroupRunner, next_attempt_in
 from pipelines.snapshot.task import GroupTask, GroupWritten, run_group
 from pipelines.snapshot.verify import SnapshotSummary, TableSummary, counted
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_PASSES = 5  # a table a DDL changed while it was read is read again, at most this often
 MIRROR_BATCH_RECORDS = 256
@@ -88,6 +91,7 @@ MIRROR_BATCH_RECORDS = 256
 # which holds them all (a local commit costs little and is made at once). A crash re-reads
 # what was waiting, as it does a group still running.
 OBJECT_STORE_COMMIT_INTERVAL = 1.0
+SINK_THREADS = 16  # sink tables created or committed at once (each_sink; see stream/commit.py's COMMIT_THREADS)
 
 
 class SnapshotJob:
@@ -201,16 +205,17 @@ class SnapshotJob:
         self.router.check(schemas)
         names = [n for n in names if n in schemas]  # a table dropped since it was listed is not read
         plans = self.store.load_plans()
+        plans.update(plan_tables(self.cfg, self.store, cur, [schemas[n] for n in names if n not in plans], at))
         work: list[tuple] = []
         targets: dict[str, pa.Schema | None] = {}
+        opening = sorted({self.router.sink(n) for n in names} - tables.keys())
+        opened = each_sink(lambda sink: self._open_sink(table_uri(self.sink, sink), sink, schemas), opening)
+        for sink, (dt_, target) in zip(opening, opened):
+            tables[sink], targets[sink] = dt_, target
         for name in names:
             schema = schemas[name]
             sink = self.router.sink(name)
             uri = table_uri(self.sink, sink)
-            if sink not in tables:
-                tables[sink], targets[sink] = self._open_sink(uri, sink, schemas)
-            if name not in plans:
-                plans[name] = plan_table(self.cfg, self.store, cur, schema, at)
             done = self.store.completed_in(name, self._commits_of(tables[sink]))
             pending = [c for c in plans[name]
                        if c.index not in done and (self.chunks is None or c.index in self.chunks)]
@@ -292,10 +297,21 @@ class SnapshotJob:
                 continue
             ready.setdefault(self.router.sink(task.schema.qualified_name), []).append((task, result))
         done = 0
-        for sink, group in ready.items():
-            first = group[0][0]
-            records = self._commit(tables[sink], first.target or output_schema(first.schema, first.columns.fields()),
-                                   [result for _, result in group])
+        sinks = list(ready)
+
+        def commit(sink: str) -> list[ChunkRecord] | BaseException:
+            first = ready[sink][0][0]
+            try:
+                return self._commit(tables[sink], first.target or output_schema(first.schema, first.columns.fields()),
+                                    [result for _, result in ready[sink]])
+            except BaseException as e:  # noqa: BLE001 - raised below, once the others are recorded
+                return e
+
+        for sink, records in zip(sinks, each_sink(commit, sinks)):
+            if isinstance(records, BaseException):
+                failure = failure or records
+                continue
+            group = ready[sink]
             self._mirror(records)
             committed = iter(records)
             for task, result in group:
@@ -313,8 +329,8 @@ class SnapshotJob:
     def _commit(self, table, schema: pa.Schema, results: list[GroupWritten]) -> list[ChunkRecord]:
         """Commit the files of groups of one sink table with their chunk records, in one commit;
         returns the records as committed, in the groups' order."""
-        # Called on the driver's main thread only: commits never race each other (also
-        # those of several routed sources into one sink table).
+        # Called by the driver only, one call per sink table at a time (each_sink): commits
+        # never race each other (also those of several routed sources into one sink table).
         records = [r for result in results for r in result.records]
         files = [f for result in results for f in result.files]
         folder = unquote(urlparse(table.table_uri).path)
@@ -413,9 +429,8 @@ class SnapshotJob:
                 continue
             if len(self.store.completed_in(name, commits)) == len(plans.get(name, ())):
                 by_sink.setdefault(self.router.sink(name), []).append(name)
-        for sink, sources in by_sink.items():
-            dt_ = tables[sink]
-            commit_files(dt_, [], delta_schema(dt_), {SNAPSHOT_VERIFIED_KEY: sources}, self.retry)
+        each_sink(lambda sink: commit_files(tables[sink], [], delta_schema(tables[sink]),
+                                            {SNAPSHOT_VERIFIED_KEY: by_sink[sink]}, self.retry), list(by_sink))
 
     def _reset(self, cur, name: str, tables: dict, summary: TableSummary) -> None:
         """Forget ``name``'s chunks and rows, record its new baseline and plan it again."""
@@ -437,8 +452,20 @@ class SnapshotJob:
 
         # Emptying it twice (an attempt that landed although it failed) is emptying it once.
         retrying(f"emptying {sink} to read {name} again", empty, self.retry)
-        plan_table(self.cfg, self.store, cur, schema, at)  # a new baseline and plan: the table is read again
+        plan_tables(self.cfg, self.store, cur, [schema], at)  # a new baseline and plan: the table is read again
         summary.rows_written = 0
+
+
+def each_sink(fn: Callable[[str], T], sinks: list[str]) -> list[T]:
+    """``fn`` of each sink table, in threads: each call writes its own Delta table and
+    delta-rs releases the GIL while it writes, so many small tables' commits overlap
+    (bench/many_tables.py). Results in ``sinks``' order; the first error is raised once
+    every call has finished."""
+    if len(sinks) <= 1:
+        return [fn(s) for s in sinks]
+    with ThreadPoolExecutor(min(SINK_THREADS, len(sinks)), thread_name_prefix="sink") as pool:
+        futures = [pool.submit(fn, s) for s in sinks]
+    return [f.result() for f in futures]
 
 
 def _changed_tables(st) -> set[str]:

@@ -35,17 +35,22 @@ from pipelines.lake.tables import DeltaTable, open_table, table_uri
 TARGET_GROUPS_PER_SLOT = 2
 
 
-def plan_table(cfg: BinlakeConfig, store: ControlStore, cur, schema: TableSchema, at: BinlogPosition
-               ) -> list[Chunk]:
-    """Record a table's baseline schema at ``at`` (a binlog position taken before ``schema`` was
-    read: a DDL after it is found by the snapshot's check), then plan its chunks and store the
-    plan (before any chunk of it is read)."""
-    store.record_schema(HistoryEntry(schema.qualified_name, at, 0, "baseline", Status.BASELINE, schema=schema,
-                                     description="schema at snapshot start"))
-    key = choose_chunk_key(cur, schema, cfg.source.snapshot.chunk_key_columns, lambda: reports_snapshot_position(cur))
-    chunks = plan_chunks(cur, schema, key, cfg.source.snapshot.chunk_size)
-    store.save_plan(chunks)
-    return chunks
+def plan_tables(cfg: BinlakeConfig, store: ControlStore, cur, schemas: list[TableSchema], at: BinlogPosition
+                ) -> dict[str, list[Chunk]]:
+    """Record the tables' baseline schemas at ``at`` (a binlog position taken before
+    ``schemas`` were read: a DDL after it is found by the snapshot's check), then plan their
+    chunks and store the plans (before any chunk of them is read); the plans by table. Two
+    control-table commits whatever the number of tables: one commit per table made a
+    snapshot of many small tables pay two Delta commits per table (bench/many_tables.py)."""
+    if not schemas:
+        return {}
+    store.record_schema(*(HistoryEntry(s.qualified_name, at, 0, "baseline", Status.BASELINE, schema=s,
+                                       description="schema at snapshot start") for s in schemas))
+    plans = {s.qualified_name: plan_chunks(cur, s, choose_chunk_key(cur, s, cfg.source.snapshot.chunk_key_columns,
+                                                                 lambda: reports_snapshot_position(cur)),
+                                           cfg.source.snapshot.chunk_size) for s in schemas}
+    store.save_plan([c for chunks in plans.values() for c in chunks])
+    return plans
 
 
 def streamed_already(router: Router, name: str, plans: dict[str, list[Chunk]], table: DeltaTable | None) -> bool:
@@ -67,8 +72,7 @@ def plan_snapshot(cfg: BinlakeConfig, names: list[str]) -> dict[str, list[Chunk]
     if missing:
         with connect(connection_settings(cfg)) as conn, conn.cursor() as cur:
             at = master_position(cur, store.position_base())
-            for n, schema in describe_captured(cur, missing, cfg.source).items():
-                plans[n] = plan_table(cfg, store, cur, schema, at)
+            plans.update(plan_tables(cfg, store, cur, list(describe_captured(cur, missing, cfg.source).values()), at))
     return {n: plans[n] for n in names if n in plans}
 
 

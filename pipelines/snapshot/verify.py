@@ -105,34 +105,41 @@ def counted(cfg: BinlakeConfig, summary: SnapshotSummary, tables: dict[str, Delt
     # New connections: a run's planning one may have been dropped during the reads.
     with opened() as control, control.cursor() as cur:
         existing = set(captured_tables(cfg, cur))
-    for s in summary.tables:
-        if s.table in existing:  # not dropped meanwhile
-            s.mysql_rows = mysql_rows(opened, s.table, plans.get(s.table, []), cfg.pipeline.parallelism)
-        sink = router.sink(s.table)
-        dt_ = tables.get(sink) or open_table(table_uri(cfg.sink.path, sink), cfg.sink.storage_options)
-        s.delta_rows = count_rows(dt_, s.table if router.routed(s.table) else None)
+        for s in summary.tables:
+            if s.table in existing:  # not dropped meanwhile
+                s.mysql_rows = mysql_rows(opened, s.table, plans.get(s.table, []), cfg.pipeline.parallelism, cur)
+            sink = router.sink(s.table)
+            dt_ = tables.get(sink) or open_table(table_uri(cfg.sink.path, sink), cfg.sink.storage_options)
+            s.delta_rows = count_rows(dt_, s.table if router.routed(s.table) else None)
     summary.seconds = time.monotonic() - start
     summary.driver_peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return summary
 
 
 def mysql_rows(opened: Callable[[], pymysql.connections.Connection], table: str, chunks: list[Chunk],
-               parallelism: int) -> int:
+               parallelism: int, cur=None) -> int:
     """Rows of MySQL ``table`` now: a COUNT(*) per span of consecutive ``chunks`` (its plan, which
     covers the whole key space), ``parallelism`` spans at once on connections of their own. A
     single COUNT(*) is one server thread scanning the whole index (5 s for 20M rows of
-    bench/snapshot.py's table); a table without a plan is counted whole."""
+    bench/snapshot.py's table); a table without a plan is counted whole. A table of one span
+    (a plan of one chunk) is counted on ``cur`` when given: a connection and a thread per small
+    table dominated the check of many small tables (bench/many_tables.py)."""
     db, t = table.split(".", 1)
     sql = pyformat(f"SELECT COUNT(*) FROM {quote_ident(db)}.{quote_ident(t)} WHERE ")
     ordered = sorted(chunks, key=lambda c: c.index)
     spans = [Chunk.span(g) for g in chunk_groups(ordered, math.ceil(len(ordered) / parallelism))] if ordered \
         else [Chunk(table, 0, WHOLE_TABLE)]
 
-    def count(span: Chunk) -> int:
+    def count_on(c, span: Chunk) -> int:
         where, params = span.where()
-        with opened() as conn, conn.cursor() as cur:
-            cur.execute(sql + where, params)
-            return cur.fetchone()[0]
+        c.execute(sql + where, params)
+        return c.fetchone()[0]
 
+    def count(span: Chunk) -> int:
+        with opened() as conn, conn.cursor() as c:
+            return count_on(c, span)
+
+    if cur is not None and len(spans) == 1:
+        return count_on(cur, spans[0])
     with ThreadPoolExecutor(len(spans), thread_name_prefix="count") as pool:
         return sum(pool.map(count, spans))

@@ -55,6 +55,12 @@ from pipelines.lake.tables import commit_no_data, table_uri
 from pipelines.lake.versions import apply_history, key_table
 from pipelines.stream.sinks import Sinks
 
+# Tables committed at once. A small table's commit is mostly waiting on the file system (a
+# one-row append: about 6 ms of CPU, 20-80 ms of wall time on a busy disk) and delta-rs releases
+# the GIL meanwhile, so a batch touching many tables is bounded by how many wait at once
+# (bench/many_tables.py).
+COMMIT_THREADS = 16
+
 
 @dataclass(frozen=True)
 class _Part:
@@ -82,7 +88,7 @@ class Committer:
         self.router = router
         self.sinks = sinks
         self.retry = retry or RetryPolicy()
-        self._pool = ThreadPoolExecutor(4, thread_name_prefix="apply")
+        self._pool = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="apply")
         self.retries = 0  # table commits retried after a fault that passes (the metrics' count)
         self._retries_lock = threading.Lock()  # tables commit in parallel threads
 
