@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections import Counter
@@ -12,11 +13,12 @@ from typing import TYPE_CHECKING
 import yaml
 
 from cdc_core.config import BinlakeConfig, StreamConfig
+from cdc_core.routes import Router
 from cdc_core.schema.table import describe_table
 from cdc_core.source.connection import connect, connection_settings
 from pipelines.lake.tables import table_uri
-from pipelines.reconcile.rows import TableDiff, compare_table
 from pipelines.snapshot.driver import SnapshotJob
+from tests.oracle_rows import DeltaSide, TableDiff, compare_table
 
 if TYPE_CHECKING:
     from pipelines.stream import StreamEngine
@@ -102,14 +104,25 @@ def snapshot(cfg: BinlakeConfig, spark):
     return SnapshotJob(cfg, spark).run()
 
 
-def diff_tables(cfg: BinlakeConfig, names: list[str]) -> list[TableDiff]:
-    """Row-by-row diffs of the captured tables ``names`` (a routed table: its rows in the sink)."""
-    with connect(connection_settings(cfg)) as conn, conn.cursor() as cur:
-        return [compare_table(cur, cfg, n) for n in names]
+def diff_tables(cfg: BinlakeConfig, names: list[str], widened: bool = False) -> list[TableDiff]:
+    """Row-by-row and type-by-type diffs of the captured tables ``names`` (a routed table: its
+    rows in the sink) by the oracle of tests/oracle_rows.py; ``widened``: a Delta column may
+    have a type holding more than the documented one (a type change, a route's sources)."""
+    router = Router(cfg.routes)
+    server = connection_settings(cfg).pymysql_kwargs()
+    excluded = cfg.source.exclude_columns  # regexes over "db.table.column", matched in full
+
+    def side(name: str) -> DeltaSide:
+        return DeltaSide(table_uri(cfg.sink.path, router.sink(name)), cfg.sink.storage_options or None,
+                         name if router.routed(name) else None)
+
+    return [compare_table(server, n, side(n), widened=widened,
+                          excluded=lambda c: any(re.fullmatch(p, c) for p in excluded)) for n in names]
 
 
-def assert_equal(cfg: BinlakeConfig, names: list[str]) -> None:
-    diffs = diff_tables(cfg, names)
+def assert_equal(cfg: BinlakeConfig, names: list[str], widened: bool = False) -> None:
+    """Every table of ``names`` equal in Delta and MySQL (:func:`diff_tables`)."""
+    diffs = diff_tables(cfg, names, widened)
     bad = [d.describe() for d in diffs if not d.equal]
     assert not bad, "\n".join(bad)
     assert all(d.mysql_rows == d.delta_rows for d in diffs)
