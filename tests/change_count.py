@@ -20,10 +20,13 @@ position), folded per key the same way from the table before the commit. Counted
 first stream commit after the snapshot's last high watermark, since before it the hand-off
 rightly drops changes the snapshot holds. Keyless tables are counted per table and op only.
 
-A commit's range bound is its offset: a position of the server read, or, for an offset of
-another server (before a failover), its GTID and its rows into the transaction
-(``gtid``/``txn_gtid``/``txn_rows``): the same transactions are in the replica's binlog
-(``log_slave_updates``), so one binlog counts across a failover.
+A commit's range bound is its offset: a position of the server read at a transaction's end;
+inside a transaction, or for an offset of another server (before a failover), its GTID and its
+rows into the transaction (``gtid``/``txn_gtid``/``txn_rows``: mariadb-binlog prints a
+statement's rows only after all of its row events, so their events' positions are not known;
+and the same transactions are in a replica's binlog, ``log_slave_updates``, so one binlog
+counts across a failover). ``txn_rows`` counts the rows of every captured table: ``names``
+must be all of them.
 """
 
 from __future__ import annotations
@@ -66,13 +69,14 @@ def _zero() -> Counter:
 class RowChange:
     """One row change as mariadb-binlog decodes it: its table, op, the key of its before and
     after image (None where the op has no such image, or the table no key), the end position
-    of its event (an XA transaction's rows: of its XA COMMIT) and its transaction's GTID."""
+    of its statement's last row event (an XA transaction's rows: of its XA COMMIT) and its
+    transaction's GTID."""
 
     table: str
     op: str
     before: Key | None
     after: Key | None
-    end: tuple[int, int]  # (file number, offset)
+    end: tuple[int, int]  # (file number, offset) of its statement's last event
     gtid: str
 
 
@@ -89,8 +93,10 @@ class Binlog:
         a stream offset (of another server: found by its GTID and rows into its transaction)."""
         if isinstance(point, BinlogPosition):
             return bisect_right([r.end for r in self.rows], (point.file_number, point.pos))
-        if point.server_id in (None, self.server_id):
+        if point.server_id in (None, self.server_id) and not point.inside_transaction:
             return self.cursor(point.applied)
+        # mariadb-binlog prints a statement's rows after all of its row events: inside a
+        # transaction only the offset's row count says which rows are at or before it.
         gtid = point.txn_gtid if point.inside_transaction else point.gtid
         assert gtid in self.groups, f"transaction {gtid} of {point} is not in the binlog of server {self.server_id}"
         first, rows = self.groups[gtid]
