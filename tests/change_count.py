@@ -111,8 +111,9 @@ def read_binlog(settings: ConnectionSettings, start: BinlogPosition | StreamOffs
                 keys: dict[str, list[int]]) -> Binlog:
     """The row changes of the tables of ``keys`` ("db.t" → the primary key's column ordinals,
     [] for a keyless table) that the server's binlog holds from ``start`` (a position of this
-    server; a stream offset of another: from the first binlog file) to ``end`` (None: to its
-    end), as ``mariadb-binlog`` decodes them."""
+    server, at a transaction's start; a stream offset of another: from the first binlog file)
+    to ``end`` (None: to its end), as ``mariadb-binlog`` decodes them. An XA transaction
+    prepared before ``start`` is not known: its XA COMMIT counts no rows."""
     with connect(settings) as conn, conn.cursor() as cur:
         cur.execute("SELECT @@server_id")
         server_id = cur.fetchone()[0]
@@ -349,13 +350,16 @@ def _per_key(cfg: BinlakeConfig, name: str, commits: list[StreamCommit], binlog:
 
 
 def assert_changes_counted(cfg: BinlakeConfig, names: list[str], start: BinlogPosition | StreamOffset | None = None,
-                           end: BinlogPosition | StreamOffset | None = None) -> dict[str, dict[str, int]]:
-    """For each captured table of ``names``: the changes its stream commits record, summed
-    over all of them, equal the binlog's changes from ``start`` (default: the snapshot's
-    lowest low watermark) to ``end`` (default: the checkpoint's applied offset, the end of
-    a final run), every commit's offset is in that range, and each commit did to each key what
-    the binlog's changes in its range do (tables with a primary key, from the first commit
-    after the snapshot's high watermarks). Returns the binlog's counts per table and op."""
+                           end: BinlogPosition | StreamOffset | None = None,
+                           read_from: BinlogPosition | None = None) -> dict[str, dict[str, int]]:
+    """For each captured table of ``names`` (every captured table): the changes its stream
+    commits record, summed over all of them, equal the binlog's changes from ``start``
+    (default: the snapshot's lowest low watermark) to ``end`` (default: the checkpoint's
+    applied offset, the end of a final run), every commit's offset is in that range, and each
+    commit did to each key what the binlog's changes in its range do (tables with a primary
+    key, from the first commit after the snapshot's high watermarks). ``read_from``: where the
+    binlog is read from, when before ``start`` (an XA transaction prepared before it). Returns
+    the binlog's counts per table and op."""
     if start is None:
         start = stream_start(cfg, names)
     if end is None:
@@ -364,7 +368,7 @@ def assert_changes_counted(cfg: BinlakeConfig, names: list[str], start: BinlogPo
         end = cp.offset
     settings = connection_settings(cfg)
     keys = primary_keys(settings, names)
-    binlog = read_binlog(settings, start, end if isinstance(end, BinlogPosition) else None, keys)
+    binlog = read_binlog(settings, read_from or start, end if isinstance(end, BinlogPosition) else None, keys)
     low, high = binlog.cursor(start), binlog.cursor(end)
     counts = {n: _zero() for n in names}
     for r in binlog.rows[low:high]:
