@@ -57,6 +57,34 @@ def write_config_file(cfg: BinlakeConfig, path: Path, **extra) -> str:
     return str(path)
 
 
+class Worker(threading.Thread):
+    """``target(*args)`` in a daemon thread that keeps what it returned or raised: ``join``
+    raises its exception in the test's thread, so a writer that failed (a lost connection, a
+    statement the server refused) fails the test instead of leaving it to pass on less work."""
+
+    def __init__(self, target, *args, name: str = "worker"):
+        super().__init__(name=name, daemon=True)  # daemon: a failed test does not hang the session
+        self._call = (target, args)
+        self.result = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        target, args = self._call
+        try:
+            self.result = target(*args)
+        except BaseException as e:  # noqa: BLE001 - raised again in the test's thread by join()
+            self.error = e
+
+    def join(self, timeout: float | None = 120):
+        """What the target returned, once it has; its exception if it raised."""
+        super().join(timeout)
+        if self.is_alive():
+            raise AssertionError(f"{self.name} did not end within {timeout} s")
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
 class EngineThread(threading.Thread):
     """``engine.run()`` in a daemon thread that keeps what it returned or raised. A bare
     thread only prints an engine's exception, so a test would go on as if the engine had
@@ -98,6 +126,19 @@ class EngineThread(threading.Thread):
             if time.monotonic() > deadline:
                 raise AssertionError(f"the engine was not streaming after {timeout} s")
             time.sleep(0.05)
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
+    """``predicate()``'s first true value, polled every ``interval`` s; a failure naming ``what``
+    when it is still false after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = predicate()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
 
 
 def snapshot(cfg: BinlakeConfig, spark):
