@@ -101,6 +101,20 @@ def make_config(mariadb, tmp_path: Path):
     return build
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test of a module with a random ``SEED`` carries it: as a property (in a JUnit XML report)
+    and, when it fails, as a section of the failure, with the variable that replays it."""
+    report = yield
+    seed = getattr(item.module, "SEED", None)
+    if seed is not None and report.when == "call":
+        var = getattr(item.module, "SEED_VAR", None)
+        item.user_properties.append(("seed", seed))
+        if report.failed:
+            report.sections.append(("seed", f"SEED = {seed}" + (f" (replay: {var}={seed})" if var else "")))
+    return report
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     """The session's row-by-row proof in one line (the figures of the reliability issue)."""
     from tests.helpers import COMPARED

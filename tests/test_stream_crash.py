@@ -52,9 +52,18 @@ from pipelines.lake.tables import table_uri
 from pipelines.stream.online_backfill import BACKFILL_KEY
 from tests import pause_points
 from tests.change_count import assert_changes_counted
-from tests.helpers import PASSWORD_VAR, assert_equal, batches_as_set, diff_tables, snapshot, write_config_file
+from tests.helpers import (
+    PASSWORD_VAR,
+    assert_equal,
+    batches_as_set,
+    diff_tables,
+    snapshot,
+    wait_for,
+    write_config_file,
+)
 
-SEED = int(os.environ.get("BINLAKE_CRASH_SEED", "20240611"))
+SEED_VAR = "BINLAKE_CRASH_SEED"  # a failure shows the seed (tests/conftest.py)
+SEED = int(os.environ.get(SEED_VAR, "20240611"))
 STREAM = {"max_batch_rows": 500, "max_batch_seconds": 0.5}
 
 
@@ -126,17 +135,6 @@ def run_stream(config: str, log_dir: Path, *args: str, password: str, timeout: f
 
 def _lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = predicate()
-        if v:
-            return v
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 def replica_registered(server, server_id: int) -> bool:
