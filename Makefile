@@ -8,12 +8,15 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 .PHONY: install system-deps demo ui screenshots test lint docs bench clean
 
 # PostgreSQL: the storage of the production Dagster instance in its test (devtools/local_postgres.py).
+# Prometheus: scrapes the stream's metrics in its test (devtools/local_prometheus.py); without its
+# recommended node exporter, a service of its own.
 system-deps:
 	@if ! command -v mariadbd >/dev/null && [ ! -x /usr/sbin/mariadbd ] || [ ! -f /usr/share/java/mariadb-java-client.jar ] \
-			|| ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
-		echo "installing Debian packages: mariadb-server mariadb-client libmariadb-java postgresql"; \
+			|| ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || ! command -v prometheus >/dev/null; then \
+		echo "installing Debian packages: mariadb-server mariadb-client libmariadb-java postgresql prometheus"; \
 		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
-			mariadb-server mariadb-client libmariadb-java default-jre-headless postgresql >/dev/null; \
+			mariadb-server mariadb-client libmariadb-java default-jre-headless postgresql >/dev/null \
+		&& DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends prometheus >/dev/null; \
 	fi
 
 $(STAMP): pyproject.toml

@@ -1,7 +1,8 @@
 """Binlog stream benchmark: throughput, latency and memory of the stream engine (pipelines/stream/).
 
     .venv/bin/python bench/stream.py [--rows N] [--repeat K] [--latency-seconds S]
-                                     [--only throughput|latency|memory] [--mix I/U/D] [--compare] [--strict]
+                                     [--only throughput|latency|memory] [--mix I/U/D] [--compare] [--metrics]
+                                     [--strict]
 
 One run starts a throwaway MariaDB (devtools.local_mariadb, server_id 1). No snapshot
 is taken: every measurement creates its tables empty before it records a start
@@ -29,6 +30,9 @@ now semantics, so they run first; the latency load comes last.
        (and with --compare a row-by-row pipelines.reconcile.rows.compare after the first run).
    rows/s = changes / wall seconds; reported: medians, and (b)/(a) (target ≥ 0.8), and
    CPU seconds of the reader, the engine process and mariadbd per run (getrusage, psutil).
+   With ``--metrics``, each repeat also runs (m): (b) serving its Prometheus endpoint
+   (``metrics.port``, pipelines/stream/metrics.py) while a thread scrapes it every second, right
+   after (b) on the same backlog: the cost of the metrics is (m) against (b).
 2. Latency: table ``lat.events``; ``binlake stream`` runs as a subprocess (startup
    specific at the binlog end just before it starts). After a warm-up transaction is
    visible in Delta, a writer inserts 20 rows per transaction at 100 transactions/s
@@ -70,6 +74,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -92,7 +97,7 @@ from cdc_core.config import BinlakeConfig, parse_config  # noqa: E402
 from cdc_core.offset.position import BinlogPosition, master_position  # noqa: E402
 from cdc_core.schema.table import describe_table  # noqa: E402
 from cdc_core.source.connection import connect, connection_settings  # noqa: E402
-from devtools.local_mariadb import LocalMariaDB  # noqa: E402
+from devtools.local_mariadb import LocalMariaDB, _free_port  # noqa: E402
 from pipelines.reconcile.rows import compare  # noqa: E402
 from pipelines.stream import StreamEngine, StreamSummary  # noqa: E402
 
@@ -144,6 +149,8 @@ def stream_config(server: LocalMariaDB, lake: Path, name: str, server_id: int, d
         stream["max_batch_rows"] = args.max_batch_rows
     if args.max_batch_seconds:
         stream["max_batch_seconds"] = args.max_batch_seconds
+    if args.catchup_batch_rows:
+        stream["catchup_batch_rows"] = args.catchup_batch_rows
     return {
         "pipeline": {"name": name},
         "source": {"host": server.host, "port": server.port, "user": server.user,
@@ -366,7 +373,8 @@ def preload_lake(server: LocalMariaDB, start: BinlogPosition, work: Path, args: 
 
 
 def run_engine(server: LocalMariaDB, backlog: Backlog, work: Path, run_id: str, server_id: int,
-               args: argparse.Namespace, check: bool = False, base: BaseLake | None = None) -> dict:
+               args: argparse.Namespace, check: bool = False, base: BaseLake | None = None,
+               metrics: bool = False) -> dict:
     """(b) binlake end to end over (start, end], into a fresh sink or a copy of ``base`` (resumed
     from its checkpoint at ``start``); verifies Delta = MySQL."""
     lake = work / f"lake-throughput-{run_id}"
@@ -374,7 +382,12 @@ def run_engine(server: LocalMariaDB, backlog: Backlog, work: Path, run_id: str, 
     if base is not None:
         shutil.copytree(base.path, lake)  # before the clock starts
         name = base.pipeline
-    cfg = parse_config(stream_config(server, lake, name, server_id, DB, backlog.start, args))
+    raw = stream_config(server, lake, name, server_id, DB, backlog.start, args)
+    scraper = None
+    if metrics:
+        raw["metrics"] = {"port": _free_port()}
+        scraper = Scraper(f"http://127.0.0.1:{raw['metrics']['port']}/metrics")
+    cfg = parse_config(raw)
     first_commit: list[float] = []
     t0 = time.perf_counter()
 
@@ -384,7 +397,13 @@ def run_engine(server: LocalMariaDB, backlog: Backlog, work: Path, run_id: str, 
 
     engine = StreamEngine(cfg, until_now=True, progress=progress)
     cpu0 = cpu_snapshot(server)
-    summary = engine.run()
+    if scraper is not None:
+        scraper.start()
+    try:
+        summary = engine.run()
+    finally:
+        if scraper is not None:
+            scraper.stop()
     seconds = time.perf_counter() - t0
     cpu = cpu_delta(cpu0, cpu_snapshot(server))
     counts = delta_counts(lake, DB, backlog.tables)
@@ -397,6 +416,7 @@ def run_engine(server: LocalMariaDB, backlog: Backlog, work: Path, run_id: str, 
            "engine_seconds": summary.seconds, "batches": summary.batches, "table_commits": summary.commits,
            "first_commit_s": first_commit[0] if first_commit else None, "stop_reason": summary.stop_reason,
            "end": str(summary.end), "delta_rows": counts, "delta_files": files,
+           "metrics_scrapes": scraper.scrapes if scraper is not None else None,
            "cpu_s": {"engine (this process)": cpu["self"], "reader (forked child)": cpu["children"],
                      "mariadbd": cpu["mariadbd"]}}
     if check:
@@ -421,7 +441,7 @@ def compare_tables(cfg: BinlakeConfig, lake: Path, database: str, tables: tuple[
 
 def measure_throughput(server: LocalMariaDB, backlog: Backlog, work: Path, env: dict,
                        args: argparse.Namespace, base: BaseLake | None = None) -> dict:
-    results: dict[str, list[dict]] = {"a": [], "b": []}
+    results: dict[str, list[dict]] = {"a": [], "b": [], **({"m": []} if args.metrics else {})}
     for i in range(args.repeat):
         r = run_raw_reader(server, backlog, SERVER_ID_RAW + i)
         results["a"].append(r)
@@ -433,6 +453,11 @@ def measure_throughput(server: LocalMariaDB, backlog: Backlog, work: Path, env: 
         print(f"  [{i + 1}/{args.repeat}] (b) binlake stream → Delta     {r['seconds']:7.2f} s  "
               f"{r['rows_per_s']:>9,.0f} rows/s  ({r['batches']} batches, {r['table_commits']} table commits)",
               flush=True)
+        if args.metrics:
+            r = run_engine(server, backlog, work, f"{i}m", SERVER_ID_STREAM + 50 + i, args, base=base, metrics=True)
+            results["m"].append(r)
+            print(f"  [{i + 1}/{args.repeat}] (m) (b) with /metrics scraped  {r['seconds']:7.2f} s  "
+                  f"{r['rows_per_s']:>9,.0f} rows/s  ({r['metrics_scrapes']} scrapes)", flush=True)
     stats = {k: {"runs_s": [r["seconds"] for r in v], "median_s": statistics.median(r["seconds"] for r in v),
                  "best_s": min(r["seconds"] for r in v)} for k, v in results.items()}
     n = backlog.changes
@@ -454,8 +479,9 @@ def measure_throughput(server: LocalMariaDB, backlog: Backlog, work: Path, env: 
     print(header)
     print("  " + "-" * (len(header) - 2))
     labels = {"a": "(a) python-mysql-replication read loop",
-              "b": "(b) binlake StreamEngine(until_now) → Delta"}
-    for k in ("a", "b"):
+              "b": "(b) binlake StreamEngine(until_now) → Delta",
+              "m": "(m) (b) with /metrics, scraped every 1 s"}
+    for k in results:
         s = stats[k]
         print(f"  {labels[k]:<52}{s['median_s']:>10.2f}{s['best_s']:>9.2f}{fmt_rate(n, s['median_s']):>17}"
               f"{fmt_rate(n, s['best_s']):>15}")
@@ -466,7 +492,7 @@ def measure_throughput(server: LocalMariaDB, backlog: Backlog, work: Path, env: 
           f"{verdict(ratio >= TARGET_RATIO)}")
     cols = ("engine proc", "reader proc", "mariadbd", "busy cores")
     print(f"  {'CPU seconds (user + system), median':<52}" + "".join(f"{c:>13}" for c in cols))
-    for k in ("a", "b"):
+    for k in results:
         runs = results[k]
         cpu = {n: statistics.median(r["cpu_s"][n] for r in runs) for n in runs[0]["cpu_s"]}
         vals = list(cpu.values())
@@ -486,6 +512,15 @@ def measure_throughput(server: LocalMariaDB, backlog: Backlog, work: Path, env: 
     doc = {"backlog": backlog.to_dict(), "results": {k: {**stats[k], "runs": results[k]} for k in results},
            "ratio_b_over_a": {"median": ratio, "best": ratio_best, "target": TARGET_RATIO,
                               "pass": ratio >= TARGET_RATIO}}
+    if args.metrics:
+        change = stats["m"]["rows_per_s_median"] / stats["b"]["rows_per_s_median"] - 1
+        pairs = [m["seconds"] / b["seconds"] - 1 for b, m in zip(results["b"], results["m"])]
+        cpu = {k: statistics.median(r["cpu_s"]["engine (this process)"] for r in results[k]) for k in ("b", "m")}
+        print(f"  (m) against (b): median rows/s {change * 100:+.1f} %; wall seconds per repeat "
+              + ", ".join(f"{x * 100:+.1f} %" for x in pairs) + f"; engine process CPU s (median) {cpu['b']:.2f} → "
+              f"{cpu['m']:.2f} ({(cpu['m'] / cpu['b'] - 1) * 100:+.1f} %)")
+        doc["metrics_cost"] = {"median_rows_per_s_change": change, "per_repeat_seconds_change": pairs,
+                               "engine_cpu_s_median": cpu}
     print(f"  figures written to {write_json('throughput', doc, env, args)}")
     return doc
 
@@ -512,6 +547,27 @@ class _Background:
 
     def _run(self) -> None:
         raise NotImplementedError
+
+
+class Scraper(_Background):
+    """Reads ``url`` (the stream's /metrics) every second, as Prometheus would; counts the scrapes
+    answered (the endpoint is up once the engine starts)."""
+
+    name = "metrics-scraper"
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.url = url
+        self.scrapes = 0
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            try:
+                with urllib.request.urlopen(self.url, timeout=5) as r:
+                    r.read()
+                self.scrapes += 1
+            except OSError:
+                pass  # not serving yet, or already stopped
 
 
 class TreeSampler(_Background):
@@ -864,6 +920,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample-interval", type=float, default=0.05, help="memory: RSS sampling interval (s)")
     ap.add_argument("--max-batch-rows", type=int, help="stream.max_batch_rows (default: the config default)")
     ap.add_argument("--max-batch-seconds", type=float, help="stream.max_batch_seconds (default: config default)")
+    ap.add_argument("--catchup-batch-rows", type=int,
+                    help="stream.catchup_batch_rows, the batch size while reading a backlog, as throughput does "
+                         "(default: the config default; raised to --max-batch-rows when below it)")
+    ap.add_argument("--metrics", action="store_true",
+                    help="throughput (b): serve the Prometheus endpoint and scrape it every second")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--out-dir", type=Path, default=OUT_DIR)
     ap.add_argument("--preload", type=int, default=0, metavar="N",

@@ -336,6 +336,15 @@ class DagsterConfig(_Strict):
         return self.freshness
 
 
+class MetricsConfig(_Strict):
+    """binlake extension: the stream's Prometheus endpoint (``metrics``; pipelines/stream/metrics.py):
+    ``http://<host>:<port>/metrics`` while ``binlake stream``/``run`` or the Dagster stream job
+    streams. Off unless ``port`` is set; on the loopback address unless ``host`` says otherwise."""
+
+    port: int | None = Field(None, ge=1, le=65535)
+    host: str = "127.0.0.1"
+
+
 class BinlakeConfig(_Strict):
     pipeline: PipelineConfig
     source: SourceConfig
@@ -344,6 +353,7 @@ class BinlakeConfig(_Strict):
     routes: list[RouteConfig] = []
     spark: SparkConfig = SparkConfig()
     dagster: DagsterConfig = DagsterConfig()
+    metrics: MetricsConfig = MetricsConfig()
 
 
 def _substitute(node: object, where: str = "") -> object:

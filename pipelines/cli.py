@@ -60,11 +60,15 @@ def _load(path: str) -> BinlakeConfig:
 
 
 def _problems(cfg: BinlakeConfig) -> list[str]:
-    """Run the prerequisite checks and print each problem on its own line."""
-    from cdc_core.source.validate import check
+    """Run the prerequisite checks and print each problem on its own line (stderr), each warning
+    too (stdout: a warning does not fail the check)."""
+    from cdc_core.source.validate import findings
     from pipelines.lake.storage import commit_problem
 
-    problems = check(cfg)
+    found = findings(cfg)
+    for w in found.warnings:
+        out.print("[yellow]![/yellow]", escape(_redact(w)), soft_wrap=True, highlight=False)
+    problems = found.problems
     sink = commit_problem(cfg.sink.path, cfg.sink.storage_options)  # object stores: conditional writes honoured
     problems += [sink] if sink else []
     for p in problems:

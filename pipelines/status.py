@@ -7,6 +7,7 @@ import datetime as dt
 import time
 
 from cdc_core.config import BinlakeConfig
+from cdc_core.offset.gtid import server_gtids
 from cdc_core.offset.position import BinlogPosition, master_position
 from cdc_core.offset.startup import binlog_files, lag_bytes
 from cdc_core.routes import Router
@@ -61,13 +62,14 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
     store = ControlStore.of(cfg)
     cp = store.checkpoint()
     plans = store.load_plans()
-    names, files, end, source_error = [], None, None, None
+    names, files, end, gtids, source_error = [], None, None, None, None
     base = cp.offset.applied.base if cp else 0  # of the positions on the source now (a failover's)
     try:
         with connect(connection_settings(cfg), connect_timeout=5) as conn, conn.cursor() as cur:
             names = captured_tables(cfg, cur)
             files = binlog_files(cur)
             end = master_position(cur, base)
+            gtids = str(server_gtids(cur))
     except Exception as e:  # noqa: BLE001 - status still shows the lake's side
         source_error = f"{type(e).__name__}: {e.args[-1] if e.args else e}"
     history = store.schema_history()
@@ -130,7 +132,8 @@ def pipeline_status(cfg: BinlakeConfig) -> dict:
               "gtid": cp.offset.gtid if cp else None,
               "server_id": cp.offset.server_id if cp else None,
               "checkpoint_at": cp.committed_at.isoformat() if cp else None,
-              "source_end": str(end) if end else None}
+              "source_end": str(end) if end else None,
+              "source_gtids": gtids}
     key = cp.offset.applied.key if cp else None
     stream["lag_seconds"], stream["lag_bytes"] = lag(key, cp.offset.event_time if cp else 0)
     backfills = [{"id": r.id, "table": r.table, "range": r.describe_range(), "reason": r.reason,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -18,11 +20,35 @@ from tests.helpers import batches_as_set
 _counter = itertools.count()
 
 
+_SERVER_DEATHS: list[str] = []  # the session server's unexpected exits, with where its log was kept
+
+
 @pytest.fixture(scope="session")
 def mariadb():
     server = LocalMariaDB(server_id=1).start()
     yield server
     server.cleanup()
+
+
+@pytest.fixture(autouse=True)
+def _session_server_alive(request):
+    """After each test that used the session's server: if mariadbd exited (a crash, or a test that
+    killed it without starting it again), keep its error log, fail the test naming it, and start the
+    server again on the same data directory, so one death is reported once instead of failing every
+    later test."""
+    yield
+    if "mariadb" not in request.fixturenames:
+        return
+    server = request.getfixturevalue("mariadb")
+    if server._proc is None or server._proc.poll() is None:
+        return
+    code = server._proc.returncode
+    kept = Path(tempfile.mkdtemp(prefix="binlake-mariadb-exit-")) / "error.log"
+    shutil.copy(server.base_dir / "error.log", kept)
+    tail = "\n".join(kept.read_text(errors="replace").splitlines()[-25:])
+    _SERVER_DEATHS.append(f"{request.node.nodeid}: mariadbd exited ({code}); log kept at {kept}\n{tail}")
+    server.start()
+    pytest.fail(f"the session's MariaDB exited ({code}) during this test; its log: {kept}\n{tail}", pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -116,8 +142,11 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    """The session's row-by-row proof in one line (the figures of the reliability issue)."""
+    """The session's row-by-row proof in one line, and any unexpected exit of its MariaDB."""
     from tests.helpers import COMPARED
+
+    for death in _SERVER_DEATHS:
+        terminalreporter.write_line(f"session MariaDB exited after {death}", red=True)
 
     if COMPARED["tables"]:
         terminalreporter.write_line(f"Delta = MySQL row by row: {COMPARED['tables']} table comparisons, "

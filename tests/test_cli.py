@@ -233,7 +233,7 @@ def test_runtime_failure_is_exit_1_one_line_without_secret(mariadb, tmp_path, mo
     def explode(cfg):
         raise RuntimeError(f"driver said: mysql://root:{cfg.source.password.get_secret_value()}@host failed")
 
-    monkeypatch.setattr(cdc_core.source.validate, "check", explode)
+    monkeypatch.setattr(cdc_core.source.validate, "findings", explode)
     assert cli.main(["validate", "-c", write_config(tmp_path, mariadb, "shop")]) == 1
     captured = capsys.readouterr()
     (line,) = _lines(captured.err)

@@ -24,7 +24,6 @@ import yaml
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster._core.scheduler.instigation import InstigatorType
 from deltalake import DeltaTable
-from pipelines.lake.delta_sink import table_uri
 
 from devtools.local_mariadb import _free_port
 from devtools.local_postgres import LocalPostgres
@@ -39,6 +38,7 @@ from devtools.ui import (
     wait_for_webserver,
 )
 from orchestration.stream import STREAM_JOB
+from pipelines.lake.tables import table_uri
 from pipelines.source_catalog import discover
 from resources.binlake import STOPPED_TAG
 from tests.helpers import assert_equal, diff_tables, write_config_file

@@ -19,8 +19,6 @@ from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster._core.scheduler.instigation import InstigatorType, TickStatus
 from dagster._utils.schedules import is_valid_cron_string
 from deltalake import DeltaTable
-from pipelines.lake.delta_sink import table_uri
-from pipelines.snapshot.job import SnapshotJob
 
 from cdc_core.chunks.incremental import BackfillState
 from cdc_core.config import ConfigError, parse_config
@@ -30,6 +28,8 @@ from devtools.ui import component_state_path, dagster_home, start_dagster, stop_
 from orchestration.scheduled_backfills import SCHEDULE_PREFIX, SCHEDULED_TAG
 from orchestration.stream import STREAM_JOB
 from pipelines.lake.control_store import ControlStore
+from pipelines.lake.tables import table_uri
+from pipelines.snapshot.driver import SnapshotJob
 from pipelines.source_catalog import discover
 from tests.helpers import assert_equal, diff_tables, write_config_file
 from tests.test_backfill import _damage, _merges, _table, _writer

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_core.offset.failover import FailoverError, Gtid, TransactionSpan, choose_base, lag_problem, translate
+from cdc_core.offset.failover import FailoverError, TransactionSpan, choose_base, lag_problem, translate
+from cdc_core.offset.gtid import GtidSet
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.offset.stream_offset import StreamOffset
 
@@ -23,15 +24,26 @@ def span(gtid: str, rows: list[int], begin: int = 1000, before: str | None = "0-
     return TransactionSpan(gtid, p, before, p.at(p.file, at + 30), tuple(ends))
 
 
-def test_gtid_parse_and_lag():
-    assert Gtid.parse("0-1-42") == Gtid(0, 1, 42)
-    assert Gtid.parse("3e11fa47-71ca-11e1-9e33-c80aa9429562:23") is None  # MySQL's: not judged here
-    assert lag_problem("0-1-42", "0-1-42") is None
-    assert lag_problem("0-1-42", "1-2-5,0-2-50") is None  # another server id, later in the domain
-    problem = lag_problem("0-1-42", "0-2-41,1-2-99")
+def test_lag_by_mariadb_gtid_position():
+    def lag(needed, binlog_pos):
+        return lag_problem(needed, GtidSet.parse(binlog_pos))
+
+    assert lag("0-1-42", "0-1-42") is None
+    assert lag("0-1-42", "1-2-5,0-2-50") is None  # another server id, later in the domain
+    problem = lag("0-1-42", "0-2-41,1-2-99")
     assert problem and "lagged" in problem and "0-1-42" in problem and "0-2-41" in problem
-    assert "has nothing" in lag_problem("0-1-42", "1-2-99")
-    assert lag_problem("abc:1", "") is None
+    assert "has nothing" in lag("0-1-42", "1-2-99")
+
+
+def test_lag_by_mysql_gtid_executed():
+    """MySQL's @@gtid_executed holds exactly its transactions (a gap is a transaction it lacks)."""
+    uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+    have = GtidSet.parse(f"{uuid}:1-40:42-50,\n8a94f357-aab4-11df-86ab-c80aa9429562:1-7")
+    assert lag_problem(f"{uuid}:40", have) is None and lag_problem(f"{uuid}:50", have) is None
+    problem = lag_problem(f"{uuid}:41", have)
+    assert problem and "lagged" in problem and f"{uuid}:41" in problem and f"{uuid}:1-40:42-50" in problem
+    assert "empty" in lag_problem(f"{uuid}:1", GtidSet())
+    assert "between MariaDB and MySQL" in lag_problem("0-1-4", have)
 
 
 def test_position_base_orders_every_new_position_after_the_old_ones():

@@ -3,7 +3,8 @@
 runs (a wrong port, a wrong password), the password (as typed and URL-encoded) is in no
 output, no log line, no error text, no file of the lake (Delta logs with their commit
 metadata, Parquet files, control tables under ``_binlake/``, the writer lock), and no value of
-any Delta table there."""
+any Delta table there. The stream's metrics endpoint is checked the same way in
+tests/test_metrics.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The low watermark's invariant (cdc_core/offset/position.py ``visible_position``): every
+"""The low watermark's invariant (cdc_core/offset/visibility.py ``visible_position``): every
 transaction the binlog holds at or before it is visible to a statement started after it.
 
 MariaDB writes a transaction to the binlog before InnoDB commits it, so SHOW MASTER STATUS
@@ -20,7 +20,8 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import XidEvent
 from pymysqlreplication.row_event import WriteRowsEvent
 
-from cdc_core.offset.position import BinlogPosition, master_position, visible_position
+from cdc_core.offset.position import BinlogPosition, master_position
+from cdc_core.offset.visibility import visible_position
 
 WRITERS = 6
 SECONDS = 8.0

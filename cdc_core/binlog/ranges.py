@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.offset.startup import binlog_files
+from cdc_core.source.flavour import flavour_of
 
 PAGE = 200  # event headers fetched per query; a transaction longer than this takes several
 
@@ -36,7 +37,7 @@ class _Event:
 
 def _events(cur, file: str, at: int, skip: int) -> list[_Event]:
     """Event headers of ``file`` from ``at`` (an event's start), skipping ``skip`` events."""
-    cur.execute("SHOW BINLOG EVENTS IN %s FROM %s LIMIT %s, %s", (file, at, skip, PAGE))
+    cur.execute(flavour_of(cur).binlog_events_sql + " IN %s FROM %s LIMIT %s, %s", (file, at, skip, PAGE))
     return [_Event(int(r[1]), int(r[4]), r[2] == "Xid" or (r[2] == "Query" and str(r[5]).strip() == "COMMIT"))
             for r in cur.fetchall()]
 

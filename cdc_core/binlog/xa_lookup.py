@@ -26,7 +26,9 @@ from cdc_core.binlog.events import RowsEvent, TableLayout, TransactionEnd
 from cdc_core.binlog.xa import XaVerb, xa_statement
 from cdc_core.errors import TerminalError
 from cdc_core.offset.position import BinlogPosition
+from cdc_core.offset.startup import binlog_files
 from cdc_core.source.connection import ConnectionSettings, connect
+from cdc_core.source.flavour import flavour_of
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +47,13 @@ def prepared_group_start(conn: ConnectionSettings, xid: str, before: BinlogPosit
     no binlog holds it."""
     started = time.monotonic()
     with connect(conn) as c, c.cursor() as cur:
-        cur.execute("SHOW BINARY LOGS")
-        files = [r[0] for r in cur.fetchall()]
+        files = [name for name, _ in binlog_files(cur)]
+        events_sql = flavour_of(cur).binlog_events_sql + " IN %s LIMIT %s, %s"
         names = [f for f in files if before.at(f, 0) <= before.at(before.file, 0)]
         for name in reversed(names):
             found, group, offset = None, None, 0
             while True:
-                cur.execute("SHOW BINLOG EVENTS IN %s LIMIT %s, %s", (name, offset, PAGE))
+                cur.execute(events_sql, (name, offset, PAGE))
                 rows = cur.fetchall()
                 for r in rows:
                     pos, kind, end = int(r[1]), r[2], int(r[4])

@@ -1,12 +1,12 @@
 """Reading one chunk consistently without locks (watermarks, as in DBLog / Flink CDC).
 
 Algorithm for a chunk C of table T on key column k:
-  1. LW := SHOW MASTER STATUS, once every transaction at or before it is visible
-           (cdc_core/offset/position.py's ``visible_position``: the binlog holds a
-           transaction before InnoDB commits it)
+  1. LW := the binlog end, once every transaction at or before it is visible
+           (cdc_core/offset/visibility.py: the binlog holds a transaction before
+           InnoDB commits it; MariaDB and MySQL prove visibility each their own way)
   2. S  := SELECT the rows of C (one autocommit statement, so its read view
            holds every transaction up to LW and none past HW)
-  3. HW := SHOW MASTER STATUS
+  3. HW := the binlog end (SHOW BINARY LOG STATUS / SHOW MASTER STATUS)
   4. replay the binlog changes of T in (LW, HW] whose key falls in C onto S.
 
 Invariants (tested in tests/test_chunk_reader.py):
@@ -45,7 +45,8 @@ from cdc_core.binlog.xa import XaOutsideWindow
 from cdc_core.chunks.bulk_read import Fetch, chunk_fetch, refuses_impossible_dates
 from cdc_core.chunks.planning import Chunk
 from cdc_core.errors import TerminalError
-from cdc_core.offset.position import BinlogPosition, master_position, visible_position
+from cdc_core.offset.position import BinlogPosition, master_position
+from cdc_core.offset.visibility import visible_position
 from cdc_core.schema.output import CDC_OP, CDC_SEQ, output_schema
 from cdc_core.schema.table import TableSchema, quote_ident
 from cdc_core.source.connection import ConnectionSettings

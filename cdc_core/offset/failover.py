@@ -13,17 +13,20 @@ Invariants (tests/test_failover_parts.py, tests/test_failover.py):
   read, resuming at the boundary before that transaction. Rows are counted as the
   engine counts them (captured tables only). A count that falls inside a row event, or
   a transaction the new server's binlogs do not hold, is refused.
-- A server that lacks a transaction an offset has (it lagged: its binlog GTID position
-  in that domain is below the transaction's sequence number) is refused with a message
-  saying so: binlake never streams past the gap.
+- A server that lacks a transaction an offset has (it lagged: on MariaDB its binlog GTID
+  position in that domain is below the transaction's sequence number, on MySQL its
+  ``gtid_executed`` does not hold the transaction) is refused with a message saying so:
+  binlake never streams past the gap.
 - The new server's positions carry a base (cdc_core/offset/position.py) that puts every one
   of them after every position recorded before (``choose_base``): ``_cdc_seq`` and the
   Delta transaction versions keep increasing, and no skip decision compares positions
   of two servers.
 - Relied on: each replication domain's transactions are in the same order on both
-  servers (MariaDB replicates a domain in order), and what a failover skips is decided
-  by the position of one transaction, so the captured tables' changes are expected in
-  one domain.
+  servers (MariaDB replicates a domain in order; a MySQL replica commits in the source's
+  order with ``replica_preserve_commit_order=ON``, its default since 8.0.27, or with one
+  applier thread), and what a failover skips is decided by the position of one
+  transaction, so the captured tables' changes are expected in one domain (MySQL: from
+  one source server).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from cdc_core.binlog.decoder import RowDecoder
 from cdc_core.binlog.event_loop import EventLoop
 from cdc_core.binlog.event_source import Opener, server_source
 from cdc_core.binlog.events import PreparedCommit, RowsEvent, Statement, TransactionEnd, TransactionStart
+from cdc_core.offset.gtid import Gtid, GtidSet
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.offset.startup import PURGED_WAY_OUT, StartupError
 from cdc_core.offset.stream_offset import StreamOffset
@@ -45,40 +49,26 @@ class FailoverError(StartupError):
     """The checkpoint cannot be found on the server binlake now reads (bad input: exit 2)."""
 
 
-@dataclass(frozen=True)
-class Gtid:
-    """A MariaDB GTID: domain, server and sequence number."""
-
-    domain: int
-    server: int
-    seq: int
-
-    @classmethod
-    def parse(cls, text: str) -> Gtid | None:
-        """The GTID ``d-s-n``, or None for another form (a MySQL ``uuid:n``)."""
-        parts = text.strip().split("-")
-        if len(parts) != 3 or not all(p.isdigit() for p in parts):
-            return None
-        return cls(*map(int, parts))
-
-    def __str__(self) -> str:
-        return f"{self.domain}-{self.server}-{self.seq}"
-
-
-def lag_problem(needed: str, binlog_pos: str) -> str | None:
-    """Why a server whose ``@@gtid_binlog_pos`` is ``binlog_pos`` lacks transaction
-    ``needed`` (it lagged), or None when it has it (or the GTIDs are not MariaDB's)."""
+def lag_problem(needed: str, have: GtidSet) -> str | None:
+    """Why a server whose binlog holds the transactions ``have`` (cdc_core/offset/gtid.py:
+    MariaDB's ``@@gtid_binlog_pos``, MySQL's ``@@gtid_executed``) lacks transaction ``needed``
+    (it lagged), or None when it has it."""
     want = Gtid.parse(needed)
-    if want is None:
-        return None
-    have = {g.domain: g for g in map(Gtid.parse, binlog_pos.split(",")) if g is not None}
-    last = have.get(want.domain)
-    if last is not None and last.seq >= want.seq:
-        return None
-    ends = f"ends at {last}" if last else "has nothing"
-    return (f"the server lacks transaction {needed}, which binlake already applied to Delta (its binlog {ends} in "
-            f"domain {want.domain}): it lagged behind the server binlake read before. Nothing was streamed past "
-            "the gap; run again once it has caught up, or point binlake at a server that has the transaction")
+    try:
+        if have.contains(want):
+            return None
+    except ValueError:
+        return (f"the server names its transactions in another form than the checkpoint's transaction {needed} "
+                f"(its GTIDs: {have}): binlake cannot fail over between MariaDB and MySQL; {PURGED_WAY_OUT}")
+    if want.mariadb:
+        last = have.domains.get(want.source)
+        holds = f"its binlog ends at {last} in domain {want.source}" if last else f"its binlog has nothing in " \
+                                                                                  f"domain {want.source}"
+    else:
+        holds = f"its gtid_executed is {have or 'empty'}"
+    return (f"the server lacks transaction {needed}, which binlake already applied to Delta ({holds}): it lagged "
+            "behind the server binlake read before. Nothing was streamed past the gap; run again once it has "
+            "caught up, or point binlake at a server that has the transaction")
 
 
 @dataclass(frozen=True)

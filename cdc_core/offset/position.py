@@ -15,18 +15,17 @@ Invariants:
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass
 from functools import cached_property
 
-from cdc_core.errors import TransientError
+from cdc_core.source.flavour import flavour_of
 
 _FILE_NUM = re.compile(r"\.(\d+)$")
 
 
 @dataclass(frozen=True)
 class BinlogPosition:
-    """A point in the binlog: the end offset of an event (or a SHOW MASTER STATUS position)."""
+    """A point in the binlog: the end offset of an event (or a binlog end the server reported)."""
 
     file: str
     pos: int
@@ -86,55 +85,12 @@ class BinlogPosition:
 
 
 def master_position(cursor, base: int = 0) -> BinlogPosition:
-    """The server's current binlog end (SHOW MASTER STATUS), in a pipeline whose positions
-    on this server carry ``base``."""
-    cursor.execute("SHOW MASTER STATUS")
+    """The server's current binlog end (SHOW BINARY LOG STATUS, SHOW MASTER STATUS before MySQL
+    8.2 and on MariaDB: cdc_core/source/flavour.py), in a pipeline whose positions on this server
+    carry ``base``."""
+    statement = flavour_of(cursor).binlog_status_sql
+    cursor.execute(statement)
     row = cursor.fetchone()
     if not row:
-        raise RuntimeError("binary logging is off on the source (SHOW MASTER STATUS is empty): start it with --log-bin")
+        raise RuntimeError(f"binary logging is off on the source ({statement} is empty): start it with --log-bin")
     return BinlogPosition(row[0], int(row[1]), base)
-
-
-# How long a low watermark waits for the transactions the binlog holds before it to become
-# visible (they are written to the binlog before the storage engine commits them).
-VISIBLE_WAIT_SECONDS = 30.0
-
-
-def visible_position(cursor, base: int = 0) -> BinlogPosition:
-    """A low watermark: the binlog end E (SHOW MASTER STATUS), returned once every transaction
-    at or before E is visible to any statement that starts after this returns.
-
-    SHOW MASTER STATUS alone does not give that: MariaDB writes a transaction to the binlog
-    before InnoDB commits it, so a SELECT right after can miss a transaction the binlog
-    already holds before E (measured here: 3-4 of ~1,200 samples in 20 s under 6 writers).
-    MariaDB's ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` reports the binlog position its
-    read view matches exactly (``binlog_snapshot_position``); once that reaches E, every
-    transaction up to E is committed, so visible to every later read view. On a server without
-    it (MySQL) E is returned as it is (README: known limits).
-    """
-    end = master_position(cursor, base)
-    deadline = time.monotonic() + VISIBLE_WAIT_SECONDS
-    pause = 0.001
-    while True:
-        seen = _snapshot_position(cursor, base)
-        if seen is None or seen >= end:
-            return end
-        if time.monotonic() > deadline:
-            raise TransientError(f"the transactions in the binlog up to {end} were not all visible after "
-                                 f"{VISIBLE_WAIT_SECONDS:.0f} s (the consistent snapshot stayed at {seen})")
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
-
-
-def _snapshot_position(cursor, base: int) -> BinlogPosition | None:
-    """The binlog position a consistent snapshot's read view matches (MariaDB), or None."""
-    cursor.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-    try:
-        cursor.execute("SHOW STATUS LIKE 'binlog\\_snapshot\\_%'")
-        status = {str(k).lower(): v for k, v in cursor.fetchall()}
-    finally:
-        cursor.execute("COMMIT")
-    file = status.get("binlog_snapshot_file")
-    if not file:
-        return None
-    return BinlogPosition(file, int(status["binlog_snapshot_position"]), base)

@@ -1,16 +1,24 @@
 """Where the stream starts, and the server-side checks before it connects.
 
 Invariants:
-- Every start position is a transaction boundary (a SHOW MASTER STATUS position, the
+- Every start position is a transaction boundary (a binlog end the server reported, the
   start of a binlog file, or the end of a transaction found by scanning).
 - A start position the server no longer has (purged) is an error that says so and
   what to do; it is never replaced by a later position (that would lose changes).
 - ``timestamp`` starts at the first transaction whose first event's binlog timestamp
   (whole seconds) is at or after the given instant's second — read from the events
   themselves, so it works on MySQL and MariaDB, with or without GTIDs; ``specific`` with a
-  GTID starts right after that transaction (the GTID names the last transaction already
-  applied, as MariaDB's gtid_slave_pos). Tested on mark sequences directly
+  GTID on MariaDB starts right after that transaction (the GTID names the last transaction
+  already applied, as MariaDB's gtid_slave_pos). Tested on mark sequences directly
   (tests/test_engine_parts.py) and against the server (tests/test_stream.py).
+- ``specific`` with a GTID set on MySQL (the set of transactions already applied, as
+  ``@@gtid_executed`` prints it) starts at the boundary before the binlog's first
+  transaction not in the set, and only where that streams exactly the transactions not in
+  it: refused when the server purged a transaction the set lacks (``gtid_purged`` not a
+  subset), when a transaction without a GTID comes first, or when the binlog holds a
+  transaction of the set after that boundary (it would be applied again): those are the
+  set's transactions the server executed, less the purged ones and those read before the
+  boundary (tests/test_startup_gtid.py).
 - The scan is an event loop (cdc_core/binlog/event_loop.py) whose records are the marks:
   what opens and closes a transaction (XA's included) is the loop's decision.
 """
@@ -19,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import pymysql
@@ -28,8 +36,10 @@ from cdc_core.binlog.event_loop import EventLoop, LoopRecord
 from cdc_core.binlog.event_source import Opener, server_source
 from cdc_core.binlog.events import PreparedCommit, Statement, TransactionEnd, TransactionStart
 from cdc_core.errors import BadInput
+from cdc_core.offset.gtid import GtidSet, server_gtids, server_purged
 from cdc_core.offset.position import BinlogPosition, master_position
 from cdc_core.source.connection import ConnectionSettings
+from cdc_core.source.flavour import flavour_of
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +58,21 @@ class ServerIdInUse(StartupError):
 
 def binlog_files(cur) -> list[tuple[str, int]]:
     """(file, size) of every binlog the server still has, oldest first."""
-    cur.execute("SHOW BINARY LOGS")
+    cur.execute(flavour_of(cur).binary_logs_sql)
     return [(r[0], int(r[1])) for r in cur.fetchall()]
+
+
+def connected_replicas(cur) -> list[tuple[int, str]] | None:
+    """(server_id, reported host) of each replica connected to the server (SHOW REPLICAS, SHOW
+    SLAVE HOSTS before MySQL 8.0.22 and on MariaDB), or None when the user may not list them
+    (cdc_core/source/flavour.py: ``replicas_privilege``; the server then refuses a second
+    replica with one server_id itself, MariaDB with error 4052)."""
+    try:
+        cur.execute(flavour_of(cur).replicas_sql)
+    except pymysql.err.OperationalError as e:
+        log.debug("cannot list replicas: %s", e)
+        return None
+    return [(int(r[0]), r[1]) for r in cur.fetchall()]
 
 
 def clock_offset(cur) -> float:
@@ -102,12 +125,10 @@ def check_server_id(cur, server_id: int, own: str | None = None, wait_seconds: f
                             "choose a server_id no server or replica uses")
     deadline = time.monotonic() + wait_seconds
     while True:
-        try:
-            cur.execute("SHOW SLAVE HOSTS")
-        except pymysql.err.OperationalError as e:  # needs REPLICATION MASTER ADMIN on MariaDB: rely on error 4052
-            log.debug("cannot list replicas: %s", e)
+        replicas = connected_replicas(cur)
+        if replicas is None:
             return
-        hosts = [r for r in cur.fetchall() if int(r[0]) == server_id and (own is None or r[1] != own)]
+        hosts = [r for r in replicas if r[0] == server_id and (own is None or r[1] != own)]
         if not hosts:
             return
         if time.monotonic() >= deadline:
@@ -173,6 +194,9 @@ def scan_for_start(conn: ConnectionSettings, server_id: int, cur, *, timestamp_m
     """Scan the server's binlogs for the start position of mode ``timestamp`` or of
     ``specific`` with a GTID (see the module invariants and :func:`find_start`)."""
     start, end = earliest_position(cur), master_position(cur)
+    if gtid is not None and not flavour_of(cur).mariadb:
+        return after_gtid_set(cur, gtid, end, lambda applied: _first_not_in_binlog(
+            server_source(conn, server_id), start, end, applied))
     if end <= start:
         return end
     found = start_in(server_source(conn, server_id), start, end, timestamp_ms=timestamp_ms, gtid=gtid)
@@ -193,3 +217,63 @@ def start_in(opener: Opener, start: BinlogPosition, end: BinlogPosition, *, time
                           gtid=gtid, start=start)
     finally:
         records.close()
+
+
+def first_not_in(marks: Iterable[Mark], applied: GtidSet, start: BinlogPosition
+                 ) -> tuple[BinlogPosition | None, GtidSet]:
+    """The boundary before the first transaction of ``marks`` whose GTID is not in ``applied``
+    (None when every one is), and the GTIDs of the transactions before it."""
+    boundary, before, in_txn = start, GtidSet(), False
+    for m in marks:
+        if not in_txn and m.kind != "commit":  # a transaction's first event
+            in_txn = True
+            if m.gtid is None:
+                raise StartupError(f"the transaction after {boundary} has no GTID (gtid_mode is not ON): "
+                                   "startup.gtid cannot place it; start at a file and pos instead")
+            if not applied.contains(m.gtid):
+                return boundary, before
+            before = before.with_transaction(m.gtid)
+        if m.kind in ("commit", "statement"):
+            boundary, in_txn = m.position, False
+    return None, before
+
+
+def _first_not_in_binlog(opener: Opener, start: BinlogPosition, end: BinlogPosition, applied: GtidSet
+                         ) -> tuple[BinlogPosition | None, GtidSet]:
+    """:func:`first_not_in` over the binlog (start, end] the source ``opener`` opens."""
+    if end <= start:
+        return None, GtidSet()
+    records = EventLoop(opener, start, end=end, starts=True, mysql_gtids=True).records()
+    try:
+        return first_not_in(_marks(records), applied, start)
+    finally:
+        records.close()
+
+
+def after_gtid_set(cur, text: str, end: BinlogPosition,
+                   scan: Callable[[GtidSet], tuple[BinlogPosition | None, GtidSet]]) -> BinlogPosition:
+    """Where a MySQL stream starts that must apply exactly the transactions not in the GTID set
+    ``text`` (see the module invariants); ``scan`` is :func:`first_not_in` over the server's
+    binlogs up to ``end``, its binlog end."""
+    try:
+        applied = GtidSet.parse(text)
+        if applied.mariadb:
+            raise ValueError("a MariaDB GTID")
+    except ValueError as e:
+        raise StartupError(f"source.startup.gtid {text!r} is not a MySQL GTID set ({e}): give the set of "
+                           "transactions already applied, as @@gtid_executed prints it (uuid:1-100,...)") from None
+    purged = server_purged(cur)
+    if lost := purged.difference(applied):
+        raise PositionPurged(f"the server has purged transactions {lost}, which are not in source.startup.gtid: "
+                             f"they are gone from its binlog; {PURGED_WAY_OUT}")
+    found, before = scan(applied)
+    found = found or end
+    executed = server_gtids(cur)
+    later = applied.difference(applied.difference(executed)).difference(purged).difference(before)
+    if later:
+        raise StartupError(f"source.startup.gtid holds transactions {later} that the binlog has after {found}, where "
+                           "the first transaction not in the set begins: binlake starts at one binlog position and "
+                           "would apply them again. Give the set of every transaction already applied, as "
+                           "@@gtid_executed prints it where they were applied")
+    log.info("startup.gtid: the stream starts at %s, before the first transaction not in the set", found)
+    return found

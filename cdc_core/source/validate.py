@@ -1,13 +1,24 @@
 """Prerequisite checks for ``binlake validate``: connectivity, privileges, binlog
-settings, that every captured table exists, can be mapped (cdc_core/source/capture.py:
-excluded key columns, column types) and chunked, and that routed tables can share their
-sinks (same key columns, compatible column types)."""
+settings (cdc_core/source/server_settings.py, on RDS and Aurora cdc_core/source/hosting.py),
+that every captured table exists, can be mapped (cdc_core/source/capture.py: excluded key
+columns, column types) and chunked, and that routed tables can share their sinks (same key
+columns, compatible column types).
+
+Privileges (docs/security.md, "Least privilege"; names per flavour from
+cdc_core/source/flavour.py): SELECT on the captured tables (chunk reads, information_schema),
+REPLICATION SLAVE (the binlog stream) and REPLICATION CLIENT, named BINLOG MONITOR since
+MariaDB 10.5 (the binlog end for watermarks, SHOW BINARY LOGS). Nothing else: no SUPER, no
+BACKUP_ADMIN (MySQL's low watermark reads ``@@GLOBAL.gtid_owned`` and a status counter, which
+every user may read). On MySQL, privileges a user holds through roles are read with the
+roles' grants (SHOW GRANTS ... USING).
+"""
 
 from __future__ import annotations
 
 import os
 import re
 import ssl
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pymysql
@@ -16,20 +27,35 @@ from cdc_core.chunks.planning import ChunkKeyError, chunk_key
 from cdc_core.config import BinlakeConfig
 from cdc_core.routes import Router
 from cdc_core.schema.table import describe_table
+from cdc_core.source import server_settings
 from cdc_core.source.capture import NotCapturable, captured_schema
 from cdc_core.source.connection import captured_tables, connect, connection_settings
+from cdc_core.source.flavour import Flavour, flavour_of
+from cdc_core.source.hosting import hosting_of, retention_findings
 
-REQUIRED_SETTINGS = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL", "binlog_row_metadata": "FULL"}
-# What the source user needs (docs/security.md, "Least privilege"): SELECT on the captured tables (chunk
-# reads, information_schema), REPLICATION SLAVE (the binlog stream) and REPLICATION CLIENT,
-# named BINLOG MONITOR since MariaDB 10.5 (SHOW MASTER STATUS for watermarks, SHOW BINARY LOGS).
-_GLOBAL_PRIVILEGES = ("REPLICATION SLAVE", "REPLICATION CLIENT")
-_PRIVILEGE_ALIASES = {"REPLICATION CLIENT": ("REPLICATION CLIENT", "BINLOG MONITOR")}
+
+@dataclass
+class Findings:
+    """What validate found: problems (binlake cannot run as configured) and warnings (it can)."""
+
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def add(self, problems: list[str], warnings: list[str] = ()) -> None:
+        self.problems += problems
+        self.warnings += warnings
+
+
+def findings(cfg: BinlakeConfig) -> Findings:
+    """Every problem and warning, one line each; no problem when the source and the lake are ready."""
+    found = Findings(_sink(cfg.sink.path))
+    _source(cfg, found)
+    return found
 
 
 def check(cfg: BinlakeConfig) -> list[str]:
     """Every problem found, one line each; empty when the source and the lake are ready."""
-    return _sink(cfg.sink.path) + _source(cfg)
+    return findings(cfg).problems
 
 
 def _sink(path: str) -> list[str]:
@@ -46,20 +72,26 @@ def _sink(path: str) -> list[str]:
     return []
 
 
-def _source(cfg: BinlakeConfig) -> list[str]:
+def _source(cfg: BinlakeConfig, found: Findings) -> None:
     try:
         conn = connect(connection_settings(cfg), connect_timeout=10)
     except (ssl.SSLError, OSError) as e:  # source.ssl files that are not PEM certificates / keys
-        return [f"source.ssl: cannot load the TLS files: {e}"]
+        found.add([f"source.ssl: cannot load the TLS files: {e}"])
+        return
     except pymysql.err.OperationalError as e:
-        return [connect_problem(cfg, e)]
-    problems: list[str] = []
+        found.add([connect_problem(cfg, e)])
+        return
+    except RuntimeError as e:  # pymysql without the cryptography package, for caching_sha2_password
+        found.add([auth_problem(cfg, e)])
+        return
     with conn, conn.cursor() as cur:
-        problems += _tls(cfg, cur)
-        problems += _settings(cur)
-        problems += _privileges(cfg, cur)
-        problems += _tables(cfg, cur)
-    return problems
+        flavour = flavour_of(cur)
+        hosting = hosting_of(cur, flavour)
+        found.add(_tls(cfg, cur))
+        found.add(*_settings(cur, flavour, hosting))
+        found.add(*retention_findings(cur, hosting))
+        found.add(_privileges(cfg, cur, flavour))
+        found.add(_tables(cfg, cur))
 
 
 def connect_problem(cfg: BinlakeConfig, e: pymysql.err.OperationalError) -> str:
@@ -73,7 +105,24 @@ def connect_problem(cfg: BinlakeConfig, e: pymysql.err.OperationalError) -> str:
     if tls or code == 2026:
         reason = tls.group(1) if tls else text
         return f"source: TLS to {where} failed: {reason} (check source.ssl: ca, verify, check_hostname)"
+    if "sha2" in text or "public key" in text:
+        return auth_problem(cfg, e)
     return f"source: cannot connect to {where}: {text}"
+
+
+def auth_problem(cfg: BinlakeConfig, e: Exception) -> str:
+    """Why MySQL 8's caching_sha2_password (or sha256_password) sign-in failed, and what to do.
+
+    The first sign-in of an account after a server start is a full one: over TLS the password
+    is sent as it is; without TLS pymysql asks the server for its RSA public key and encrypts
+    the password with it, which needs the ``cryptography`` package (a binlake dependency) and a
+    server that has RSA keys (caching_sha2_password_auto_generate_rsa_keys, the default)."""
+    s = cfg.source
+    return (f"source: {s.user!r} at {s.host}:{s.port} signs in with caching_sha2_password (MySQL 8's default) and "
+            f"the full sign-in failed ({e.args[-1] if e.args else e}): set source.ssl so the password travels over "
+            "TLS, or make sure the cryptography package is installed and the server has RSA keys "
+            "(caching_sha2_password_auto_generate_rsa_keys=ON), or create the user WITH mysql_native_password "
+            "(MySQL 8.0 only)")
 
 
 def _tls(cfg: BinlakeConfig, cur) -> list[str]:
@@ -89,40 +138,40 @@ def _tls(cfg: BinlakeConfig, cur) -> list[str]:
             "(ca: the CA of the server's certificate; cert and key for X509) so every connection uses verified TLS"]
 
 
-def _settings(cur) -> list[str]:
-    cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'binlog_format', 'binlog_row_image', "
-                "'binlog_row_metadata', 'log_bin_compress')")
-    have = {k.lower(): str(v).upper() for k, v in cur.fetchall()}
-    out = []
-    if have.get("log_bin_compress") == "ON":  # MariaDB only (cdc_core/binlog/undecodable.py: COMPRESSED_EVENTS)
-        out.append("server setting log_bin_compress is ON: binlake cannot decode compressed binlog events "
-                   "(SET GLOBAL log_bin_compress = 'OFF')")
-    for name, want in REQUIRED_SETTINGS.items():
-        got = have.get(name)
-        if got != want:
-            hint = "start the server with --log-bin" if name == "log_bin" else f"SET GLOBAL {name} = '{want}'"
-            out.append(f"server setting {name} is {got or 'unset'}, binlake needs {want} ({hint})")
-    return out
+def _settings(cur, flavour: Flavour, hosting) -> tuple[list[str], list[str]]:
+    names = ", ".join(f"'{n}'" for n in server_settings.variable_names(flavour))
+    cur.execute(f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({names})")
+    have = {str(k).lower(): str(v) for k, v in cur.fetchall()}
+    return server_settings.findings(have, flavour, hosting)
 
 
-def _privileges(cfg: BinlakeConfig, cur) -> list[str]:
-    """Missing privileges, each line with the exact GRANT statement that adds them."""
+def _grants(cur, flavour: Flavour) -> str:
+    """The user's grants as one upper-case text, with those of its roles on MySQL."""
     cur.execute("SHOW GRANTS")
-    grants = " ".join(r[0].upper() for r in cur.fetchall())
+    lines = [r[0] for r in cur.fetchall()]
+    roles = [m[1] for line in lines if (m := re.match(r"GRANT ((?:`[^`]*`@`[^`]*`(?:,\s*)?)+) TO ", line))]
+    if roles and not flavour.mariadb:
+        cur.execute(f"SHOW GRANTS FOR CURRENT_USER() USING {', '.join(roles)}")
+        lines = [r[0] for r in cur.fetchall()]
+    return " ".join(line.upper() for line in lines)
+
+
+def _privileges(cfg: BinlakeConfig, cur, flavour: Flavour) -> list[str]:
+    """Missing privileges, each line with the exact GRANT statement that adds them."""
+    grants = _grants(cur, flavour)
     if re.search(r"GRANT ALL PRIVILEGES ON \*\.\*", grants):
         return []
 
     def has(privilege: str) -> bool:
         # Whole names only: REPLICATION SLAVE ADMIN is not REPLICATION SLAVE.
-        return any(re.search(rf"\b{alias}\b(?! ADMIN)", grants) for alias in _PRIVILEGE_ALIASES.get(privilege,
-                                                                                                    (privilege,)))
+        return any(re.search(rf"\b{alias}\b(?! ADMIN)", grants) for alias in flavour.privilege_names(privilege))
 
     cur.execute("SELECT CURRENT_USER(), VERSION()")
-    account, version = cur.fetchone()
+    account, _ = cur.fetchone()
     user, _, host = account.rpartition("@")
     grantee = f"{_sql_string(user)}@{_sql_string(host)}"
     out = []
-    missing = [_privilege_name(p, version) for p in _GLOBAL_PRIVILEGES if not has(p)]
+    missing = [p for p in (flavour.stream_privilege, flavour.monitor_privilege) if not has(p)]
     if missing:
         out.append(f"source user {grantee} lacks {' and '.join(missing)}; run: "
                    f"GRANT {', '.join(missing)} ON *.* TO {grantee};")
@@ -131,14 +180,6 @@ def _privileges(cfg: BinlakeConfig, cur) -> list[str]:
         out.append(f"source user {grantee} lacks SELECT on the captured tables; run: "
                    + " ".join(f"GRANT SELECT ON {t} TO {grantee};" for t in targets))
     return out
-
-
-def _privilege_name(privilege: str, version: str) -> str:
-    """The server's own name of a privilege: REPLICATION CLIENT is BINLOG MONITOR on MariaDB 10.5+."""
-    m = re.match(r"(\d+)\.(\d+)", version)
-    if privilege == "REPLICATION CLIENT" and "MariaDB" in version and m and (int(m[1]), int(m[2])) >= (10, 5):
-        return "BINLOG MONITOR"
-    return privilege
 
 
 def _sql_string(text: str) -> str:

@@ -72,6 +72,7 @@ from cdc_core.schema.output import CDC_SOURCE, delta_name
 from cdc_core.schema.table import TableSchema, describe_table, quote_ident
 from cdc_core.source.capture import NotCapturable, captured_schema, without_excluded
 from cdc_core.source.connection import captured_tables, connect, connection_settings
+from cdc_core.source.flavour import flavour_of
 from cdc_core.types.checksum import Rendering, df_ident, df_string, rendering
 from cdc_core.types.key_order import KeyOrders, ServerSql
 from pipelines.lake.control_store import ControlStore
@@ -205,8 +206,7 @@ def reconcile_tables(cfg: BinlakeConfig, tables: Sequence[str] | None = None, *,
         with conn.cursor() as cur:
             captured = captured_tables(cfg, cur)
             names = _chosen(cfg, captured, tables)
-            cur.execute("SELECT VERSION()")
-            mariadb = "mariadb" in cur.fetchone()[0].lower()
+            mariadb = flavour_of(cur).mariadb
         # The checksum queries run on their own connections, as many as the snapshot may read
         # with at once (pipeline.parallelism, at most MAX_SERVER_QUERIES): each keeps one
         # server core busy.

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -69,6 +70,8 @@ class Committer:
         self.sinks = sinks
         self.retry = retry or Retry()
         self._pool = ThreadPoolExecutor(4, thread_name_prefix="apply")
+        self.retries = 0  # table commits retried after a fault that passes (the metrics' count)
+        self._retries_lock = threading.Lock()  # tables commit in parallel threads
 
     def close(self) -> None:
         self._pool.shutdown()
@@ -97,6 +100,8 @@ class Committer:
                                         f"{retry.policy.budget_seconds:.0f} s: {type(e).__name__}: {e}") from e
                 log.warning("writing %s to Delta failed (%s: %s); retrying in %.1f s", sink, type(e).__name__, e,
                             delay)
+                with self._retries_lock:
+                    self.retries += 1
                 time.sleep(delay)
                 self.sinks.refresh(sink)
                 done = self.sinks.applied_key(sink)

@@ -7,6 +7,7 @@
     schema_operator.py DDL, table maps, capture changes, holds
     online_backfill.py online backfill: chunks read between watermarks, merged at their high watermark
     commit.py          one Delta commit per table per batch, carrying the offset
+    metrics.py         what the loop reports (batches, checkpoints), served to Prometheus
     (here)             the pipeline checkpoint, lifecycle and the loop
 
 Control flows one way: the engine asks a part, the part answers with a typed decision, and
@@ -90,6 +91,7 @@ from cdc_core.source.foreign_keys import Cascade, by_parent, cascades
 from cdc_core.types.key_order import KeyOrders, ServerSql
 from pipelines.lake.control_store import ControlStore
 from pipelines.stream.commit import Committer
+from pipelines.stream.metrics import stream_observer
 from pipelines.stream.online_backfill import Backfills
 from pipelines.stream.reader import ParallelReader, ReaderProcess
 from pipelines.stream.schema_operator import APPEARED, HOLD_POLL_SECONDS, Diverged, RowsUnseen, SchemaChanges
@@ -144,10 +146,15 @@ class StreamEngine:
         self.state: EngineState | None = None
         self._summary = StreamSummary()
         self._report_as = f"binlake:{cfg.pipeline.name}"  # how the binlog connection registers (SHOW SLAVE HOSTS)
+        self.metrics = stream_observer(self)  # Prometheus metrics when metrics.port is set (metrics.py)
 
     @property
     def summary(self) -> StreamSummary:
         return self.state.summary if self.state else self._summary
+
+    def source_time(self) -> float:
+        """Now by the source's clock (binlog timestamps are the source's), in seconds since the epoch."""
+        return time.time() - self._clock_offset
 
     def request_stop(self, reason: str = "stop requested") -> None:
         """Ask the engine to commit what it has read and stop (thread- and signal-safe); ``reason``
@@ -207,6 +214,7 @@ class StreamEngine:
             # The start point is durable before any table commit: a crash between the first
             # table commits and the first checkpoint must resume here, not at a new "latest".
             self.store.save_checkpoint(s.offset, self.life.state, 0)
+            self.metrics.checkpointed()
 
     def _foreign_keys(self) -> dict[str, tuple[Cascade, ...]]:
         """The captured tables' cascading foreign keys by parent (cdc_core/source/foreign_keys.py); a
@@ -240,6 +248,7 @@ class StreamEngine:
         handlers = self._install_signals()
         self.life.to(State.STARTING)
         try:
+            self.metrics.serve()
             self._start()
             self._loop()
             self.life.to(State.STOPPING)
@@ -256,6 +265,7 @@ class StreamEngine:
             self.key_orders.close()
             if self.backfills is not None:
                 self.backfills.close()
+            self.metrics.close()
             self._restore_signals(handlers)
             self.summary.seconds = time.monotonic() - started
             self.summary.end = self.state.offset.applied if self.state else None
@@ -469,6 +479,7 @@ class StreamEngine:
         if f is not None and position > f.max_high_watermark:
             del self.state.filters[name]  # past the hand-off: no more filtering for this table
             f = None
+        self.metrics.table_opened(name, self.state.event_time)  # its first change of this batch (or hold)
         return table_batch(schema, f.should_drop if f else None, f.chunks[0].key if f else None)
 
     # --- faults -----------------------------------------------------------------------------------
@@ -506,6 +517,7 @@ class StreamEngine:
             return
         s.batch = MicroBatch()  # everything it held is after the checkpoint: read again
         self.changes.drop_holds()  # their DDLs and rows are read again from the checkpoint
+        self.metrics.batch_dropped()
         self._restart_reader()
         self.life.to(State.STREAMING)
 
@@ -539,10 +551,12 @@ class StreamEngine:
             s.summary.changes += tb.rows_in - tb.dropped
         if self.backfills is not None:
             self.backfills.save_cascades()  # durable before the checkpoint passes the cascade
+        started = time.monotonic()
         commits = self.committer.apply(b, offset)
         s.summary.commits += len(commits)
         s.summary.batches += 1
         self._checkpoint(offset)
+        self.metrics.batch_committed(b, time.monotonic() - started)
         if self.on_commit and commits:
             self.on_commit(commits)
 
@@ -553,6 +567,7 @@ class StreamEngine:
             offset = min(first, offset, key=lambda o: o.applied)
         if offset != s.offset or not s.holds:
             self.store.save_checkpoint(offset, self.life.state, s.summary.changes)
+            self.metrics.checkpointed()
         s.offset = offset
         if self.progress:
             self.progress(s.summary, offset)

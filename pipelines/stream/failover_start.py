@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import logging
 
-import pymysql
-
 from cdc_core.config import BinlakeConfig, captures
 from cdc_core.offset.failover import FailoverError, choose_base, lag_problem, needed_gtid, transaction_spans, translate
+from cdc_core.offset.gtid import server_gtids
 from cdc_core.offset.position import master_position
 from cdc_core.offset.startup import earliest_position
 from cdc_core.offset.stream_offset import StreamOffset
@@ -37,14 +36,6 @@ def source_server_id(cur) -> int:
     return int(cur.fetchone()[0])
 
 
-def _gtid_binlog_pos(cur) -> str | None:
-    try:
-        cur.execute("SELECT @@gtid_binlog_pos")
-    except pymysql.err.MySQLError:  # MySQL has no such variable: the binlog scan alone decides
-        return None
-    return str(cur.fetchone()[0] or "")
-
-
 def fail_over(cfg: BinlakeConfig, store: ControlStore, conn: ConnectionSettings, cur, cp: Checkpoint,
               server_id: int, sinks: list[str]) -> StreamOffset:
     """Translate the checkpoint and the offsets of ``sinks`` ahead of it to the server
@@ -58,12 +49,11 @@ def fail_over(cfg: BinlakeConfig, store: ControlStore, conn: ConnectionSettings,
             ahead[sink] = (dt, off)
     offsets = [old, *(o for _, o in ahead.values())]
     wanted = {needed_gtid(o) for o in offsets}
-    binlog_pos = _gtid_binlog_pos(cur)
-    if binlog_pos is not None:
-        for g in sorted(wanted):
-            problem = lag_problem(g, binlog_pos)
-            if problem:
-                raise FailoverError(problem)
+    have = server_gtids(cur)
+    for g in sorted(wanted):
+        problem = lag_problem(g, have)
+        if problem:
+            raise FailoverError(problem)
     start = earliest_position(cur)
     base = choose_base([o.applied for o in offsets], start.file_number)
     start, end = start.at_base(base), master_position(cur, base)

@@ -55,6 +55,7 @@ from cdc_core.binlog.ranges import backlog_bytes, cuts
 from cdc_core.binlog.reader import QUEUE_ITEMS, STOP_SIGNALS, ReaderSpec, run_reader
 from cdc_core.config import ParallelDecodeConfig
 from cdc_core.offset.position import BinlogPosition, master_position
+from cdc_core.offset.startup import connected_replicas
 from cdc_core.source.connection import connect
 
 log = logging.getLogger(__name__)
@@ -153,6 +154,18 @@ class ReaderProcess:
         except queue_mod.Empty:
             return [ReaderError(ReadFailure.TRANSIENT, f"reader process exited with code {self.process.exitcode}")]
 
+    def queued(self) -> int:
+        """Record lists the reader process has put and the engine has not taken yet (at most
+        ``QUEUE_ITEMS``; 0 for a spool, whose backlog is on disk). Safe from another thread
+        (the metrics endpoint, pipelines/stream/metrics.py)."""
+        q = self._queue
+        if q is None or self.spool:
+            return 0
+        try:
+            return q.qsize()
+        except (NotImplementedError, OSError, ValueError):  # no sem_getvalue here, or a queue being closed
+            return 0
+
     def stop(self) -> None:
         if self.process is None:
             return
@@ -228,13 +241,11 @@ class ParallelReader:
         ids = {self.spec.server_id + 2 + slot for slot in range(self.decode.workers)}
         cur.execute("SELECT @@server_id")
         taken = ids & {int(cur.fetchone()[0])}
-        try:
-            cur.execute("SHOW SLAVE HOSTS")
-        except pymysql.err.OperationalError as e:  # needs REPLICATION MASTER ADMIN on MariaDB
-            log.debug("cannot list replicas: %s", e)
+        replicas = connected_replicas(cur)
+        if replicas is None:
             return taken
         ours = (self.spec.report_as, *(f"{self.spec.report_as}:decode{slot}" for slot in range(self.decode.workers)))
-        return taken | (ids & {int(r[0]) for r in cur.fetchall() if r[1] not in ours})
+        return taken | (ids & {server_id for server_id, host in replicas if host not in ours})
 
     def _fill(self) -> None:
         """Start chunks while fewer than ``workers`` are read; the last reader once every chunk is taken."""
@@ -269,6 +280,10 @@ class ParallelReader:
             self._reading.popleft()
             self._fill()
         return records
+
+    def queued(self) -> int:
+        """The queue of the reader after the backlog's chunks (0 while chunks are taken from spools)."""
+        return 0 if self._reading else self._live.queued()
 
     def stop(self) -> None:
         """Stop every reader process; spools go with them."""
