@@ -8,7 +8,8 @@ comparison built from binlake's own codecs would share cannot hide.
   index, and every value as the server's own text over the text protocol (pymysql with no
   decoders: each value arrives as the server printed it) — binary values through ``HEX()``,
   BIT through ``HEX()``, FLOAT through ``CAST(… AS DOUBLE)`` (its text has six digits, not
-  the stored bits), spatial values through ``ST_AsBinary``/``ST_SRID``, YEAR(2) through
+  the stored bits), spatial values through ``ST_AsBinary``/``ST_SRID`` (an empty stored value, which
+  ``ST_AsBinary`` makes NULL, by ``LENGTH``), YEAR(2) through
   ``YEAR()``, temporal values in a UTC session — parsed here into Python values by the rules
   docs/type-mapping.md states (a zero or impossible date is null, TIME is signed
   microseconds, the ZEROFILL padding is display only).
@@ -132,7 +133,9 @@ def _select(col: ServerColumn) -> list[str]:
     """What the SELECT reads of ``col``: the expressions whose text :func:`_value` parses."""
     q = _quote(col.name)
     if col.data_type in _SPATIAL:
-        return [f"HEX(ST_AsBinary({q}))", f"ST_SRID({q})"]
+        # LENGTH: an empty stored value (a NOT NULL column's implicit value in a non-strict
+        # insert) is no geometry, so ST_AsBinary gives NULL for it
+        return [f"HEX(ST_AsBinary({q}))", f"ST_SRID({q})", f"LENGTH({q})"]
     if col.data_type in _BINARIES or col.data_type == "bit":
         return [f"HEX({q})"]
     if col.data_type == "float":
@@ -169,9 +172,11 @@ def _value(col: ServerColumn, documented: str, texts: list):
     """The Python value of ``col`` from the server's text of :func:`_select`'s expressions:
     what Delta holds for it (docs/type-mapping.md)."""
     text = texts[0]
+    t = col.data_type
+    if t in _SPATIAL and texts[2] == "0":
+        return b"", 0  # empty as stored, not null: the column holds a value
     if text is None:
         return None
-    t = col.data_type
     if t in _INTEGERS:
         return int(text)
     if t == "decimal":
