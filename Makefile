@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install system-deps demo ui screenshots test lint docs bench clean
+.PHONY: install system-deps demo ui screenshots test test-quick lint docs bench clean
 
 # PostgreSQL: the storage of the production Dagster instance in its test (devtools/local_postgres.py).
 # Prometheus: scrapes the stream's metrics in its test (devtools/local_prometheus.py); without its
@@ -41,6 +41,11 @@ screenshots: install
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+
+# The quick tier (marker `quick`, tests/conftest.py: QUICK), for the edit-test loop; CI runs `make test`.
+test-quick: install
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -m quick
 
 lint: install
 	$(BIN)/ruff check .

@@ -74,6 +74,10 @@ class LocalMariaDB:
                  "--auth-root-authentication-method=normal", "--skip-test-db", *user],
                 check=True, capture_output=True,
             )
+        # Temporary tables in a folder of this server's own: in a shared /tmp, another process's
+        # cleanup may delete them under the server (seen: errors on delete, a crash on cleanup).
+        tmpdir = self.base_dir / "tmp"
+        tmpdir.mkdir(exist_ok=True)
         mariadbd = _find_binary("mariadbd", MARIADBD_CANDIDATES)
         binlog_args = [f"--log-bin={datadir / 'binlog'}", "--binlog-format=ROW", "--binlog-row-image=FULL",
                        "--binlog-row-metadata=FULL"] if self.binlog else []
@@ -81,6 +85,7 @@ class LocalMariaDB:
             mariadbd, "--no-defaults", f"--datadir={datadir}", f"--port={self.port}",
             "--bind-address=127.0.0.1", f"--socket={self.base_dir / 'mysqld.sock'}",
             f"--pid-file={self.base_dir / 'mysqld.pid'}", f"--log-error={self.base_dir / 'error.log'}",
+            f"--tmpdir={tmpdir}",
             f"--server-id={self.server_id}",
             *binlog_args,
             "--character-set-server=utf8mb4", "--collation-server=utf8mb4_general_ci",

@@ -127,6 +127,43 @@ def make_config(mariadb, tmp_path: Path):
     return build
 
 
+# The quick tier (`make test-quick`, `-m quick`): the most coverage per second for the edit-test
+# loop: the engine's parts without a server, and the server-backed tests of the config, the DDL
+# parser, chunking, the binlog event loop, GTIDs and the flavours, the schema registry and the two
+# oracles, that need no Spark and take seconds each. A file's name marks all of its tests,
+# "file::test" one. The whole suite (`make test`) stays what CI runs.
+QUICK = {
+    "test_backfill_parts.py", "test_backfill_wait.py", "test_codecs.py", "test_delta_apply.py",
+    "test_engine_parts.py", "test_handoff.py", "test_lake_requests.py", "test_mysql_corpus.py",
+    "test_schema_history.py", "test_startup_gtid.py", "test_table_batch.py", "test_visibility.py",
+    "test_config.py", "test_ddl_parse.py", "test_binlog_decoder.py", "test_chunking.py", "test_chunk_reader.py",
+    "test_event_loop.py", "test_gtid.py", "test_flavour.py", "test_failover_parts.py", "test_schema_registry.py",
+    "test_oracle.py", "test_change_count.py", "test_validate_mysql.py", "test_watermarks.py",
+}
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Marks the tests of QUICK ``quick``."""
+    for item in items:
+        name = Path(item.path).name
+        if name in QUICK or f"{name}::{item.originalname}" in QUICK:
+            item.add_marker(pytest.mark.quick)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test of a module with a random ``SEED`` carries it: as a property (in a JUnit XML report)
+    and, when it fails, as a section of the failure, with the variable that replays it."""
+    report = yield
+    seed = getattr(item.module, "SEED", None)
+    if seed is not None and report.when == "call":
+        var = getattr(item.module, "SEED_VAR", None)
+        item.user_properties.append(("seed", seed))
+        if report.failed:
+            report.sections.append(("seed", f"SEED = {seed}" + (f" (replay: {var}={seed})" if var else "")))
+    return report
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     """The session's row-by-row proof in one line, and any unexpected exit of its MariaDB."""
     from tests.helpers import COMPARED

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections import Counter
@@ -12,11 +13,12 @@ from typing import TYPE_CHECKING
 import yaml
 
 from cdc_core.config import BinlakeConfig, StreamConfig
+from cdc_core.routes import Router
 from cdc_core.schema.table import describe_table
 from cdc_core.source.connection import connect, connection_settings
 from pipelines.lake.tables import table_uri
-from pipelines.reconcile.rows import TableDiff, compare_table
 from pipelines.snapshot.driver import SnapshotJob
+from tests.oracle_rows import DeltaSide, TableDiff, compare_table
 
 if TYPE_CHECKING:
     from pipelines.stream import StreamEngine
@@ -53,6 +55,34 @@ def write_config_file(cfg: BinlakeConfig, path: Path, **extra) -> str:
     raw.update(extra)
     path.write_text(yaml.safe_dump(raw))
     return str(path)
+
+
+class Worker(threading.Thread):
+    """``target(*args)`` in a daemon thread that keeps what it returned or raised: ``join``
+    raises its exception in the test's thread, so a writer that failed (a lost connection, a
+    statement the server refused) fails the test instead of leaving it to pass on less work."""
+
+    def __init__(self, target, *args, name: str = "worker"):
+        super().__init__(name=name, daemon=True)  # daemon: a failed test does not hang the session
+        self._call = (target, args)
+        self.result = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        target, args = self._call
+        try:
+            self.result = target(*args)
+        except BaseException as e:  # noqa: BLE001 - raised again in the test's thread by join()
+            self.error = e
+
+    def join(self, timeout: float | None = 120):
+        """What the target returned, once it has; its exception if it raised."""
+        super().join(timeout)
+        if self.is_alive():
+            raise AssertionError(f"{self.name} did not end within {timeout} s")
+        if self.error is not None:
+            raise self.error
+        return self.result
 
 
 class EngineThread(threading.Thread):
@@ -98,18 +128,42 @@ class EngineThread(threading.Thread):
             time.sleep(0.05)
 
 
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
+    """``predicate()``'s first true value, polled every ``interval`` s; a failure naming ``what``
+    when it is still false after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = predicate()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
 def snapshot(cfg: BinlakeConfig, spark):
     return SnapshotJob(cfg, spark).run()
 
 
-def diff_tables(cfg: BinlakeConfig, names: list[str]) -> list[TableDiff]:
-    """Row-by-row diffs of the captured tables ``names`` (a routed table: its rows in the sink)."""
-    with connect(connection_settings(cfg)) as conn, conn.cursor() as cur:
-        return [compare_table(cur, cfg, n) for n in names]
+def diff_tables(cfg: BinlakeConfig, names: list[str], widened: bool = False) -> list[TableDiff]:
+    """Row-by-row and type-by-type diffs of the captured tables ``names`` (a routed table: its
+    rows in the sink) by the oracle of tests/oracle_rows.py; ``widened``: a Delta column may
+    have a type holding more than the documented one (a type change, a route's sources)."""
+    router = Router(cfg.routes)
+    server = connection_settings(cfg).pymysql_kwargs()
+    excluded = cfg.source.exclude_columns  # regexes over "db.table.column", matched in full
+
+    def side(name: str) -> DeltaSide:
+        return DeltaSide(table_uri(cfg.sink.path, router.sink(name)), cfg.sink.storage_options or None,
+                         name if router.routed(name) else None)
+
+    return [compare_table(server, n, side(n), widened=widened,
+                          excluded=lambda c: any(re.fullmatch(p, c) for p in excluded)) for n in names]
 
 
-def assert_equal(cfg: BinlakeConfig, names: list[str]) -> None:
-    diffs = diff_tables(cfg, names)
+def assert_equal(cfg: BinlakeConfig, names: list[str], widened: bool = False) -> None:
+    """Every table of ``names`` equal in Delta and MySQL (:func:`diff_tables`)."""
+    diffs = diff_tables(cfg, names, widened)
     bad = [d.describe() for d in diffs if not d.equal]
     assert not bad, "\n".join(bad)
     assert all(d.mysql_rows == d.delta_rows for d in diffs)

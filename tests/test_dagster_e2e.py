@@ -11,6 +11,7 @@ import time
 
 import pytest
 from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster._core.scheduler.instigation import InstigatorType, TickStatus
 from deltalake import DeltaTable
 
 from devtools.local_mariadb import _free_port
@@ -44,6 +45,14 @@ def wait(predicate, timeout: float, what: str):
 
 def runs(instance, job: str, statuses=None):
     return instance.get_runs(RunsFilter(job_name=job, statuses=statuses or []))
+
+
+def sensor_ticks_after(instance, sensor: str, after: float) -> list:
+    """The ticks of ``sensor`` that started after ``after`` (a time.time()) and have ended."""
+    (state,) = [s for s in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR)
+                if s.instigator_name == sensor]
+    return [t for t in instance.get_ticks(state.instigator_origin_id, state.selector_id, after=after)
+            if t.status != TickStatus.STARTED]
 
 
 def latest_stream_offset(instance, key: AssetKey) -> int | None:
@@ -114,7 +123,10 @@ def test_dagster_dev_end_to_end(db, make_config, tmp_path):
         failures = instance.get_records_for_run(stream.run_id, of_type=DagsterEventType.STEP_FAILURE).records
         assert not failures  # a clean stop is no failure
         assert ControlStore.of(cfg).checkpoint().state == "stopped"
-        time.sleep(12)  # a hand-off tick: a stream stopped from the UI is not relaunched
+        stopped = time.time()
+        # A hand-off tick after the stop has decided: a stream stopped from the UI is not relaunched.
+        wait(lambda: sensor_ticks_after(instance, "stream_handoff_sensor", stopped), 120,
+             "a hand-off sensor tick after the stop")
         assert not runs(instance, STREAM_JOB, [DagsterRunStatus.QUEUED, DagsterRunStatus.STARTED])
         assert_equal(cfg, tables)
     except BaseException:

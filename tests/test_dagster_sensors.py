@@ -7,8 +7,6 @@ is released and Delta equals MySQL)."""
 
 from __future__ import annotations
 
-import time
-
 from dagster import (
     AssetKey,
     DagsterEvent,
@@ -31,7 +29,7 @@ from pipelines.schema.registry import pending_changes
 from pipelines.source_catalog import discover
 from pipelines.stream import StreamEngine
 from resources.binlake import STOPPED_TAG, for_dagster
-from tests.helpers import EngineThread, assert_equal, snapshot, write_config_file
+from tests.helpers import EngineThread, assert_equal, diff_tables, snapshot, wait_for, write_config_file
 
 # Where a queued run came from (the instance requires one for queued runs).
 ORIGIN = RemoteJobOrigin(RemoteRepositoryOrigin(InProcessCodeLocationOrigin(LoadableTargetOrigin(
@@ -114,9 +112,7 @@ def test_schema_sensor_fires_once_per_pending_change(db, make_config, spark, tmp
             cur.execute("ALTER TABLE a ADD COLUMN note VARCHAR(20) DEFAULT 'n/a'")
             cur.execute("INSERT INTO a VALUES (100, 100, 'after')")
         store = ControlStore.of(cfg)
-        deadline = time.monotonic() + 60
-        while not pending_changes(store) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for(lambda: pending_changes(store), 60, "the DDL recorded as pending", interval=0.2)
         requests = tick()
         assert isinstance(requests, list) and len(requests) == 1
         (request,) = requests
@@ -132,10 +128,9 @@ def test_schema_sensor_fires_once_per_pending_change(db, make_config, spark, tmp
         assert "note" in [c.name for c in m.metadata["dagster/column_schema"].value.columns]
         assert m.metadata["binlake/decision"].value
         assert "no pending schema change" in tick().skip_message
-        deadline = time.monotonic() + 60  # the engine releases the table and applies the held row
-        while engine.state.holds and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(1)
+        wait_for(lambda: not engine.state.holds, 60, "the engine to release the table", interval=0.2)
+        # and to apply the held row
+        wait_for(lambda: diff_tables(cfg, [f"{name}.a"])[0].equal, 60, "the held row in Delta", interval=0.2)
     finally:
         worker.stop(60)
     assert_equal(cfg, [f"{name}.a"])

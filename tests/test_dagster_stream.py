@@ -171,7 +171,7 @@ def test_backfill_of_several_tables_in_one_launch_while_the_stream_runs_under_wr
     change rows of both tables, in and out of the range: one request per table, each done by
     the stream; the run records an observation per table (request id, range, chunks, rows,
     duration) and a summary; Delta equals MySQL for both."""
-    from cdc_core.chunks.incremental import BackfillState
+    from cdc_core.chunks.incremental import BackfillRequest, BackfillState
     from cdc_core.source.connection import connection_settings
     from pipelines.lake.control_store import ControlStore
     from pipelines.stream import StreamEngine
@@ -213,12 +213,16 @@ def test_backfill_of_several_tables_in_one_launch_while_the_stream_runs_under_wr
     observed = {e.asset_observation_data.asset_observation.asset_key: e.asset_observation_data.asset_observation
                 for e in result.all_node_events if e.event_type_value == "ASSET_OBSERVATION"}
     assert set(observed) == {AssetKey([name, "a"]), AssetKey([name, "b"])}
+    states = [BackfillRequest.from_row(r) for r in ControlStore.of(cfg)._read("backfill_requests")]
     for req in requests:
         md = {k: v.value for k, v in observed[AssetKey(req.table.split("."))].metadata.items()}
         assert (md["binlake/backfill_id"], md["binlake/table"], md["binlake/range"]) == (
             req.id, req.table, req.describe_range())
         assert (md["binlake/chunks"], md["binlake/rows"]) == (len(req.chunks), req.rows)
-        assert md["binlake/duration_seconds"] >= 0
+        # from the request's first stored state to its last (done), as the control table has them
+        first = min((s for s in states if s.id == req.id), key=lambda s: s.seq)
+        assert md["binlake/duration_seconds"] == round((req.updated_at - first.updated_at).total_seconds(), 1)
+        assert md["binlake/duration_seconds"] > 0
     assert len(requests[0].chunks) >= 8 and all(400 <= c.lo and c.hi <= 900 for c in requests[1].chunks)
     output = next(e for e in result.all_node_events if e.event_type_value == "STEP_OUTPUT")
     summary = output.event_specific_data.metadata

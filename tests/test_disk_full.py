@@ -1,13 +1,20 @@
-"""Disk full on the lake: the lake lives on a small tmpfs (the tests mount one; they are skipped,
-saying why, where mounting is not allowed). The snapshot and the stream each stop with one clear
-line (exit 1), leave nothing half-committed (every Delta table still reads; the snapshot's
-rows are exact rows of MySQL, each once; the stream's table is as of its last commit), and
-resume once space is freed."""
+"""Disk full on the lake: the lake lives on a small tmpfs. As root the test mounts one; without
+root (an unprivileged CI) it runs itself again in a user and mount namespace of its own
+(``unshare --user --map-root-user --mount``), where it may mount one, with a MariaDB of that run;
+only where neither is allowed is it skipped, saying why (``-rs`` puts the reason in the
+summary). The snapshot and the stream each stop with one clear line (exit 1), leave nothing
+half-committed (every Delta table still reads; the snapshot's rows are exact rows of MySQL,
+each once; the stream's table is as of its last commit), and resume once space is freed.
+
+``BINLAKE_DISK_FULL_NAMESPACE=1`` takes the namespace path even as root (to test it)."""
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +23,47 @@ from deltalake import DeltaTable
 from tests.helpers import assert_equal, write_config_file
 
 MB = 1 << 20
+INSIDE = "BINLAKE_DISK_FULL_INSIDE"  # set in the run inside the namespace
+FORCE = "BINLAKE_DISK_FULL_NAMESPACE"
+UNSHARE = ["unshare", "--user", "--map-root-user", "--mount"]
+
+
+def _can_mount(where: Path) -> str | None:
+    """None when this process may mount a tmpfs at ``where``; else why not."""
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], capture_output=True, text=True)
+    if r.returncode != 0:
+        return r.stderr.strip() or f"mount exited {r.returncode}"
+    subprocess.run(["umount", str(where)], check=True)
+    return None
+
+
+def with_a_tmpfs(test):
+    """Run ``test`` where it may mount a tmpfs: here (root, or already inside the namespace),
+    else as a pytest run of its own inside a new user and mount namespace; skipped, saying
+    why, where neither is allowed."""
+
+    @functools.wraps(test)
+    def run(*args, tmp_path: Path, **kwargs):
+        probe = tmp_path / "probe"
+        probe.mkdir()
+        refused = "the namespace path is asked for" if os.environ.get(FORCE) and not os.environ.get(INSIDE) \
+            else _can_mount(probe)
+        if refused is None:
+            return test(*args, tmp_path=tmp_path, **kwargs)
+        if os.environ.get(INSIDE):
+            pytest.fail(f"cannot mount a tmpfs inside the namespace: {refused}")
+        if subprocess.run([*UNSHARE, "true"], capture_output=True).returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs for the lake (not root: {refused}) nor make a user namespace "
+                        "(unshare --user --map-root-user)")
+        inner = subprocess.run(
+            [*UNSHARE, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+             f"--basetemp={tmp_path / 'inside'}", f"{__file__}::{test.__name__}"],
+            capture_output=True, text=True, env={**os.environ, INSIDE: "1"}, cwd=Path(__file__).parent.parent,
+            timeout=1200)
+        said = f"inside a user and mount namespace:\n{inner.stdout[-6000:]}{inner.stderr[-3000:]}"
+        assert inner.returncode == 0 and re.search(r"\b1 passed\b", inner.stdout), said
+
+    return run
 
 
 @pytest.fixture
@@ -25,10 +73,7 @@ def small_lake(tmp_path):
     mount.mkdir()
 
     def mount_it(size: int) -> Path:
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True,
-                           text=True)
-        if r.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs for the lake (needs root): {r.stderr.strip()}")
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], check=True)
         return mount
 
     def grow(size: int) -> None:
@@ -57,6 +102,7 @@ def _blob() -> str:
     return os.urandom(150_000).hex()  # incompressible: 300 KB per row in Parquet too
 
 
+@with_a_tmpfs
 def test_snapshot_disk_full_then_resume(mariadb, db, make_config, small_lake, tmp_path):
     name, conn = db
     with conn.cursor() as cur:
@@ -89,6 +135,7 @@ def test_snapshot_disk_full_then_resume(mariadb, db, make_config, small_lake, tm
 
 
 
+@with_a_tmpfs
 def test_stream_disk_full_then_resume(mariadb, db, make_config, small_lake, tmp_path):
     name, conn = db
     with conn.cursor() as cur:

@@ -7,12 +7,15 @@ logging under another base name with binlog numbers behind the primary's):
   leaves); the primary is SIGKILLed; binlake, pointed at the replica, translates the
   checkpoint and the tables' offsets by GTID and ends with Delta equal to the replica.
   A keyless table (whole rows, duplicates counted) makes any change applied twice show as
-  an extra row, and every table's stream offsets must strictly increase across the
-  failover;
+  an extra row, every table's stream offsets must strictly increase across the
+  failover, and every change from the stream's start on the primary to its end on the replica
+  is counted once, per table and per key (tests/change_count.py: the primary's offsets found
+  in the replica's binlog by GTID);
 - a table added to the capture after the failover is snapshotted (Spark) with watermarks
   in the new server's positions, and streamed on from there;
 - a replica that lacks transactions the checkpoint has (it lagged): exit 2 with a
-  message saying so, nothing written; once it has caught up the same command succeeds.
+  message saying so, nothing written; once it has caught up the same command succeeds, every
+  change counted once.
 """
 
 from __future__ import annotations
@@ -23,12 +26,15 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_core.config import BinlakeConfig
+from cdc_core.offset.position import master_position
+from cdc_core.offset.stream_offset import StreamOffset
 from devtools.local_mariadb import LocalMariaDB
 from pipelines.lake.control_store import ControlStore
 from pipelines.lake.offsets import last_stream_offset
 from pipelines.lake.tables import table_uri
 from pipelines.snapshot.driver import SnapshotJob
 from pipelines.stream.engine import StreamEngine
+from tests.change_count import assert_changes_counted
 from tests.helpers import assert_equal, write_config_file
 from tests.test_stream_crash import assert_commits_strictly_increase, own_config, run_stream
 
@@ -99,6 +105,17 @@ def writes(server: LocalMariaDB, first: int, count: int, *, big: bool = False) -
         cur.execute("DELETE FROM a WHERE n = 2 LIMIT 2")
 
 
+def stream_start(primary: LocalMariaDB) -> StreamOffset:
+    """The primary's binlog end as an offset with its GTID (a stream starting there in mode
+    latest records none), so that the change count finds it in the replica's binlog."""
+    with primary.connect() as c, c.cursor() as cur:
+        end = master_position(cur)
+        cur.execute("SELECT @@gtid_binlog_pos")
+        (gtid,) = cur.fetchone()
+    assert "," not in gtid, gtid  # one replication domain
+    return StreamOffset(end, end, gtid=gtid, server_id=1)
+
+
 def on(cfg: BinlakeConfig, server: LocalMariaDB) -> BinlakeConfig:
     """``cfg`` pointed at ``server`` (the config change a user makes after a failover)."""
     return cfg.model_copy(update={"source": cfg.source.model_copy(update={"port": server.port})})
@@ -116,6 +133,7 @@ def test_failover_inside_a_transaction_with_tables_ahead(pair, spark, tmp_path):
     primary, replica = pair
     cfg = on_tables(own_config(tmp_path, primary, "shop", 4242, stream={"max_batch_rows": 400}, source=KEYLESS),
                     CAPTURED)
+    start = stream_start(primary)
     StreamEngine(cfg, until_now=True).run()  # the start: baselines and a first checkpoint
     writes(primary, 1, 50, big=True)
     # Stop inside the big transaction: every table at the checkpoint, which is inside it.
@@ -147,6 +165,7 @@ def test_failover_inside_a_transaction_with_tables_ahead(pair, spark, tmp_path):
     assert_equal(moved, NAMES)
     for n in NAMES:
         assert assert_commits_strictly_increase(moved, n) > 0
+    assert_changes_counted(moved, NAMES, start=start)
     # The replica goes on: a restart on it is an ordinary restart, and shop.x joins by a snapshot
     # whose watermarks are positions of the new server (they carry its base).
     with replica.connect("shop") as c, c.cursor() as cur:
@@ -168,6 +187,7 @@ def test_failover_inside_a_transaction_with_tables_ahead(pair, spark, tmp_path):
 def test_lagging_replica_is_refused_until_it_caught_up(pair, tmp_path):
     primary, replica = pair
     cfg = on_tables(own_config(tmp_path, primary, "shop", 4243, source=KEYLESS), CAPTURED)
+    start = stream_start(primary)
     StreamEngine(cfg, until_now=True).run()
     with replica.connect() as c, c.cursor() as cur:
         cur.execute("STOP SLAVE SQL_THREAD")  # the replica falls behind
@@ -191,3 +211,4 @@ def test_lagging_replica_is_refused_until_it_caught_up(pair, tmp_path):
     s = run_stream(config, tmp_path / "logs", "--until", "now", password=replica.password)
     assert s.proc.returncode == 0, s.describe()
     assert_equal(moved, NAMES)
+    assert_changes_counted(moved, NAMES, start=start)

@@ -5,8 +5,9 @@ delta-rs with the same storage options.
 - The whole cycle as a user runs it: ``binlake snapshot`` SIGKILLed mid-way and resumed
   (only unfinished chunks read again), ``binlake stream`` under a random workload
   SIGKILLed again and again, schema changes (a rewrite, a dropped column, a type change),
-  restart: Delta equals MySQL row by row, and each table's stream commits carry strictly
-  increasing offsets (nothing applied twice).
+  restart: Delta equals MySQL row by row, each table's stream commits carry strictly
+  increasing offsets, and every binlog change is counted once, per table and per key
+  (tests/change_count.py).
 - The snapshot on a Spark standalone cluster (a master and two workers on loopback):
   executors write the Parquet files to the bucket, the driver commits them.
 - Commit safety: a store that ignores conditional writes (an endpoint dropping
@@ -41,6 +42,7 @@ from pipelines.lake.files import snapshot_commits
 from pipelines.lake.storage import PROBE_DIR, filesystem
 from pipelines.lake.tables import open_table, post_commit_hooks, table_uri
 from pipelines.stream.online_backfill import BACKFILL_KEY
+from tests.change_count import assert_changes_counted
 from tests.helpers import assert_equal, snapshot, write_config_file
 from tests.s3_endpoint import S3Server
 from tests.spark_cluster import standalone_cluster
@@ -146,6 +148,7 @@ def test_snapshot_stream_kills_and_schema_changes_on_s3(mariadb, db, spark, make
     assert_equal(cfg, names)
     commits = {n: assert_stream_offsets_increase(cfg, n) for n in names}
     assert all(commits.values()), commits
+    assert_changes_counted(cfg, names)  # every kill: no change lost or applied twice, per table and per key
     status = run_cli("status", "-c", config, "--json", password=mariadb.password)
     assert status.returncode == 0, status.stderr
     assert '"streaming' in status.stdout

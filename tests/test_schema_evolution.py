@@ -23,7 +23,7 @@ from pipelines.lake.tables import table_uri
 from pipelines.reconcile.rows import compare
 from pipelines.schema.applier import SchemaChangeRejected
 from pipelines.stream import StreamEngine
-from tests.helpers import EngineThread, diff_tables
+from tests.helpers import EngineThread, Worker, diff_tables
 
 BASE = "id INT PRIMARY KEY, a INT, s VARCHAR(10), d DECIMAL(6,2)"
 # case → (DDL with {t}, statements after it); before every DDL: 3 inserts and an update.
@@ -199,27 +199,28 @@ def test_alter_on_200k_rows_while_writes_continue(db, make_config):
         cur.execute("INSERT INTO big (id, a, s) SELECT seq, seq, 'x' FROM seq_1_to_200000")
     stop = threading.Event()
 
-    def writer():
+    def writer() -> int:
         i = 300_000
         with connect(connection_settings(cfg), database=name) as c, c.cursor() as cur:
             while not stop.is_set():
                 i += 1
                 cur.execute("INSERT INTO big (id, a) VALUES (%s, 1)", (i,))
                 cur.execute("UPDATE big SET a = a + 1 WHERE id = %s", (i % 200_000 + 1,))
+        return i - 300_000
 
-    t = threading.Thread(target=writer)
+    t = Worker(writer, name="writer")
     t.start()
     engine = EngineThread(StreamEngine(cfg))
     engine.start()
     try:
-        time.sleep(2)
+        time.sleep(2)  # writes before the ALTER, for the stream to read live
         with conn.cursor() as cur:
             cur.execute("ALTER TABLE big ADD COLUMN extra VARCHAR(10) DEFAULT 'e', MODIFY a BIGINT")
-        time.sleep(3)
+        time.sleep(3)  # and after it
     finally:
         stop.set()
-        t.join()
         engine.stop()
+    assert t.join() > 0  # the writer's failure, if it failed
     StreamEngine(cfg, until_now=True).run()
     diffs = [d for d in diff_tables(cfg, [f"{name}.big"]) if not d.equal]
     assert not diffs, "\n".join(d.describe() for d in diffs)

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -48,8 +49,9 @@ def test_kill_and_resume(db, spark, make_config, tmp_path):
     try:
         deadline = time.monotonic() + 120
         # Kill once a few data commits have landed (version 0 creates the table).
-        while time.monotonic() < deadline and len(list(log_dir.glob("*.json"))) < 4:
+        while len(list(log_dir.glob("*.json"))) < 4:
             assert proc.poll() is None, "snapshot finished before it could be killed; make the table bigger"
+            assert time.monotonic() < deadline, "fewer than 3 snapshot commits within 120 s"
             time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
@@ -118,13 +120,21 @@ def test_groups_finished_together_share_one_commit(db, make_config, monkeypatch)
     cfg = make_config(name, chunk_size=250, parallelism=4,
                       source={"snapshot": {"chunk_size": 250, "max_rows_per_task": 500, "runner": "local"}})
     real, files_per_commit = snapshot_driver.commit_files, []
+    read_group, finished = snapshot_driver.SnapshotJob.group_fn, threading.Semaphore(0)
+
+    def counted(task):
+        result = read_group(task)
+        finished.release()
+        return result
 
     def slow_first(table, files, schema, metadata):
         if files and not files_per_commit:
-            time.sleep(2)  # the other groups finish meanwhile
+            for _ in range(3):  # the first group and two more have been read: the next commit holds both
+                assert finished.acquire(timeout=60), "no other chunk group finished within 60 s"
         files_per_commit.append(len(files))
         return real(table, files, schema, metadata)
 
+    monkeypatch.setattr(snapshot_driver.SnapshotJob, "group_fn", staticmethod(counted))
     monkeypatch.setattr(snapshot_driver, "commit_files", slow_first)
     summary = snapshot(cfg, None)
     assert summary.tables[0].rows_written == 4000

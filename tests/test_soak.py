@@ -64,7 +64,8 @@ from tests.test_stream_crash import (
     workload_keys,
 )
 
-SEED = int(os.environ.get("BINLAKE_SOAK_SEED", "20261125"))
+SEED_VAR = "BINLAKE_SOAK_SEED"  # a failure shows the seed (tests/conftest.py)
+SEED = int(os.environ.get(SEED_VAR, "20261125"))
 STREAM_KILLS = int(os.environ.get("BINLAKE_SOAK_KILLS", "50"))
 SNAPSHOT_KILLS = 1  # each starts Spark: seconds
 SOAK_STREAM = {**STREAM, "max_batch_seconds": 0.25}
@@ -163,6 +164,7 @@ def _check(cfg, names, timings: Counter, seen: dict[str, int]) -> None:
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(1800)  # 6 to 9 minutes measured on loaded cores: twice the default
 def test_soak_sigkill_at_targeted_points(mariadb, db, spark, make_config, tmp_path):
     began = time.monotonic()
     name, conn = db

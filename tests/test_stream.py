@@ -22,7 +22,7 @@ from pipelines.lake.tables import table_uri
 from pipelines.snapshot.plan import plan_snapshot
 from pipelines.snapshot.verify import finished_snapshot
 from pipelines.stream import StreamEngine
-from tests.helpers import EngineThread, assert_equal, snapshot
+from tests.helpers import EngineThread, Worker, assert_equal, snapshot
 
 
 def stream_until_now(cfg):
@@ -72,14 +72,14 @@ def test_random_workload_during_and_after_snapshot(db, spark, make_config):
     _tables(conn)
     cfg = make_config(name, chunk_size=200, stream={"max_batch_rows": 700})
     stop = threading.Event()
-    writer = threading.Thread(target=_workload, args=(connection_settings(cfg), name, 1, None, stop))
+    writer = Worker(_workload, connection_settings(cfg), name, 1, None, stop, name="writer")
     writer.start()
     try:
         snapshot(cfg, spark)  # the writer runs throughout the snapshot
-        time.sleep(0.5)
+        time.sleep(0.5)  # and a little after it: changes for the hand-off
     finally:
         stop.set()
-        writer.join()
+    assert writer.join() > 0  # its failure, if it failed
     _workload(connection_settings(cfg), name, 2, 1500)  # and after it
     summary = stream_until_now(cfg)
     assert summary.changes > 0 and summary.batches >= 2

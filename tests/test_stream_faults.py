@@ -4,7 +4,8 @@ silence timeout: the server sends heartbeats when idle, so silence is a stalled 
 binlog answer cut in the middle of a packet (a large row), every connection dropped in the
 middle of a large transaction, and an outage longer than the retry budget (the run fails
 naming the cause; a re-run resumes). Every test asserts its faults were injected and ends
-with Delta equal to MySQL row by row."""
+with Delta equal to MySQL row by row and every binlog change counted once, per table and per
+key (tests/change_count.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from cdc_core.errors import TerminalError
 from cdc_core.retry import RetryPolicy
 from cdc_core.source.connection import connect, connection_settings
 from pipelines.stream import StreamEngine
+from tests.change_count import assert_changes_counted
 from tests.fault_proxy import Rule, via, wait_until
 from tests.helpers import assert_equal, snapshot
 
@@ -59,6 +61,7 @@ def test_stalled_binlog_connection_is_read_again(db, spark, make_config, proxy):
     # read it on a new connection (reconnected by the binlog client or by the engine).
     assert stall.fired == 1 and stall.seen >= 2
     assert_equal(cfg, [f"{name}.t"])
+    assert_changes_counted(cfg, [f"{name}.t"])
 
 
 def test_binlog_answer_cut_mid_packet(db, spark, make_config, proxy):
@@ -70,6 +73,7 @@ def test_binlog_answer_cut_mid_packet(db, spark, make_config, proxy):
     StreamEngine(via(cfg, proxy), until_now=True, retry=FAST).run()
     assert cut.fired == 1 and cut.seen >= 2  # asked for again after the cut
     assert_equal(cfg, [f"{name}.t"])
+    assert_changes_counted(cfg, [f"{name}.t"])
 
 
 def test_connections_dropped_while_streaming_transactions(db, spark, make_config, proxy):
@@ -123,6 +127,7 @@ def test_connections_dropped_while_streaming_transactions(db, spark, make_config
     assert requests.seen >= 4  # the binlog read again after each drop
     StreamEngine(via(cfg, proxy), until_now=True, retry=FAST).run()  # what the writer did after the stop
     assert_equal(cfg, [f"{name}.t"])
+    assert_changes_counted(cfg, [f"{name}.t"])
 
 
 def test_outage_longer_than_the_budget_fails_naming_the_cause_then_resumes(db, spark, make_config, proxy):
@@ -140,3 +145,4 @@ def test_outage_longer_than_the_budget_fails_naming_the_cause_then_resumes(db, s
         cur.execute(f"UPDATE `{name}`.t SET v = 0 WHERE id < 50")
     StreamEngine(proxied, until_now=True, retry=FAST).run()  # resumes from the checkpoint
     assert_equal(cfg, [f"{name}.t"])
+    assert_changes_counted(cfg, [f"{name}.t"])

@@ -156,6 +156,7 @@ import json, os, sys, time
 from pipelines.lake.writer_lock import LeaseLock, WriterLockHeld
 sink, go, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 lock = LeaseLock(sink, "shop", f"racer {os.getpid()}", ttl=60, storage_options=options, renew_in_background=False)
+print("ready", flush=True)
 while not os.path.exists(go):  # start together
     time.sleep(0.001)
 try:
@@ -181,7 +182,8 @@ def race_for_lease(sink: str, go: Path, storage_options: dict | None = None, rac
     procs = [subprocess.Popen([sys.executable, "-c", _RACER, sink, str(go), json.dumps(storage_options or {})],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                               cwd=Path(__file__).parent.parent) for _ in range(racers)]
-    time.sleep(3)  # let them import and wait at the line
+    ready = [p.stdout.readline().strip() for p in procs]  # each imported, at the line ('' if it died)
+    assert ready == ["ready"] * racers, ready
     go.touch()
     outcomes = sorted(p.stdout.readline().strip() for p in procs)
     Path(f"{go}.done").touch()

@@ -3,7 +3,8 @@ MariaDB writes an XA transaction's rows to the binlog at XA PREPARE and its outc
 as an ``XA COMMIT`` or ``XA ROLLBACK`` of its own: a prepared transaction's rows are not
 MySQL's rows until that outcome says so. Before cdc_core/binlog/xa.py the stream applied them at
 XA PREPARE: a rolled-back insert stayed in Delta and a rolled-back delete removed a row
-MySQL kept."""
+MySQL kept. Each test that streams also counts: every committed XA row applied once, at its XA
+COMMIT, none of a rolled-back one (tests/change_count.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from cdc_core.binlog.range_reads import read_changes
 from cdc_core.binlog.xa import XaHold, XaOutsideWindow, XaStatement, XaVerb, canonical_xid, xa_statement
 from cdc_core.offset.position import master_position
 from cdc_core.source.connection import connection_settings
+from tests.change_count import assert_changes_counted
 from tests.helpers import assert_equal, snapshot
 from tests.test_stream import stream_until_now
 
@@ -66,6 +68,7 @@ def test_xa_transactions_committed_rolled_back_and_one_phase(mariadb, db, make_c
     cfg = make_config(name, source={"startup": {"mode": "specific", "file": at.file, "pos": at.pos}})
     stream_until_now(cfg)
     assert_equal(cfg, [f"{name}.x"])
+    assert assert_changes_counted(cfg, [f"{name}.x"], start=at) == {f"{name}.x": {"c": 5, "u": 1, "d": 0}}
 
 
 def test_an_outcome_after_a_restart_finds_the_prepared_rows_in_the_binlog(db, make_config):
@@ -91,6 +94,8 @@ def test_an_outcome_after_a_restart_finds_the_prepared_rows_in_the_binlog(db, ma
         cur.execute("XA ROLLBACK 'b'")
     stream_until_now(cfg)
     assert_equal(cfg, [f"{name}.x"])
+    # a's rows count at its XA COMMIT, read after a restart; b's, rolled back, not at all
+    assert assert_changes_counted(cfg, [f"{name}.x"], start=at) == {f"{name}.x": {"c": 3, "u": 1, "d": 0}}
 
 
 def test_a_window_holds_only_committed_xa_rows(db, make_config):
@@ -126,6 +131,7 @@ def test_snapshot_with_xa_transactions_prepared_across_it(db, spark, make_config
     stream, starting at the chunks' watermarks, finds the committed one's rows."""
     name, conn = db
     with conn.cursor() as cur:
+        at = master_position(cur)
         cur.execute("CREATE TABLE x (id INT PRIMARY KEY, v VARCHAR(20))")
         cur.execute("INSERT INTO x SELECT seq, 'plain' FROM seq_1_to_300")
         _prepare(cur, "a", "INSERT INTO x VALUES (1000, 'committed')", "UPDATE x SET v = 'committed' WHERE id = 7",
@@ -138,3 +144,5 @@ def test_snapshot_with_xa_transactions_prepared_across_it(db, spark, make_config
         cur.execute("XA ROLLBACK 'b'")
     stream_until_now(cfg)
     assert_equal(cfg, [f"{name}.x"])
+    # a's rows, prepared before the stream's start, count at its XA COMMIT; b's not at all
+    assert assert_changes_counted(cfg, [f"{name}.x"], read_from=at) == {f"{name}.x": {"c": 1, "u": 1, "d": 1}}
