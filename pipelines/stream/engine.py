@@ -335,6 +335,8 @@ class StreamEngine:
                 if self.backfills.ready():  # every change up to the group's high watermark applied: merge now
                     self._commit()
                     self.backfills.merge()
+                # Between batches: the last one is committed and checkpointed, the next not begun.
+                self.maintenance.step(may_commit=not s.holds, may_vacuum=not self.backfills.inflight)
                 records = []
                 if ended or s.held_rows() >= self.cfg.stream.max_held_rows:
                     self._stop.wait(0.05)  # the reader blocks on the full queue: memory stays bounded
