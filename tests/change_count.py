@@ -50,6 +50,7 @@ from cdc_core.source.connection import ConnectionSettings, connect, connection_s
 from pipelines.lake.control_store import ControlStore
 from pipelines.lake.offsets import CHANGES_KEY
 from pipelines.lake.tables import open_table, table_uri
+from pipelines.stream.online_backfill import BACKFILL_KEY
 
 OPS = ("c", "u", "d")
 _ROW = re.compile(r"^### (INSERT INTO|UPDATE|DELETE FROM) `((?:[^`]|``)+)`\.`((?:[^`]|``)+)`$")
@@ -239,6 +240,7 @@ class StreamCommit:
     version: int
     offset: StreamOffset
     changes: Counter  # what the commit records of the source table, per op
+    merge: bool = False  # an online backfill's merge: rows read from MySQL, at the offset the table had
 
 
 def stream_commits(cfg: BinlakeConfig, name: str) -> list[StreamCommit]:
@@ -252,7 +254,7 @@ def stream_commits(cfg: BinlakeConfig, name: str) -> list[StreamCommit]:
         raw = commit.get(CHANGES_KEY)
         changes = (json.loads(raw) if isinstance(raw, str) else raw) if raw else {}
         commits.append(StreamCommit(commit["version"], StreamOffset.from_json(commit[OFFSET_KEY]),
-                                    Counter(changes.get(name, {}))))
+                                    Counter(changes.get(name, {})), BACKFILL_KEY in commit))
     return commits
 
 
@@ -323,7 +325,8 @@ def _per_key(cfg: BinlakeConfig, name: str, commits: list[StreamCommit], binlog:
              columns: list[str]) -> list[str]:
     """Each stream commit's changes per key in Delta against the binlog's in its range (the
     first one's from the cursor ``start``), for the commits whose range starts at or after the
-    cursor ``lowest``."""
+    cursor ``lowest``. An online backfill's merge has no binlog range of its own (it repairs rows
+    from MySQL at the offset the table already had): the commit after it starts from its result."""
     router = Router(cfg.routes)
     dt = DeltaTable(table_uri(cfg.sink.path, router.sink(name)), storage_options=cfg.sink.storage_options or None)
     source = name if router.routed(name) else None
@@ -332,6 +335,8 @@ def _per_key(cfg: BinlakeConfig, name: str, commits: list[StreamCommit], binlog:
     wrong = []
     prev = start
     for c in commits:
+        if c.merge:
+            continue
         low, prev = prev, binlog.cursor(c.offset)
         if low < lowest:
             continue
