@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc_core.batch.table_batch import Drop, TableBatch, TablePlan
+from cdc_core.batch.table_batch import Drop, TableBatch
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.schema.modes import (
     CDC_DELETED,
@@ -61,7 +61,8 @@ class StampedBatch(TableBatch):
         self._feed = columns.feed
         self._stamp: tuple[int, str] = (0, "")
         self._soft = columns.soft
-        self._op = len(self.names)  # where _cdc_op is in a plan row
+        self._op = self._op_at = len(self.names)  # where _cdc_op is in a plan row
+        self._deletes_rows = not self._soft  # a soft_delete table's deletions are upserted tombstones
         self._one_key = len(schema.row_key) == 1  # the fold's key is the value itself, else a tuple
 
     def add_event(self, op: str, rows: list, pos: BinlogPosition, time_us: int = 0, gtid: str | None = None,
@@ -82,19 +83,6 @@ class StampedBatch(TableBatch):
         self.final[k] = full = (*row, "d", seq, *self._stamp)
         if self._feed:
             self.log.append(full)
-
-    def plan(self) -> TablePlan:
-        """The batch's net effect; a soft_delete table's deletions are upserted tombstones."""
-        out, at, soft = TablePlan(), self._op, self._soft
-        for k, row in self.final.items():
-            if row[at] == "d" and not soft:
-                if self.may_exist[k]:
-                    out.delete.append(row)
-            elif self.may_exist[k]:
-                out.upsert.append(row)
-            else:
-                out.append.append(row)
-        return out
 
 
 @dataclass

@@ -158,11 +158,16 @@ class TableBatch:
         equal is removed and then written again, which leaves the same plan."""
         return self._key(before) != self._key(after)
 
+    # Where _cdc_op is in a plan row, and whether a deleted key's row is deleted (a subclass that
+    # keeps tombstones upserts it: cdc_core/batch/mode_batch.py).
+    _op_at = -2
+    _deletes_rows = True
+
     def plan(self) -> TablePlan:
         """The batch's net effect (see the module invariants)."""
-        out = TablePlan()
+        out, at, deletes = TablePlan(), self._op_at, self._deletes_rows
         for k, row in self.final.items():
-            if row[-2] == "d":
+            if row[at] == "d" and deletes:
                 if self.may_exist[k]:
                     out.delete.append(row)
             elif self.may_exist[k]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -92,7 +93,7 @@ def _joinable(t: pa.DataType) -> bool:
                               pa.types.is_date, pa.types.is_timestamp, pa.types.is_time, pa.types.is_boolean))
 
 
-_ROW, _CHANGE = "_binlake_row", "_binlake_change"  # positions carried through the key joins
+FILE_ROW, _CHANGE = "_binlake_row", "_binlake_change"  # positions carried through the key joins
 
 
 def _copy_on_write(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upsert: pa.Table, delete: pa.Table,
@@ -115,21 +116,8 @@ def _copy_on_write(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upser
     actions: list[AddAction | RemoveAction] = []
     now = int(time.time() * 1000)
     updated = deleted = 0
-    dataset = dt.to_pyarrow_dataset()
-    prune = pruning_column(schema, key)
-    candidates = files_holding(dt, prune, changes.column(prune))
-    for fragment in dataset.get_fragments():
-        size = candidates.get(fragment.path)
-        if size is None:
-            continue
-        # The dataset's schema fills columns an older file lacks; the cast turns DataFusion's
-        # string_view (files a MERGE wrote) back into the table's types.
-        rows = fragment.to_table(schema=dataset.schema).cast(schema)
-        ids = rows.select(list(key)).append_column(_ROW, pa.array(np.arange(rows.num_rows)))
-        hits = ids.join(keys, list(key), join_type="inner", use_threads=False)
-        if not hits.num_rows:
-            continue
-        gone = hits.column(_ROW).to_numpy()
+    for path, size, rows, hits in files_matching(dt, schema, key, keys):
+        gone = hits.column(FILE_ROW).to_numpy()
         change = hits.column(_CHANGE).to_numpy()
         back = np.unique(change[(change < upsert.num_rows) & ~written[change]])
         updated += len(back)
@@ -138,7 +126,7 @@ def _copy_on_write(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upser
         keep = np.ones(rows.num_rows, dtype=bool)
         keep[gone] = False
         rest = pa.concat_tables([rows.filter(pa.array(keep)), changes.take(pa.array(back, pa.int64()))])
-        actions.append(RemoveAction(fragment.path, True, now, size, {}))
+        actions.append(RemoveAction(path, True, now, size, {}))
         if rest.num_rows:
             actions.append(write_parquet(uri, rest, storage_options, kind="stream").add_action())
     new = pa.concat_tables([append, upsert.filter(pa.array(~written[:upsert.num_rows]))])
@@ -148,6 +136,28 @@ def _copy_on_write(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upser
                                 post_commithook_properties=hooks)
     dt.update_incremental()  # a write transaction does not move ``dt`` to the version it committed
     return RowsApplied(new.num_rows, updated, deleted)
+
+
+def files_matching(dt: DeltaTable, schema: pa.Schema, key: tuple[str, ...], keys: pa.Table
+                   ) -> Iterator[tuple[str, int, pa.Table, pa.Table]]:
+    """Each data file of ``dt`` holding a row whose ``key`` is in ``keys`` (the key columns and
+    any others): its path, size, rows (in ``schema``) and ``keys``' rows joined to the file's rows
+    they match (the file's row index in column ``FILE_ROW``). Only files the key's
+    statistics may place them in are read (:func:`files_holding`)."""
+    dataset = dt.to_pyarrow_dataset()
+    prune = pruning_column(schema, key)
+    candidates = files_holding(dt, prune, keys.column(prune))
+    for fragment in dataset.get_fragments():
+        size = candidates.get(fragment.path)
+        if size is None:
+            continue
+        # The dataset's schema fills columns an older file lacks; the cast turns DataFusion's
+        # string_view (files a MERGE wrote) back into the table's types.
+        rows = fragment.to_table(schema=dataset.schema).cast(schema)
+        ids = rows.select(list(key)).append_column(FILE_ROW, pa.array(np.arange(rows.num_rows)))
+        hits = ids.join(keys, list(key), join_type="inner", use_threads=False)
+        if hits.num_rows:
+            yield fragment.path, size, rows, hits
 
 
 def pruning_column(schema: pa.Schema, key: tuple[str, ...]) -> str:

@@ -39,11 +39,11 @@ from cdc_core.schema.modes import (
     SinkColumns,
 )
 from cdc_core.schema.output import CDC_OP, CDC_SEQ
-from pipelines.lake.apply import files_holding, pruning_column
+from pipelines.lake.apply import FILE_ROW, files_matching
 from pipelines.lake.files import write_parquet
 from pipelines.lake.tables import delta_schema, post_commit_hooks
 
-_ROW, _KEY, _VERSION = "_binlake_row", "_binlake_key", "_binlake_version"
+_KEY, _VERSION = "_binlake_key", "_binlake_version"
 # In ``keys``: the time and _cdc_seq of the key's first change in the batch, and whether it ends the
 # version Delta holds as current.
 _AT, _SEQ, _CLOSES = "_binlake_at", "_binlake_seq", "_binlake_closes"
@@ -73,28 +73,17 @@ def apply_history(dt: DeltaTable, key: tuple[str, ...], keys: pa.Table, versions
     schema = versions.schema
     touched = keys.select(list(key)).append_column(_KEY, pa.array(np.arange(keys.num_rows)))
     closes = keys.column(_CLOSES).to_numpy(zero_copy_only=False)
-    dataset = dt.to_pyarrow_dataset()
-    prune = pruning_column(schema, key)
-    candidates = files_holding(dt, prune, keys.column(prune))
     hit_file = np.full(keys.num_rows, -1)  # the file holding each key's current version, if the batch ends it
     floor = np.full(keys.num_rows, _MIN)  # each key's latest time in Delta: its versions' end, or the current's start
     files: list[tuple[str, int, pa.Table, np.ndarray, np.ndarray]] = []
-    for fragment in dataset.get_fragments():
-        size = candidates.get(fragment.path)
-        if size is None:
-            continue
-        rows = fragment.to_table(schema=dataset.schema).cast(schema)
-        ids = rows.select(list(key)).append_column(_ROW, pa.array(np.arange(rows.num_rows)))
-        hits = ids.join(touched, list(key), join_type="inner", use_threads=False)
-        if not hits.num_rows:
-            continue
-        at, which = hits.column(_ROW).to_numpy(), hits.column(_KEY).to_numpy()
+    for path, size, rows, hits in files_matching(dt, schema, key, touched):
+        at, which = hits.column(FILE_ROW).to_numpy(), hits.column(_KEY).to_numpy()
         ends = pc.coalesce(rows.column(VALID_TO), rows.column(VALID_FROM)).cast(pa.int64()).to_numpy()
         np.maximum.at(floor, which, ends[at])
         current = pc.fill_null(rows.column(IS_CURRENT), False).to_numpy(zero_copy_only=False)[at] & closes[which]
         if current.any():
             hit_file[which[current]] = len(files)
-            files.append((fragment.path, size, rows, at[current], which[current]))
+            files.append((path, size, rows, at[current], which[current]))
     versions = _clamped(versions, key, touched, floor)
     placed = _placement(versions, key, touched, hit_file)
     actions: list[AddAction | RemoveAction] = []
