@@ -154,8 +154,9 @@ def diff_tables(cfg: BinlakeConfig, names: list[str], widened: bool = False) -> 
     excluded = cfg.source.exclude_columns  # regexes over "db.table.column", matched in full
 
     def side(name: str) -> DeltaSide:
-        return DeltaSide(table_uri(cfg.sink.path, router.sink(name)), cfg.sink.storage_options or None,
-                         name if router.routed(name) else None)
+        sink = router.sink(name)
+        return DeltaSide(table_uri(cfg.sink.path, sink), cfg.sink.storage_options or None,
+                         name if router.routed(name) else None, cfg.sink.mode_of(sink))
 
     return [compare_table(server, n, side(n), widened=widened,
                           excluded=lambda c: any(re.fullmatch(p, c) for p in excluded)) for n in names]

@@ -73,6 +73,9 @@ class DeltaSide:
     uri: str
     storage_options: dict[str, str] | None = None
     source: str | None = None
+    # The table's mode (docs/history.md): a soft_delete table's live rows are those whose
+    # _cdc_deleted is not true, a history table's those whose _is_current is.
+    mode: str = "current"
 
 
 @dataclass
@@ -305,6 +308,10 @@ def compare_table(server: dict, table: str, side: DeltaSide, *, excluded: Callab
     _check_types(columns, documented, delta, names, side.source is not None, widened, diff.problems)
     if side.source is not None:
         delta = delta.filter(pc.equal(delta[names["_cdc_source"]], side.source))
+    if side.mode == "soft_delete":
+        delta = delta.filter(pc.invert(pc.fill_null(delta[names["_cdc_deleted"]], False)))
+    elif side.mode == "history":
+        delta = delta.filter(pc.fill_null(delta[names["_is_current"]], False))
     diff.delta_rows = delta.num_rows
     if "_cdc_op" in names:
         ops = set(delta[names["_cdc_op"]].to_pylist())
