@@ -192,9 +192,9 @@ def test_snapshot_groups_finishing_within_the_commit_interval_share_a_commit(db,
     monkeypatch.setattr(snapshot_driver, "OBJECT_STORE_COMMIT_INTERVAL", 600.0)
     real, files_per_commit = snapshot_driver.commit_files, []
 
-    def counted(table, files, schema, metadata):
+    def counted(table, files, schema, metadata, retry=None):
         files_per_commit.append(len(files))
-        return real(table, files, schema, metadata)
+        return real(table, files, schema, metadata, retry)
 
     monkeypatch.setattr(snapshot_driver, "commit_files", counted)
     summary = snapshot(cfg, None)
