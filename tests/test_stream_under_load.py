@@ -20,14 +20,14 @@ from tests.test_stream_crash import Stream
 
 SEED = 20261129
 BUSY = 3  # processes that spin: with the server and binlake, the 2 cores are oversubscribed
-CUTS = 6  # times every connection of binlake is killed during the catch-up
+CUTS = 8  # rounds in which every connection of binlake is killed during the catch-up
 
 
 def _backlog(conn, rng: random.Random) -> None:
-    """About 60,000 row changes: inserts in transactions of 2,000 rows, updates and deletes
+    """About 290,000 row changes: inserts in transactions of 2,000 rows, updates and deletes
     over the whole key range, a few single-row transactions between them."""
     with conn.cursor() as cur:
-        for i in range(15):
+        for i in range(40):
             cur.execute("BEGIN")
             cur.execute("INSERT INTO t SELECT %s + seq, seq, REPEAT('x', 80) FROM seq_1_to_2000", (100_000 * (i + 1),))
             cur.execute("UPDATE t SET v = v + 1 WHERE id %% 7 = %s", (i % 7,))
@@ -71,7 +71,7 @@ def test_catch_up_on_oversubscribed_cores_with_connections_cut(mariadb, db, spar
         stream = Stream(config, tmp_path / "logs", "--until", "now", password=mariadb.password)
         with mariadb.connect() as killer, killer.cursor() as cur:
             while len(cut) < CUTS and stream.alive():
-                time.sleep(rng.uniform(0.5, 2.5))
+                time.sleep(rng.uniform(0.3, 1.5))
                 ids = _binlake_connections(cur, stream.proc.pid)
                 for i in ids:
                     try:
@@ -85,6 +85,6 @@ def test_catch_up_on_oversubscribed_cores_with_connections_cut(mariadb, db, spar
             p.kill()
             p.wait()
     assert code == 0, stream.describe()
-    assert cut and max(cut) > 0, f"no connection of binlake was cut ({cut}): the catch-up ended first"
+    assert sum(1 for n in cut if n) >= 2, f"binlake's connections cut only {cut}: the catch-up ended first"
     assert_equal(cfg, [f"{name}.t"])
     assert_changes_counted(cfg, [f"{name}.t"])
