@@ -44,6 +44,7 @@ from cdc_core.retry import RetryPolicy
 from pipelines.backfill.requests import request_backfill
 from pipelines.lake.control_store import ControlStore
 from pipelines.lake.files import snapshot_commits
+from pipelines.lake.maintenance.maintainer import maintain
 from pipelines.lake.tables import table_uri
 from pipelines.lake.writer_lock import LeaseLock
 from pipelines.snapshot.driver import SnapshotJob
@@ -413,10 +414,32 @@ def test_writer_lease_commit_whose_answer_was_lost_is_its_own(faulty, s3_proxy, 
 # --- lake maintenance ---------------------------------------------------------------------------
 
 
-def test_lake_maintenance_under_store_faults():
-    """HOOK: lake maintenance commits (compaction, vacuum: pipelines/lake/maintenance/, branch
-    ``health``) under each fault of ``KINDS``, as the tests above do for the snapshot, the
-    stream and online backfill: nothing lost, nothing twice, a re-run resumes. That package is
-    not on this branch: extend this test when it lands."""
-    pytest.importorskip("pipelines.lake.maintenance", reason="lake maintenance (branch health) is not on this branch")
-    pytest.fail("pipelines/lake/maintenance/ is here: give its commits the fault matrix above (see the docstring)")
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_lake_maintenance_under_store_faults(db, make_config, faulty, s3_proxy, kind):
+    """Faults on a compaction's Delta commit (``binlake maintain`` of a streamed table's small
+    files): the commit, one removal of the inputs and one addition of the output, lands once or
+    not at all; a failed run names the store, and a re-run finishes the work; nothing lost,
+    nothing twice, each file held once."""
+    name, conn, cfg = _streamed(db, make_config, faulty)
+    m = cfg.sink.maintenance.model_copy(update={"auto": False})  # only the maintain calls below compact
+    cfg = cfg.model_copy(update={"sink": cfg.sink.model_copy(update={"maintenance": m})})
+    StreamEngine(cfg, until_now=True, retry=FAST).run()
+    table = f"{name}.t"
+
+    def live_files() -> list[str]:
+        dt = DeltaTable(table_uri(cfg.sink.path, table), storage_options=faulty.direct)
+        return dt.get_add_actions(flatten=True).column("path").to_pylist()
+
+    before = live_files()
+    assert len(before) >= 3, before
+    s3_proxy.arm(fault(kind, "PUT", faulty.log(name)))
+    try:
+        maintain(cfg, table, "test")
+    except Exception as e:  # noqa: BLE001 - a fault past what is retried: the re-run below finishes
+        assert is_transient(e) or store_cause(e) is not None, e  # a fault of the store, named as one
+    assert _fired(s3_proxy) >= 1, s3_proxy.rules()
+    s3_proxy.clear()
+    maintain(cfg, table, "test")
+    after = live_files()
+    assert len(after) == len(set(after)) and len(after) < len(before), (before, after)
+    assert_equal(cfg, [table])

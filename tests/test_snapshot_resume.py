@@ -127,12 +127,12 @@ def test_groups_finished_together_share_one_commit(db, make_config, monkeypatch)
         finished.release()
         return result
 
-    def slow_first(table, files, schema, metadata):
+    def slow_first(table, files, schema, metadata, retry=None):
         if files and not files_per_commit:
             for _ in range(3):  # the first group and two more have been read: the next commit holds both
                 assert finished.acquire(timeout=60), "no other chunk group finished within 60 s"
         files_per_commit.append(len(files))
-        return real(table, files, schema, metadata)
+        return real(table, files, schema, metadata, retry)
 
     monkeypatch.setattr(snapshot_driver.SnapshotJob, "group_fn", staticmethod(counted))
     monkeypatch.setattr(snapshot_driver, "commit_files", slow_first)
