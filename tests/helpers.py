@@ -85,31 +85,19 @@ class Worker(threading.Thread):
         return self.result
 
 
-class EngineThread(threading.Thread):
+class EngineThread(Worker):
     """``engine.run()`` in a daemon thread that keeps what it returned or raised. A bare
     thread only prints an engine's exception, so a test would go on as if the engine had
     stopped cleanly; ``join`` and ``stop`` raise it in the test's thread."""
 
     def __init__(self, engine: StreamEngine):
-        super().__init__(name="engine", daemon=True)  # daemon: a failed test does not hang the session
+        super().__init__(engine.run, name="engine")
         self.engine = engine
-        self.summary: StreamSummary | None = None
-        self.error: BaseException | None = None
 
-    def run(self) -> None:
-        try:
-            self.summary = self.engine.run()
-        except BaseException as e:  # noqa: BLE001 - raised again in the test's thread by join()
-            self.error = e
-
-    def join(self, timeout: float | None = 120) -> StreamSummary:
-        """The engine's summary once it has ended; its exception if it failed."""
-        super().join(timeout)
-        if self.is_alive():
-            raise AssertionError(f"the engine did not stop within {timeout} s")
-        if self.error is not None:
-            raise self.error
-        return self.summary
+    @property
+    def summary(self) -> StreamSummary | None:
+        """The engine's summary once it has ended."""
+        return self.result
 
     def stop(self, timeout: float | None = 120) -> StreamSummary:
         """Request a stop and join."""
