@@ -260,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunk-size", type=int, default=8096)
     ap.add_argument("--max-batch-rows", type=int, help="stream.max_batch_rows (default: the config default)")
     ap.add_argument("--max-batch-seconds", type=float, help="stream.max_batch_seconds (default: config default)")
+    ap.add_argument("--catchup-batch-rows", type=int,
+                    help="stream.catchup_batch_rows (default: the config default)")
     ap.add_argument("--only", choices=("snapshot", "stream", "writes"), action="append")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a goal is missed")
     ap.add_argument("--out", type=Path, default=OUT)
