@@ -116,9 +116,13 @@ class ControlStore:
         # another writer changed them (on an object store a fresh open costs several requests,
         # a check one LIST).
         self._cache: dict[str, _Read] = {}
-        # Control tables this store appended to without a handle (not read yet): this pipeline's
-        # rows of those appends and how many commits they made (see _read).
+        # Control tables this store appended to without reading them: this pipeline's rows of those
+        # appends and how many commits they made (see _read).
         self._appended: dict[str, tuple[list[dict], int]] = {}
+        # Handles of control tables appended to more than once without reading them: a write
+        # through a handle leaves it at the version it committed, where a write by URI opens the
+        # table each time (on an object store four requests, and a listing of the whole log).
+        self._writers: dict[str, DeltaTable] = {}
         # snapshot_chunks rows as records, parsed once per read of the table (see chunk_records).
         self._chunk_records: tuple[_Read | None, list[ChunkRecord]] = (None, [])
 
@@ -135,7 +139,11 @@ class ControlStore:
             if t.version() == cached.version:
                 return list(cached.rows)
         else:
-            t = open_table(f"{self.root}/{name}", self.storage_options)
+            t = self._writers.pop(name, None)
+            if t is not None:
+                t.update_incremental()  # another writer's commits too
+            else:
+                t = open_table(f"{self.root}/{name}", self.storage_options)
             if t is None:
                 return []
             appended, commits = self._appended.pop(name, ([], 0))
@@ -154,6 +162,7 @@ class ControlStore:
         checkpoint). The rows read stay cached: they are read again only if the version moved."""
         if name == "stream_checkpoint":
             self._checkpoints = None
+        self._writers.pop(name, None)
         cached = self._cache.get(name)
         if cached is not None:
             fresh = open_table(f"{self.root}/{name}", self.storage_options)
@@ -169,16 +178,18 @@ class ControlStore:
         faulted: list[bool] = []  # an attempt failed: what this store knows of the table may not hold
 
         def attempt() -> None:
-            handle = cached.table if cached and not faulted else None
+            handle = None if faulted else cached.table if cached else self._writer(name)
             # merge: control tables written by an earlier binlake gain the columns added since.
             write_deltalake(handle or uri, data, mode="append", schema_mode="merge",
                             storage_options=None if handle else self.storage_options,
-                            commit_properties=CommitProperties(custom_metadata={WRITE_KEY: token}))
+                            commit_properties=CommitProperties(custom_metadata={WRITE_KEY: token}),
+                            post_commithook_properties=post_commit_hooks(handle) if handle else None)
 
         def landed() -> int | None:
             faulted.append(True)
             self._cache.pop(name, None)  # read again when next asked
             self._appended.pop(name, None)
+            self._writers.pop(name, None)
             return commit_with_token(open_table(uri, self.storage_options), WRITE_KEY, token, before)
 
         retrying(f"appending to {uri}", attempt, self.retry, landed=landed)
@@ -193,6 +204,15 @@ class ControlStore:
             # read plus these rows.
             cached.rows.extend(ours)
             cached.version += 1
+
+    def _writer(self, name: str) -> DeltaTable | None:
+        """The handle appends to control table ``name`` go through once this store appended to it
+        by URI (opened then, kept); None before: a table appended to once needs no handle."""
+        if name not in self._writers and name in self._appended:
+            t = open_table(f"{self.root}/{name}", self.storage_options)
+            if t is not None:
+                self._writers[name] = t
+        return self._writers.get(name)
 
     def load_plans(self) -> dict[str, list[Chunk]]:
         """Stored chunk plans by table (a table planned again after a reset: its latest plan)."""
@@ -349,7 +369,8 @@ class ControlStore:
 
     def save_checkpoint(self, offset: StreamOffset, state: str, rows_applied: int) -> None:
         """Append a checkpoint (after every table of a batch is committed)."""
-        if self._checkpoint_seq is None:
+        looked = self._checkpoint_seq is None  # the table was just looked for (and kept if found)
+        if looked:
             last = self.checkpoint()
             self._checkpoint_seq = last.seq if last else 0
         self._checkpoint_seq += 1
@@ -359,7 +380,12 @@ class ControlStore:
                "rows_applied": rows_applied, "committed_at": dt.datetime.now(dt.UTC), "seq": self._checkpoint_seq,
                "offset": offset.to_json()}
         # One handle for the stream's life: a checkpoint per batch must not replay the table's log each time.
-        t = self._checkpoints = self._checkpoints or open_table(f"{self.root}/stream_checkpoint", self.storage_options)
+        # It is the one the checkpoint was read through, if any: the table is not opened twice.
+        if self._checkpoints is None:
+            cached = self._cache.get("stream_checkpoint")
+            self._checkpoints = cached.table if cached else self._writer("stream_checkpoint") or (
+                None if looked else open_table(f"{self.root}/stream_checkpoint", self.storage_options))
+        t = self._checkpoints
         if t is None:
             self._append("stream_checkpoint", [row], CHECKPOINT_SCHEMA)
             return

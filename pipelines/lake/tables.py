@@ -137,10 +137,12 @@ def metadata_properties(metadata: dict[str, str]) -> CommitProperties:
 
 
 def commit_no_data(dt: DeltaTable, props: CommitProperties) -> None:
-    """One commit of ``dt`` without files, carrying only ``props`` (an offset and its metadata)."""
-    dt.create_write_transaction([], mode="append", schema=delta_schema(dt), commit_properties=props,
-                                post_commithook_properties=post_commit_hooks(dt))
-    dt.update_incremental()
+    """One commit of ``dt`` without files, carrying only ``props`` (an offset and its metadata).
+    An append of no rows: delta-rs writes no file, and a write (unlike a write transaction) leaves
+    ``dt`` at the version it committed, so the handle need not read that commit back (on an object
+    store a LIST and two GETs, bench/object_store.py)."""
+    write_deltalake(dt, delta_schema(dt).empty_table(), mode="append", commit_properties=props,
+                    post_commithook_properties=post_commit_hooks(dt))
 
 
 # --- schema ---------------------------------------------------------------------------------
@@ -168,16 +170,14 @@ def delta_columns(schema: pa.Schema) -> list[DeltaColumn]:
 
 def add_columns(dt: DeltaTable, fields: list[pa.Field], props: CommitProperties | None) -> None:
     """Add ``fields`` (nullable) to ``dt`` in place, in one commit: existing rows hold NULL."""
-    dt.alter.add_columns([Field.from_arrow(f) for f in fields], commit_properties=props)
-    dt.update_incremental()
+    dt.alter.add_columns([Field.from_arrow(f) for f in fields], commit_properties=props)  # leaves dt at its commit
 
 
 def rewrite(dt: DeltaTable, transform: Callable[[pa.Table], pa.Table], props: CommitProperties | None) -> None:
     """Replace every row and the schema of ``dt`` by ``transform`` of its rows, in one atomic
     overwrite commit (the schema changes delta-rs cannot make in place: drop, rename, retype)."""
     table = transform(dt.to_pyarrow_table())
-    _overwrite(dt, table, props)
-    dt.update_incremental()
+    _overwrite(dt, table, props)  # a write leaves dt at the version it committed
 
 
 def _overwrite(dt: DeltaTable, table: pa.Table, props: CommitProperties | None) -> None:

@@ -349,8 +349,7 @@ class LeaseLock(WriterLock):
             write_deltalake(self.uri, data, mode="error", storage_options=self.storage_options,
                             commit_properties=_ONE_ATTEMPT)
             return
-        write_deltalake(table, data, mode="overwrite", commit_properties=_ONE_ATTEMPT)
-        table.update_incremental()
+        write_deltalake(table, data, mode="overwrite", commit_properties=_ONE_ATTEMPT)  # leaves table at its commit
         if table.version() % _LEASE_CHECKPOINT_EVERY == 0:
             table.create_checkpoint()
             table.cleanup_metadata()
