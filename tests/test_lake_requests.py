@@ -5,6 +5,10 @@
   log: either way it equals a fresh read of the whole log.
 - A control table this store only appended to is read back from those appends when they are
   all its commits, else from its files: either way it equals a fresh store's read.
+- A commit without data leaves its handle at the version it committed, carrying its offset and
+  metadata, without reading the log back; so do a column addition and a rewrite.
+- Control-table appends of a store that has not read the table go through one handle from the
+  second append on (the first by URI), and read back like a fresh store's read.
 - On S3 a data file up to ``WRITE_BUFFER_BYTES`` is one ``PutObject``, under the key delta-rs
   reads it from (odd folder names too); with an option boto3 would not read the same way, it
   goes through delta-rs's store in one part (a create, one part, a completion).
@@ -30,7 +34,8 @@ from pipelines.lake.files import (
     snapshot_commits,
     write_parquet,
 )
-from pipelines.lake.tables import ensure_table
+from pipelines.lake.offsets import applied_position_key, last_stream_offset, stream_commit_properties
+from pipelines.lake.tables import add_columns, commit_no_data, ensure_table, rewrite
 
 SCHEMA = pa.schema([("id", pa.int64()), ("_cdc_op", pa.string())])
 
@@ -70,6 +75,47 @@ def test_own_commits_are_not_read_back_and_read_like_the_log(tmp_path, monkeypat
     assert after == snapshot_commits(DeltaTable(uri))
     assert {r.chunk_index: r.delta_version for r in after.records if r.chunk_index >= 10} == {10: 5, 11: 6}
     assert not after.is_verified("d.t")
+
+
+def test_commits_that_leave_the_handle_at_their_version_are_not_read_back(tmp_path, monkeypatch):
+    from cdc_core.offset.stream_offset import StreamOffset
+
+    uri = str(tmp_path / "t")
+    table = ensure_table(uri, SCHEMA)
+    _commit_chunk(table, 1)
+    offset = StreamOffset(BinlogPosition("b.000001", 4), BinlogPosition("b.000001", 120), None, 7)
+    with monkeypatch.context() as m:
+        m.setattr(table, "update_incremental", _no_reads)
+        commit_no_data(table, stream_commit_properties("p", offset))
+        assert table.version() == 2 and applied_position_key(table, "p") == offset.applied.key
+        add_columns(table, [pa.field("extra", pa.int32())], None)
+        assert table.version() == 3 and "extra" in table.schema().to_arrow().names
+        rewrite(table, lambda rows: rows.drop_columns(["extra"]), None)
+        assert table.version() == 4 and "extra" not in table.schema().to_arrow().names
+    fresh = DeltaTable(uri)
+    assert fresh.version() == 4 and last_stream_offset(fresh, "p") == offset
+    assert fresh.to_pyarrow_table().to_pylist() == [{"id": 1, "_cdc_op": "r"}]  # no file added by the commit
+
+
+def test_control_appends_go_through_one_handle_after_the_first(tmp_path, monkeypatch):
+    import pipelines.lake.control_store as control_store
+
+    sink = str(tmp_path / "lake")
+    opened: list[str] = []
+    real_open = control_store.open_table
+    monkeypatch.setattr(control_store, "open_table", lambda uri, options=None: opened.append(uri) or real_open(
+        uri, options))
+    store = ControlStore(sink, "p")
+    for table in ("d.a", "d.b", "d.c", "d.d"):
+        store.save_plan(_chunks(table, 2))
+    assert len(opened) == 1  # the second append opened the handle the later ones go through
+    ControlStore(sink, "q").save_plan(_chunks("d.z", 1))  # another pipeline's append comes between
+    store.save_plan(_chunks("d.e", 1))
+    assert len(opened) == 1
+    with monkeypatch.context() as m:
+        m.setattr(DeltaTable, "__init__", _no_reads)  # read through the handle kept for appends
+        plans = store.load_plans()
+    assert plans == ControlStore(sink, "p").load_plans() and sorted(plans) == ["d.a", "d.b", "d.c", "d.d", "d.e"]
 
 
 def _chunks(table: str, n: int) -> list[Chunk]:
