@@ -18,6 +18,10 @@ Invariants (tests/test_snapshot_resume.py, tests/test_table_batch.py):
   blindly: a repeated row is the same checkpoint. delta-rs, retrying a put whose answer was
   lost, may itself commit an append again at the next version: it adds the same file, which a
   Delta table holds once (tests/test_lake_faults.py).
+- A control table is opened once per store while no fault comes between: a table read is
+  written through the handle it was read by (the stream checkpoint too), one only appended to
+  through a handle opened at its second append; a table appended to reads the same as a fresh
+  store's read (tests/test_lake_requests.py).
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ Invariants:
 - Commit metadata of versions this process committed through a handle is kept with the
   handle (:func:`own_commits`), so readers of commit metadata (pipelines/lake/files.py:
   ``snapshot_commits``) need not read those commits back (tests/test_lake_requests.py).
+- A commit without data, a column addition and a rewrite leave their handle at the version they
+  committed; the handle does not read the log back (tests/test_lake_requests.py).
 """
 
 from __future__ import annotations
