@@ -36,3 +36,6 @@ def test_the_log_gives_delta_rs_schema_through_every_change(tmp_path):
     rewrite(dt, lambda t: t.drop_columns(["at"]), None)  # an overwrite with a new schema after the checkpoint
     assert table_schema(uri).names == ["id", "amount", "note"] and table_schema(uri) == delta_rs(uri)
     assert table_schema(f"file://{uri}") == delta_rs(uri)
+    spaced = str(tmp_path / "db" / "a b")
+    ensure_table(spaced, schema)
+    assert table_schema("file://" + spaced.replace(" ", "%20")) == delta_rs(spaced)

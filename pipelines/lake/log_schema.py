@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -36,7 +36,7 @@ def _local_path(uri: str, storage_options: dict | None) -> str | None:
         return None
     parsed = urlparse(uri)
     if parsed.scheme in ("", "file"):
-        return parsed.path if parsed.scheme else uri
+        return unquote(parsed.path) if parsed.scheme else uri
     return None
 
 
