@@ -30,7 +30,8 @@ from cdc_core.schema.table import TableSchema, describe_table
 from cdc_core.source.capture import without_excluded
 from cdc_core.source.connection import captured_tables, connect, connection_settings
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.tables import delta_columns, delta_schema, open_table, table_uri
+from pipelines.lake.log_schema import table_schema
+from pipelines.lake.tables import delta_columns, table_uri
 
 log = logging.getLogger(__name__)
 
@@ -124,10 +125,8 @@ def lake_columns(cfg: BinlakeConfig, schema: TableSchema) -> list[LakeColumn]:
     arrow = output_schema(schema, SinkColumns.of(cfg.sink, router.sink(name)).applied(schema, router.routed(name))
                           .fields())
     try:
-        t = open_table(table_uri(cfg.sink.path, Router(cfg.routes).sink(schema.qualified_name)),
-                       cfg.sink.storage_options)
-        if t is not None:
-            arrow = delta_schema(t)
+        # from the Delta log, not an open of the table: the definitions read every table's columns
+        arrow = table_schema(table_uri(cfg.sink.path, router.sink(name)), cfg.sink.storage_options) or arrow
     except Exception as e:  # noqa: BLE001 - see current_tables
         log.warning("binlake: Delta table of %s not readable (%s)", schema.qualified_name, e)
     source = {c.name: c for c in schema.columns}

@@ -14,6 +14,8 @@
 - layout: tables binlake creates carry the configured and default properties, an existing
   one gains them; ``cluster_by`` orders compacted files on its columns; a partitioned table
   (``partition_by``) is written, updated by MERGE and compacted partition by partition;
+- the stream's look at its tables reads only the files of tables committed since, a few tables
+  per look, and still finds the one due;
 - after a table's vacuum the stream's handles of it are opened afresh from the checkpoint the
   vacuum wrote (a handle kept for the stream's life grows with every commit) and read the same;
 - configuration: every key validated, a short retention warned about, properties binlake cannot
@@ -359,3 +361,53 @@ def test_a_vacuum_reopens_the_streams_handles_from_its_checkpoint(tmp_path):
     pos = BinlogPosition("binlog.000001", 99)
     store.save_checkpoint(StreamOffset(pos, pos), "streaming", 3)
     assert store.checkpoint().offset.applied == pos
+
+
+def test_the_streams_look_at_many_tables_reads_only_changed_ones_and_few_per_step(tmp_path, monkeypatch):
+    """Each look at the tables (``CHECK_SECONDS``) reads a table's files from its handle again only
+    when its version moved, at most ``CHECK_READS`` tables' per look, going on from there at the
+    next; a table due for compaction is found all the same (here the last one of the round)."""
+    from pipelines.lake.control_store import ControlStore
+    from pipelines.lake.maintenance import maintainer
+
+    cfg = parse_config({"pipeline": {"name": "p"}, "source": {"user": "u", "tables": ["d\\..*"]},
+                        "sink": {"path": str(tmp_path)}})
+    tables = {}
+    for i in range(7):
+        uri = str(tmp_path / "d" / f"t{i}")
+        tables[f"d.t{i}"] = ensure_table(uri, SCHEMA)
+        commit_files(tables[f"d.t{i}"], [write_parquet(uri, _rows(range(10)))], SCHEMA, {})
+    due = tables["d.t6"]
+    for b in range(policy.SMALL_FILES_TRIGGER):  # small files enough to be compacted at once
+        commit_files(due, [write_parquet(due.table_uri, _rows(range(10 + b, 11 + b)))], SCHEMA, {})
+    reads = []
+    real = compaction.table_files
+    monkeypatch.setattr(compaction, "table_files", lambda dt: reads.append(dt.table_uri) or real(dt))
+    monkeypatch.setattr(maintainer, "CHECK_READS", 3)
+    now = [0.0]
+    m = maintainer.Maintainer(cfg, lambda: tables, lambda sink: ("id",), ControlStore.of(cfg), clock=lambda: now[0])
+    try:
+        looks = []
+        while m._inflight is None and len(looks) < 5:
+            now[0] += maintainer.CHECK_SECONDS
+            reads.clear()
+            m.step(may_vacuum=False)
+            looks.append(len(reads))
+        assert looks == [3, 3, 1], "three tables' files read per look, the seventh (due) at the third"
+        assert m._inflight[0].sink == "d.t6"
+
+        def look() -> list[str]:
+            """The next look, the compaction in flight dropped first (not committed: nothing moves)."""
+            if m._inflight is not None:
+                compaction.discard(m._inflight[1].result())
+                m._inflight = None
+            now[0] += maintainer.CHECK_SECONDS
+            reads.clear()
+            m.step(may_vacuum=False)
+            return list(reads)
+
+        assert look() == [], "no table committed since: no files read again"
+        commit_files(tables["d.t2"], [write_parquet(tables["d.t2"].table_uri, _rows(range(50, 51)))], SCHEMA, {})
+        assert look() == [tables["d.t2"].table_uri], "only the table committed since is read again"
+    finally:
+        m.close()

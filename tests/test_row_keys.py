@@ -53,6 +53,30 @@ def test_describe_finds_a_not_null_unique_key(db):
     assert TableSchema.from_json(legacy).unique_key == ()
 
 
+def test_describing_many_tables_at_once_equals_each_alone(db, monkeypatch):
+    """describe_tables (a few information_schema queries for many tables) gives each table the
+    schema describe_table gives it alone: keys of each kind, column order, a missing table left
+    out; also across batches of DESCRIBE_BATCH tables."""
+    from cdc_core.schema import table as table_module
+    from cdc_core.source.connection import describe_tables
+
+    name, conn = db
+    ddl = ["CREATE TABLE p (id INT PRIMARY KEY, v VARCHAR(5), d DECIMAL(9,3) NOT NULL)",
+           "CREATE TABLE k (a INT NOT NULL, b ENUM('x','y') NOT NULL, c BIT(3), UNIQUE KEY (b, a))",
+           "CREATE TABLE n (a INT, b TEXT)",
+           "CREATE TABLE m (z INT, y INT, x INT, PRIMARY KEY (y, z))"]
+    with conn.cursor() as cur:
+        for statement in ddl:
+            cur.execute(statement)
+        alone = {f"{name}.{t}": describe_table(cur, name, t) for t in ("p", "k", "n", "m")}
+        asked = [f"{name}.p", f"{name}.k", f"{name}.gone", f"{name}.n", f"{name}.m"]
+        assert describe_tables(cur, asked) == alone
+        monkeypatch.setattr(table_module, "DESCRIBE_BATCH", 2)
+        assert describe_tables(cur, asked) == alone
+    assert [c.name for c in alone[f"{name}.m"].columns] == ["z", "y", "x"]
+    assert alone[f"{name}.m"].primary_key == ("y", "z") and alone[f"{name}.k"].unique_key == ("b", "a")
+
+
 def _schema(*cols: tuple[str, bool], pk=(), unique=()) -> TableSchema:
     return TableSchema("d", "t", tuple(Column(n, "int", "int", nullable) for n, nullable in cols), pk, unique)
 

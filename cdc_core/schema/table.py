@@ -87,31 +87,57 @@ def list_tables(cursor) -> list[str]:
     return [f"{db}.{t}" for db, t in cursor.fetchall()]
 
 
+COLUMNS_SELECT = ("SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, "
+                  "NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_MAXIMUM_LENGTH, COLLATION_NAME "
+                  "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME {} "
+                  "ORDER BY TABLE_NAME, ORDINAL_POSITION")
+PRIMARY_SELECT = ("SELECT TABLE_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
+                  "AND TABLE_NAME {} AND INDEX_NAME = 'PRIMARY' ORDER BY TABLE_NAME, SEQ_IN_INDEX")
+DESCRIBE_BATCH = 500  # tables named in one information_schema query (describe_in)
+
+
+def _column(dtype, name, ctype, nullable, prec, scale, dtprec, clen, coll) -> Column:
+    dtype = dtype.lower()
+    if dtype == "bit":  # information_schema gives BIT(n)'s n as NUMERIC_PRECISION
+        prec = int(re.search(r"\((\d+)\)", ctype).group(1)) if "(" in ctype else 1
+    return Column(name, dtype, ctype.lower() if dtype not in ("enum", "set") else ctype,
+                  nullable == "YES", _int(prec), _int(scale), _int(dtprec), _int(clen), coll)
+
+
 def describe_table(cursor, database: str, table: str) -> TableSchema:
     """Read a table's columns, primary key and (without one) NOT NULL unique key from
     information_schema."""
-    cursor.execute(
-        "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, NUMERIC_SCALE, "
-        "DATETIME_PRECISION, CHARACTER_MAXIMUM_LENGTH, COLLATION_NAME FROM information_schema.COLUMNS "
-        "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
-        (database, table),
-    )
-    columns = []
-    for name, dtype, ctype, nullable, prec, scale, dtprec, clen, coll in cursor.fetchall():
-        dtype = dtype.lower()
-        if dtype == "bit":  # information_schema gives BIT(n)'s n as NUMERIC_PRECISION
-            prec = int(re.search(r"\((\d+)\)", ctype).group(1)) if "(" in ctype else 1
-        columns.append(Column(name, dtype, ctype.lower() if dtype not in ("enum", "set") else ctype,
-                              nullable == "YES", _int(prec), _int(scale), _int(dtprec), _int(clen), coll))
-    if not columns:
+    found = describe_in(cursor, database, [table])
+    if table not in found:
         raise LookupError(f"table {database}.{table} does not exist")
-    cursor.execute(
-        "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
-        "AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
-        (database, table),
-    )
-    pk = tuple(r[0] for r in cursor.fetchall())
-    return TableSchema(database, table, tuple(columns), pk, () if pk else _unique_key(cursor, database, table, columns))
+    return found[table]
+
+
+def describe_in(cursor, database: str, tables: list[str]) -> dict[str, TableSchema]:
+    """:func:`describe_table` of each of ``tables`` of ``database`` that exists, by name: two
+    information_schema queries per ``DESCRIBE_BATCH`` tables, not two per table (a snapshot of
+    many small tables describes every one of them)."""
+    out: dict[str, TableSchema] = {}
+    for i in range(0, len(tables), DESCRIBE_BATCH):
+        batch = tables[i:i + DESCRIBE_BATCH]
+        # The server may report a name in another case than asked (lower_case_table_names): the
+        # schema keeps the name as asked, as describe_table did.
+        asked = {t.lower(): t for t in batch}
+        where = "= %s" if len(batch) == 1 else f"IN ({', '.join(['%s'] * len(batch))})"
+        columns: dict[str, list[Column]] = {}
+        cursor.execute(COLUMNS_SELECT.format(where), (database, *batch))
+        for table, name, dtype, *rest in cursor.fetchall():
+            columns.setdefault(asked.get(table.lower(), table), []).append(_column(dtype, name, *rest))
+        keys: dict[str, list[str]] = {}
+        cursor.execute(PRIMARY_SELECT.format(where), (database, *batch))
+        for table, name in cursor.fetchall():
+            keys.setdefault(asked.get(table.lower(), table), []).append(name)
+        for table in batch:
+            if table in columns:
+                cols, pk = columns[table], tuple(keys.get(table, ()))
+                out[table] = TableSchema(database, table, tuple(cols), pk,
+                                         () if pk else _unique_key(cursor, database, table, cols))
+    return out
 
 
 def _unique_key(cursor, database: str, table: str, columns: list[Column]) -> tuple[str, ...]:

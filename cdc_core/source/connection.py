@@ -16,7 +16,7 @@ from urllib.parse import quote
 import pymysql
 
 from cdc_core.config import BinlakeConfig, SourceConfig
-from cdc_core.schema.table import TableSchema, describe_table, list_tables
+from cdc_core.schema.table import TableSchema, describe_in, list_tables
 
 
 @dataclass(frozen=True)
@@ -109,10 +109,9 @@ def describe_captured(cursor, names: list[str], source: SourceConfig) -> dict[st
 def describe_tables(cursor, names: list[str]) -> dict[str, TableSchema]:
     """Schemas of the tables ``names``; a table dropped since it was listed is left out (the
     binlog's DROP TABLE says what became of it)."""
-    schemas = {}
+    by_db: dict[str, list[str]] = {}
     for n in names:
-        try:
-            schemas[n] = describe_table(cursor, *n.split(".", 1))
-        except LookupError:
-            continue
-    return schemas
+        db, table = n.split(".", 1)
+        by_db.setdefault(db, []).append(table)
+    found = {f"{db}.{t}": s for db, tables in by_db.items() for t, s in describe_in(cursor, db, tables).items()}
+    return {n: found[n] for n in names if n in found}

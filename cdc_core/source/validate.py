@@ -28,10 +28,9 @@ from cdc_core.chunks.consistent_read import reports_snapshot_position
 from cdc_core.chunks.planning import ChunkKeyError, choose_chunk_key
 from cdc_core.config import BinlakeConfig
 from cdc_core.routes import Router
-from cdc_core.schema.table import describe_table
 from cdc_core.source import server_settings
 from cdc_core.source.capture import NotCapturable, captured_schema
-from cdc_core.source.connection import captured_tables, connect, connection_settings
+from cdc_core.source.connection import captured_tables, connect, connection_settings, describe_tables
 from cdc_core.source.flavour import Flavour, flavour_of
 from cdc_core.source.hosting import hosting_of, retention_findings
 
@@ -208,9 +207,10 @@ def _tables(cfg: BinlakeConfig, cur) -> list[str]:
         return [f"source.tables: no table on the server matches {cfg.source.tables}"]
     out = []
     schemas = {}
-    for name in names:
+    described = describe_tables(cur, names)  # in bulk: a source of many tables is described in a few queries
+    for name in (n for n in names if n in described):
         try:
-            schema = schemas[name] = captured_schema(describe_table(cur, *name.split(".", 1)), cfg.source)
+            schema = schemas[name] = captured_schema(described[name], cfg.source)
         except NotCapturable as e:
             out += e.problems
             continue

@@ -247,13 +247,24 @@ class ControlStore:
 
     def completed_in(self, table: str, commits: SnapshotCommits | None) -> dict[int, ChunkRecord]:
         """:meth:`completed_chunks` with the data table's commits already read."""
-        reset = commits.resets.get(table, -1) if commits else -1
-        done = {r.chunk_index: r for r in self.chunk_records()
-                if r.table == table and (r.delta_version if r.delta_version is not None else -1) > reset}
-        for r in commits.records if commits else ():
-            if r.pipeline == self.pipeline and r.table == table and r.delta_version > reset:
-                done.setdefault(r.chunk_index, r)
-        return done
+        return self.completed_of({table: commits})[table]
+
+    def completed_of(self, commits: dict[str, SnapshotCommits | None]) -> dict[str, dict[int, ChunkRecord]]:
+        """:meth:`completed_in` of each table of ``commits`` (table → its data table's commits), the
+        mirror read once for all: per table it would be read and scanned whole once per table."""
+        mirrored: dict[str, list[ChunkRecord]] = {}
+        for r in self.chunk_records():
+            mirrored.setdefault(r.table, []).append(r)
+        out = {}
+        for table, c in commits.items():
+            reset = c.resets.get(table, -1) if c else -1
+            done = {r.chunk_index: r for r in mirrored.get(table, ())
+                    if (r.delta_version if r.delta_version is not None else -1) > reset}
+            for r in c.records if c else ():
+                if r.pipeline == self.pipeline and r.table == table and r.delta_version > reset:
+                    done.setdefault(r.chunk_index, r)
+            out[table] = done
+        return out
 
     def chunk_records(self) -> list[ChunkRecord]:
         """Records in the ``snapshot_chunks`` mirror for this pipeline."""

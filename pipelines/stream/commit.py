@@ -45,7 +45,7 @@ from cdc_core.offset.stream_offset import StreamOffset
 from cdc_core.retry import RetryPolicy, retrying
 from cdc_core.routes import Router, sink_key
 from cdc_core.schema.modes import FEED_COLUMNS, SinkColumns
-from cdc_core.schema.output import delta_name
+from cdc_core.schema.output import delta_name, output_schema
 from cdc_core.schema.table import TableSchema
 from pipelines.lake.apply import apply_changes, apply_keyless, rewritable_with
 from pipelines.lake.conform import conform, conform_routed
@@ -126,13 +126,19 @@ class Committer:
     def _apply(self, sink: str, parts: list[_Part], offset: StreamOffset) -> RowsApplied:
         target = self.sinks.schemas[sink]
         routed = self.router.routed(parts[0].source)
+        # Each part's Arrow schema once, and a kind no part has rows of as the empty table of the
+        # target: most batches touching many tables only insert (bench/many_tables.py).
+        outputs = [output_schema(p.schema) for p in parts]
 
         def rows(kind: str) -> pa.Table:
+            if not any(getattr(p.plan, kind) for p in parts):
+                return target.empty_table()
             if not routed:
                 p = parts[0]
-                return conform(plan_to_arrow(p.schema, getattr(p.plan, kind)), target, p.source, p.schema.row_key)
-            return pa.concat_tables([conform_routed(plan_to_arrow(p.schema, getattr(p.plan, kind)), p.source, target)
-                                     for p in parts])
+                return conform(plan_to_arrow(p.schema, getattr(p.plan, kind), outputs[0]), target, p.source,
+                               p.schema.row_key)
+            return pa.concat_tables([conform_routed(plan_to_arrow(p.schema, getattr(p.plan, kind), out), p.source,
+                                                    target) for p, out in zip(parts, outputs)])
 
         table = self.sinks.tables[sink]
         props = stream_commit_properties(self.pipeline, offset,

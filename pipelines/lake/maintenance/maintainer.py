@@ -12,6 +12,10 @@ between batches; it never commits inside a batch):
   the engine's thread for no more than the planning), committed by ``step`` in the engine's
   thread once done, if none of its inputs was removed meanwhile (else discarded and planned
   again later), never while a table is held for a schema change;
+- every ``CHECK_SECONDS`` the tables are looked at for a compaction due: a table's files are
+  read from its handle again only when its version moved, those of at most ``CHECK_READS``
+  tables per look (the next goes on from there), so a batch that committed many tables does
+  not hold up the next one (tests/test_maintenance.py);
 - a vacuum runs in the engine's thread (a listing, the deletes, two commits), at most one
   table per step, never while an online backfill reads Delta in the background or a
   compaction of the table is in flight;
@@ -53,6 +57,11 @@ log = logging.getLogger(__name__)
 
 REQUEST_POLL_SECONDS = 5.0  # how often the stream looks for `binlake maintain` requests (a LIST each)
 CHECK_SECONDS = 1.0  # how often the stream looks at its tables' files (from the open handles: no I/O)
+# Tables whose files one look reads from their handles (those committed since they were last
+# read; the others' are known): each read costs 1-2 ms of the engine's thread between batches,
+# so a batch touching 500 tables would otherwise hold up the next one for about a second. The
+# next look goes on from the table after the last one read (bench/many_tables.py).
+CHECK_READS = 64
 RETRY_SECONDS = 60.0  # a table whose maintenance failed is left alone this long
 CONTROL_TABLES = ("snapshot_plan", "snapshot_chunks", "schema_history", "stream_checkpoint", "backfill_requests",
                   "reconcile_runs", "maintenance_runs", "maintenance_requests")
@@ -96,6 +105,19 @@ class TableMaintenance:
         self.uri = _uri(cfg, name)
         self.row_key = row_key
         self.control = name.startswith("_binlake/")
+        self._files: tuple[int, compaction.TableFiles] | None = None  # (handle id, its files) last read
+
+    def files(self, dt: DeltaTable) -> compaction.TableFiles:
+        """The live files of ``dt`` (compaction.table_files), read from the handle again only when
+        its version moved: the files of a version never change, and the stream looks at every
+        table each ``CHECK_SECONDS``, most of them not committed since."""
+        if self._files is None or self._files[0] != id(dt) or self._files[1].version != dt.version():
+            self._files = (id(dt), compaction.table_files(dt))
+        return self._files[1]
+
+    def fresh(self, dt: DeltaTable) -> bool:
+        """Whether :meth:`files` of ``dt`` is known without reading the handle."""
+        return self._files is not None and self._files[0] == id(dt) and self._files[1].version == dt.version()
 
     def prepare(self, dt: DeltaTable) -> None:
         """The table's properties (layout.py), set once per process where they differ."""
@@ -107,7 +129,7 @@ class TableMaintenance:
     def job(self, dt: DeltaTable, *, idle_seconds: float, interval_due: bool, asked: bool,
             ) -> compaction.CompactionJob | None:
         """The compaction due now for ``dt`` (policy.py), planned; None when none is."""
-        files = compaction.table_files(dt)
+        files = self.files(dt)
         m = self.cfg.sink.maintenance
         trigger = policy.compaction_due(files, m.target_file_mb, idle_seconds=idle_seconds,
                                         interval_due=interval_due, asked=asked)
@@ -262,6 +284,7 @@ class Maintainer:
         self._polled = started - REQUEST_POLL_SECONDS
         self._checked = started
         self._controls_checked = started
+        self._next_check = 0  # the position in the tables where the next look at their files starts
         warning = self.m.retention_warning()
         if warning:
             log.warning(warning)
@@ -397,7 +420,11 @@ class Maintainer:
         open_controls = now - self._controls_checked >= interval
         if open_controls:
             self._controls_checked = now
-        for sink, dt in self._handles(open_controls).items():
+        handles = list(self._handles(open_controls).items())
+        start = self._next_check % len(handles) if handles else 0
+        reads = 0
+        for i in range(len(handles)):
+            sink, dt = handles[(start + i) % len(handles)]
             state = self._states[sink]
             if now < state.retry_at:
                 continue
@@ -406,13 +433,20 @@ class Maintainer:
                 if not interval_due:
                     continue  # looked at once per interval, read anew then: the control store writes them
                 dt.update_incremental()
+            if not state.steps.fresh(dt):
+                if reads == CHECK_READS:
+                    self._next_check = start + i  # this one first at the next look
+                    return
+                reads += 1
             self._prepare(sink, dt)
             if interval_due:
                 state.last_interval = now
             job = state.steps.job(dt, idle_seconds=now - state.last_commit, interval_due=interval_due, asked=False)
             if job is not None:
                 self._inflight = (job, self._pool.submit(compaction.rewrite, job))
+                self._next_check = start + i + 1
                 return
+        self._next_check = start
 
     def _prepare(self, sink: str, dt: DeltaTable) -> None:
         state = self._states[sink]
