@@ -52,8 +52,9 @@ def _from_log(log: str) -> pa.Schema | None:
             break
         with open(os.path.join(log, name), encoding="utf-8") as f:
             for line in f:
-                if line.startswith('{"metaData"'):
-                    return Schema.from_json(json.loads(line)["metaData"]["schemaString"]).to_arrow()
+                # any writer's formatting: an action is a one-key object on its own line
+                if '"metaData"' in line and "metaData" in (action := json.loads(line)):
+                    return Schema.from_json(action["metaData"]["schemaString"]).to_arrow()
     if last < 0 or f"{last:020d}.checkpoint.parquet" not in names:
         return None  # no checkpoint (a log without its first commit?), or a multi-part or v2 one
     metadata = pq.read_table(os.path.join(log, f"{last:020d}.checkpoint.parquet"), columns=["metaData"])
