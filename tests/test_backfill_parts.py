@@ -1,6 +1,6 @@
 """The online backfill's pure parts (cdc_core/chunks/incremental.py), no server needed: the merge
 decision and its window (also for a read group merged past its chunks' own high
-watermarks), read-group sizes, splitting Delta's rows per chunk, request states, key
+watermarks), read-group and merge-commit sizes, splitting Delta's rows per chunk, request states, key
 bounds and range clipping."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from cdc_core.chunks.incremental import (
     clip,
     key_value,
     latest_requests,
+    merge_group_size,
     merge_writes,
     read_group_size,
 )
@@ -212,6 +213,17 @@ def test_read_groups_are_large_only_for_large_requests_and_sized_by_rows():
     assert read_group_size(40, 3, 2, 16, 10_000, 100_000) == 3  # never more than are left
     assert read_group_size(40, 40, 3, 16, 250_000, 100_000) == 3  # chunks larger than a slot's rows: one per slot
     assert read_group_size(40, 40, 2, 16, 1000, 2000) == 4  # configured: two 1,000-row chunks per slot
+
+
+def test_merge_commits_hold_runs_of_chunks_bounded_by_rows_and_bytes():
+    assert merge_group_size([10_000] * 20, [1 << 20] * 20, 100_000) == 10  # 100,000 rows in one commit
+    assert merge_group_size([8096] * 24, [1 << 20] * 24, 100_000) == 12  # whole chunks, at most the bound
+    assert merge_group_size([10_000] * 3, [1 << 20] * 3, 100_000) == 3  # the rest of the group
+    assert merge_group_size([10_000] * 20, [50 << 20] * 20, 100_000, 128 << 20) == 2  # wide rows: the bytes bound
+    assert merge_group_size([250_000, 10], [1, 1], 100_000) == 1  # a chunk above the bound commits alone
+    assert merge_group_size([10, 250_000, 10], [1, 1, 1], 100_000) == 1  # never past the bound after the first
+    assert merge_group_size([1000, 1001, 999], [1, 1, 1], 2000) == 1  # grown chunks (rows inserted) split sooner
+    assert merge_group_size([], [], 100_000) == 0
 
 
 def test_delta_rows_of_a_group_range_are_split_per_chunk():
