@@ -605,24 +605,33 @@ class Backfills:
             self._candidates.pop(req.id, None)
             log.warning("backfill %s of %s (%s) is done", req.id, f.table, req.describe_range())
 
-    def _landed(self, sink: str, before: int, tokens: list[str]) -> bool:
-        """Whether a merge commit made with one of ``tokens`` is in ``sink`` after version ``before``."""
+    def _landed(self, sink: str, before: int, tokens: list[str]) -> set[int]:
+        """The chunks of a merge commit made with one of ``tokens`` that is in ``sink`` after
+        version ``before`` (none when no such commit landed)."""
         self.sinks.refresh(sink)
         table = self.sinks.tables[sink]
         since = table.version() - before
-        return since > 0 and any(json.loads(c[BACKFILL_KEY]).get("attempt") in tokens
-                                 for c in table.history(limit=since) if BACKFILL_KEY in c)
+        for c in table.history(limit=since) if since > 0 else []:
+            done = json.loads(c[BACKFILL_KEY]) if BACKFILL_KEY in c else {}
+            if done.get("attempt") in tokens:
+                return set(done.get("chunks", [done["chunk"]]))
+        return set()
 
     def _write_merge(self, f: InFlight, req: BackfillRequest, run: list[ChunkResult]) -> RowsApplied:
         """The merge of ``run`` (consecutive chunks of ``f``) committed to Delta in one commit
         where the stream is (nothing when their ranges already equal MySQL); what it wrote."""
         sink = self.router.sink(f.table)
         attempt = (req.id, run[0].chunk.index)
-        if attempt in self._attempts and self._landed(sink, *self._attempts[attempt]):
-            # Its commit landed although the call failed (its answer lost): never appended twice.
-            log.info("backfill %s of %s: %s had been merged", req.id, f.table, _describe([r.chunk for r in run]))
+        landed = self._landed(sink, *self._attempts[attempt]) if attempt in self._attempts else set()
+        if landed:
             del self._attempts[attempt]
-            return RowsApplied()
+            # Its commit landed although the call failed (its answer lost): never appended twice. Only
+            # its own chunks are left out (a run read again after it may hold others).
+            log.info("backfill %s of %s: chunks %s had been merged", req.id, f.table, sorted(landed))
+            run = [r for r in run if r.chunk.index not in landed]
+            if not run:
+                return RowsApplied()
+            attempt = (req.id, run[0].chunk.index)
         target = self.sinks.schemas[sink]
         columns = self.sinks.columns(sink)
         shaped = [self._shaped(f, r, target, columns) for r in run]
@@ -646,8 +655,9 @@ class Backfills:
         self._attempts[attempt] = (before, [*tokens, token])
         props = self._merge_properties(f, req, [r.chunk for r in run], append.num_rows, upsert.num_rows,
                                        len(deletes), token)
-        if twice:  # first one copy of each: a MERGE would update every copy alike
-            deduplicate(self.sinks.tables[sink], key, twice, props)
+        if twice:  # first one copy of each: a MERGE would update every copy alike (no token: it is no merge)
+            deduplicate(self.sinks.tables[sink], key, twice,
+                        self._merge_properties(f, req, [r.chunk for r in run], 0, 0, 0))
         if append.num_rows or upsert.num_rows or delete.num_rows:
             applied = apply_changes(self.sinks.tables[sink], key, append, upsert, delete, props,
                                     table_uri(self.cfg.sink.path, sink), self.cfg.sink.storage_options)
