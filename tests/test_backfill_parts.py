@@ -267,6 +267,40 @@ def test_key_bounds_take_the_chunk_key_columns_type():
         key_value(Column("k", "int", "int(11)"), "ten")
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_a_run_of_chunks_decided_at_once_writes_what_each_chunk_decided_alone_writes(seed):
+    """A merge commit of several chunks (pipelines/stream/online_backfill.py): the chunks' key
+    ranges are disjoint (``a`` in [0, 2), [2, 4), [4, 6)), so one decision over their rows and
+    candidates appends, upserts, deletes and leaves once exactly the keys the chunks' own
+    decisions do, together; touched keys in and out of the ranges."""
+    rng = random.Random(seed)
+    key = ["a", "b"]
+    runs = []
+    for lo in (0, 2, 4):
+        space = [(a, b) for a in range(lo, lo + 2) for b in (b"", b"x", b"\x00y")]
+        chunk_rows = [_random_row(rng, k) for k in rng.sample(space, rng.randrange(len(space)))]
+        held_rows = []
+        for k in rng.sample(space, rng.randrange(len(space))):
+            copy = next((r for r in chunk_rows if (r["a"], r["b"]) == k), None)
+            row = dict(copy) if copy is not None and rng.random() < 0.6 else _random_row(rng, k)
+            held_rows += [row] * (2 if rng.random() < 0.1 else 1)
+        runs.append((pa.Table.from_pylist(chunk_rows, SCHEMA), pa.Table.from_pylist(held_rows, SCHEMA)))
+    everything = [(a, b) for a in range(-1, 7) for b in (b"", b"x", b"\x00y")]
+    touched = ChunkMerge(set(rng.sample(everything, rng.randrange(8)))).keys(runs[0][0].select(key).schema)
+
+    def written(parts: list[tuple[pa.Table, pa.Table]], columns) -> tuple[set, ...]:
+        out: tuple[set, ...] = (set(), set(), set(), set())
+        for chunk, held in parts:
+            w = merge_writes(chunk, key, touched, held if columns else held.select(key), columns)
+            for got, rows in zip(out, (chunk.take(w.append), chunk.take(w.upsert), w.delete, w.twice)):
+                got.update(zip(*(rows.column(k).to_pylist() for k in key)))
+        return out
+
+    together = [(pa.concat_tables([c for c, _ in runs]), pa.concat_tables([h for _, h in runs]))]
+    for columns in (SCHEMA.names, None):
+        assert written(together, columns) == written(runs, columns)
+
+
 def test_clip_keeps_the_chunks_holding_the_range_and_bounds_them_by_it():
     plan = [Chunk("d.t", i, "k", lo, hi) for i, (lo, hi) in enumerate([(None, 10), (10, 20), (20, 30), (30, None)])]
     got = clip(plan, 1, 2, 12, 25)

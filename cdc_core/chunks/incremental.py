@@ -23,12 +23,13 @@ stream goes on meanwhile:
      at a transaction boundary), the batch is committed and then the group's
      next chunks are merged in one Delta commit (a *merge commit*: the group's next chunks
      in the plan's order, as many as :func:`merge_group_size` lets, bounded by rows and
-     bytes): for each chunk C of it, decided for C alone (:func:`merge_writes`), the rows
-     of rows(C) whose key was not touched are upserted and the *candidates* of C that are
-     neither in rows(C) nor touched are deleted; the chunks' writes, over disjoint ranges,
-     are committed together. The group's next merge commits follow the same way, right
-     after or, past a time slice, at the next records, so the stream's own commits go on
-     between them.
+     bytes): for each chunk C of it (:func:`merge_writes`), the rows of rows(C) whose key
+     was not touched are upserted and the *candidates* of C that are neither in rows(C)
+     nor touched are deleted; the chunks' writes, over disjoint ranges, are committed
+     together (decided for the run's rows and candidates at once: the same writes, as no
+     key of one chunk's rows or candidates is in another chunk's range). The group's next
+     merge commits follow the same way, right after or, past a time slice, at the next
+     records, so the stream's own commits go on between them.
 
 Candidates are the row keys Delta held in the range at some instant after the backfill
 started and at or before the group's S: for an integer chunk key, read as of S (the
@@ -51,9 +52,9 @@ merge commit: tests/test_backfill.py::test_a_read_group_merges_several_chunks_pe
   never wrote is a candidate. So a group's chunks, whose HWs differ, all merge past the
   highest, a merge commit at a time wherever the stream then is (in the plan's order:
   progress stays a count of chunks merged), and a group Spark returns after the stream
-  went past H merges where the stream is then. Chunks merged in one commit are each
-  decided alone, over disjoint ranges, at the same P: the commit holds exactly the
-  writes each chunk's own merge would, so each chunk's range equals MySQL's as of P.
+  went past H merges where the stream is then. Chunks merged in one commit, over
+  disjoint ranges, at the same P: the commit holds exactly the writes each chunk's own
+  merge would (tests/test_backfill_parts.py), so each chunk's range equals MySQL's as of P.
 - Nothing the stream applied is reverted: a key changed after S is touched (and never
   written by the merge); a change after P is applied after the merge.
 - A merge is correct wherever it happens at or past its HW, so it may be repeated: a

@@ -27,10 +27,11 @@ Invariants of the merge commits:
   at most ``source.snapshot.backfill_group_rows`` rows and ``MERGE_COMMIT_BYTES``
   (cdc_core/chunks/incremental.py: ``merge_group_size``; at least one chunk), so the stream
   never waits for more than one bounded commit before its next batch; a soft_delete or
-  history table merges one chunk per commit. Each chunk's writes are decided alone, against
-  its own rows, the group's touched keys and its own candidates (``merge_writes``, as when
-  each chunk had a commit of its own), and the writes of the run are committed together
-  (tests/test_backfill.py::test_a_read_group_merges_several_chunks_per_commit).
+  history table merges one chunk per commit. The writes are each chunk's own: its rows
+  against the group's touched keys and its own candidates (``merge_writes``, as when each
+  chunk had a commit of its own; decided for the run's rows and candidates at once, which
+  is the same as the chunks' ranges are disjoint: tests/test_backfill_parts.py), committed
+  together (tests/test_backfill.py::test_a_read_group_merges_several_chunks_per_commit).
 - The commit's metadata ``binlake.backfill`` names every chunk it holds (``chunks``; ``chunk``
   is the first, docs/contracts.md).
 - A merge commit whose call failed is made again only if none of its attempts' commits (each
@@ -644,7 +645,13 @@ class Backfills:
         held = [c.rows if c.rows is not None else keys.empty_table() for c in found]
         if columns.mode is not TableMode.CURRENT:  # one chunk per commit (see _run_size)
             return self._write_kept(f, req, run[0], shaped[0], key, touched, held[0].select(list(key)), columns)
-        # Each chunk decided alone (its rows, its candidates), the writes of all committed together.
+        if all(len(set(v)) == 1 for v in ([c.columns for c in found], [t.schema for t in shaped],
+                                           [t.schema for t in held])):
+            # The chunks' ranges are disjoint (a key of one chunk's rows or candidates is in no other
+            # chunk's), so one decision over the run's rows and candidates is each chunk's decision,
+            # together (tests/test_backfill_parts.py): one set of joins per commit, not per chunk.
+            shaped, held = [pa.concat_tables(shaped)], [pa.concat_tables(held)]
+        # Each chunk decided as alone (its rows, its candidates), the writes of all committed together.
         writes = [merge_writes(rows, key, touched, h, c.columns) for rows, h, c in zip(shaped, held, found)]
         append = pa.concat_tables([rows.take(w.append) for rows, w in zip(shaped, writes)])
         upsert = pa.concat_tables([rows.take(w.upsert) for rows, w in zip(shaped, writes)])
