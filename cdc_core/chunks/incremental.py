@@ -67,7 +67,8 @@ merge commit: tests/test_backfill.py::test_a_read_group_merges_several_chunks_pe
   commit's last chunk + 1; one control-table write per group, not per chunk or commit),
   so a restart resumes at the first chunk after the last group recorded.
 - A merge commit is bounded (:func:`merge_group_size`: ``source.snapshot.backfill_group_rows``
-  rows and ``MERGE_COMMIT_BYTES`` of the chunks' rows, at least one chunk), so the stream
+  rows, at most ``MERGE_COMMIT_ROWS``, and ``MERGE_COMMIT_BYTES`` of the chunks' rows, at
+  least one chunk), so the stream
   waits for at most one such commit at a time: the engine commits its own batches
   between merge commits once a time slice is spent (pipelines/stream/online_backfill.py).
 - Groups in flight (one, or two for a request of many chunks) cover consecutive,
@@ -338,8 +339,11 @@ def read_group_size(chunks: int, pending: int, slots: int | None, min_chunks: in
     return max(1, min(pending, per_slot * (slots or 1)))
 
 
-# Bytes of chunk rows (Arrow, in memory) one merge commit holds at most, with the rows bound:
-# wide rows commit in smaller groups, so one commit's time (the stream waits for it) stays bounded.
+# Rows and bytes of chunk rows (Arrow, in memory) one merge commit holds at most (the rows also
+# at most ``backfill_group_rows``): the stream waits for a whole merge commit (deciding it, writing
+# it), so its time stays bounded; wide rows commit in smaller groups. Most of a commit's fixed
+# cost is shared from a few chunks on: 50,000 rows make 20 commits of a million rows.
+MERGE_COMMIT_ROWS = 50_000
 MERGE_COMMIT_BYTES = 128 << 20
 
 

@@ -24,7 +24,7 @@ engine asks, this part answers; it never commits itself. The engine calls:
 
 Invariants of the merge commits:
 - One Delta commit holds a run of the oldest group's next chunks, in the plan's order, of
-  at most ``source.snapshot.backfill_group_rows`` rows and ``MERGE_COMMIT_BYTES``
+  at most ``source.snapshot.backfill_group_rows`` rows, ``MERGE_COMMIT_ROWS`` and ``MERGE_COMMIT_BYTES``
   (cdc_core/chunks/incremental.py: ``merge_group_size``; at least one chunk), so the stream
   never waits for more than one bounded commit before its next batch; a soft_delete or
   history table merges one chunk per commit. The writes are each chunk's own: its rows
@@ -62,6 +62,7 @@ import pyarrow.compute as pc
 from cdc_core.batch.table_commit import RowsApplied
 from cdc_core.binlog.events import RowsEvent
 from cdc_core.chunks.incremental import (
+    MERGE_COMMIT_ROWS,
     BackfillRequest,
     BackfillState,
     ChunkMerge,
@@ -585,7 +586,7 @@ class Backfills:
         if self.sinks.columns(self.router.sink(f.table)).mode is not TableMode.CURRENT:
             return 1
         return merge_group_size([r.table.num_rows for r in f.results], [r.table.nbytes for r in f.results],
-                                self.cfg.source.snapshot.backfill_group_rows)
+                                min(self.cfg.source.snapshot.backfill_group_rows, MERGE_COMMIT_ROWS))
 
     def _merge_run(self, f: InFlight, run: list[ChunkResult], last: bool) -> None:
         """Merge a run of ``f``'s chunks in one commit; after the group's ``last``, save the
