@@ -459,20 +459,48 @@ def test_sigkill_during_backfills_loses_and_doubles_nothing(db, spark, make_conf
     assert_changes_counted(cfg, [table])
 
 
+def _damaged_acct(db, spark, make_config, rows: int, group_rows: int):
+    """A snapshotted table ``acct`` of ``rows`` rows damaged in Delta, under a config whose
+    backfills read groups of 1,000-row chunks (``group_rows`` rows per task slot)."""
+    name, conn = db
+    with conn.cursor() as cur:
+        _table(cur, "acct", rows)
+    cfg = make_config(name, source={"snapshot": {"chunk_size": 1000, "backfill_spark_min_chunks": 4,
+                                                                  "backfill_group_rows": group_rows}},
+                      stream={"max_batch_rows": 500, "max_batch_seconds": 0.3})
+    snapshot(cfg, spark)
+    table = f"{name}.acct"
+    _damage(cfg, table, range(1, rows))
+    return name, cfg, table
+
+
+def _backfilled_under_writes(cfg, stream: StreamEngine, name: str, short: str, rows: int, seed: int):
+    """``stream`` running in a thread while a writer changes rows of ``name.short`` (ids 1 to
+    ``rows``): a backfill of the table requested and done, Delta caught up with MySQL and
+    compared with it row by row. Returns the request as it ended."""
+    table = f"{name}.{short}"
+    engine = EngineThread(stream)
+    engine.start()
+    engine.wait_streaming()
+    with _writers(connection_settings(cfg), name, **{short: (rows, seed)}) as touched:
+        req = request_backfill(cfg, table)
+        wait_for(lambda: next(r for r in _requests(cfg) if r.id == req.id).state == BackfillState.DONE, 240,
+                 "the backfill", interval=0.2)
+    try:
+        wait_for(lambda: diff_tables(cfg, [table])[0].equal, 60, "Delta to catch up with MySQL", interval=0.5)
+    finally:
+        engine.stop()
+    assert_equal(cfg, [table])
+    assert len(touched[short]) > 100
+    return next(r for r in _requests(cfg) if r.id == req.id)
+
+
 def test_large_backfill_reads_groups_of_chunks_on_spark_under_writes(db, spark, make_config):
     """Chunks read in parallel on Spark (the test's session, found in the process), merged by
     the running stream while a writer updates, deletes and inserts rows in the very ranges
     being read: Delta equals MySQL, and the writer's changes made while the backfill ran (it
     stops when the backfill is done: many rows' last change is one) are not reverted."""
-    name, conn = db
-    with conn.cursor() as cur:
-        _table(cur, "acct", 24_000)
-    cfg = make_config(name, source={"snapshot": {"chunk_size": 1000, "backfill_spark_min_chunks": 4,
-                                                                  "backfill_group_rows": 2000}},
-                      stream={"max_batch_rows": 500, "max_batch_seconds": 0.3})
-    snapshot(cfg, spark)
-    table = f"{name}.acct"
-    _damage(cfg, table, range(1, 24_000))
+    name, cfg, table = _damaged_acct(db, spark, make_config, 24_000, 2000)
     stream = StreamEngine(cfg)
     in_flight: list[int] = []  # read groups in flight after each step
     start = stream._start
@@ -487,21 +515,9 @@ def test_large_backfill_reads_groups_of_chunks_on_spark_under_writes(db, spark, 
         stream._step_backfills = counted
 
     stream._start = start_counting_groups
-    engine = EngineThread(stream)
-    engine.start()
-    engine.wait_streaming()
-    with _writers(connection_settings(cfg), name, acct=(24_000, 11)) as touched:
-        req = request_backfill(cfg, table)
-        wait_for(lambda: next(r for r in _requests(cfg) if r.id == req.id).state == BackfillState.DONE, 240,
-                 "the backfill", interval=0.2)
-    try:
-        wait_for(lambda: diff_tables(cfg, [table])[0].equal, 60, "Delta to catch up with MySQL", interval=0.5)
-    finally:
-        engine.stop()
-    assert_equal(cfg, [table])
-    assert len(touched["acct"]) > 100
+    req = _backfilled_under_writes(cfg, stream, name, "acct", 24_000, 11)
     merges = _merges(cfg, table)
-    planned = len(next(r for r in _requests(cfg) if r.id == req.id).chunks)
+    planned = len(req.chunks)
     assert planned > 20 and sorted(_chunks_merged(merges)) == list(range(planned)), merges  # each once
     groups: dict[int, list[dict]] = {}
     for m in merges:
@@ -522,29 +538,8 @@ def test_a_read_group_merges_several_chunks_per_commit(db, spark, make_config):
     rows in the ranges being read: each chunk merged exactly once, in order, each commit's chunks
     consecutive and of one group, fewer commits than chunks, the request's progress counting
     every chunk, and Delta equal to MySQL row by row."""
-    name, conn = db
-    with conn.cursor() as cur:
-        _table(cur, "acct", 16_000)
-    cfg = make_config(name, source={"snapshot": {"chunk_size": 1000, "backfill_spark_min_chunks": 4,
-                                                                  "backfill_group_rows": 4000}},
-                      stream={"max_batch_rows": 500, "max_batch_seconds": 0.3})
-    snapshot(cfg, spark)
-    table = f"{name}.acct"
-    _damage(cfg, table, range(1, 16_000))
-    engine = EngineThread(StreamEngine(cfg))
-    engine.start()
-    engine.wait_streaming()
-    with _writers(connection_settings(cfg), name, acct=(16_000, 13)) as touched:
-        req = request_backfill(cfg, table)
-        wait_for(lambda: next(r for r in _requests(cfg) if r.id == req.id).state == BackfillState.DONE, 240,
-                 "the backfill", interval=0.2)
-    try:
-        wait_for(lambda: diff_tables(cfg, [table])[0].equal, 60, "Delta to catch up with MySQL", interval=0.5)
-    finally:
-        engine.stop()
-    assert_equal(cfg, [table])
-    assert len(touched["acct"]) > 100
-    done = next(r for r in _requests(cfg) if r.id == req.id)
+    name, cfg, table = _damaged_acct(db, spark, make_config, 16_000, 4000)
+    done = _backfilled_under_writes(cfg, StreamEngine(cfg), name, "acct", 16_000, 13)
     planned = len(done.chunks)
     assert planned >= 16 and done.chunks_done == planned, done
     merges = _merges(cfg, table)
