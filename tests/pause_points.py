@@ -24,9 +24,9 @@ The points, each a step where a crash leaves the lake half-way:
   ``Backfills._collect`` with the group's rows there);
 - ``backfill_read_ahead``: stream, a large backfill's group is read and the next group's
   read has started (the end of ``Backfills.start`` of a read-ahead group now in flight);
-- ``backfill_merged``: stream, a backfill chunk is merged into Delta (or found equal to
-  MySQL, nothing to write), the request's progress not saved yet (the end of
-  ``Backfills._write_merge``);
+- ``backfill_merged``: stream, a backfill merge commit (a run of one or more chunks of a
+  read group) is made in Delta (or its chunks found equal to MySQL, nothing to write), the
+  request's progress not saved yet (the end of ``Backfills._write_merge``; n counts merge commits);
 - ``compaction_rewritten``: stream, a compaction's new files are written, not committed (the
   end of ``compaction.rewrite``, in the stream's maintenance thread);
 - ``compaction_committed``: stream, a compaction is committed, its run not recorded in

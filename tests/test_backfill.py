@@ -13,7 +13,8 @@
 - a request with many chunks reads them in groups on Spark, the next group read while the
   one before waits and merges, while the stream runs under writes in the ranges being
   read; a SIGKILL between a group's read and its merges, and
-  one among a group's merges, lose and double nothing;
+  one among a group's merges, lose and double nothing; a group's chunks merge several per
+  Delta commit (runs bounded by rows);
 - the CLI: requests listed, paused, resumed, cancelled; bad input refused with exit 2.
 Every test ends comparing Delta with MySQL row by row.
 """
@@ -255,7 +256,7 @@ def test_reconcile_repair_restores_damaged_delta_while_the_stream_runs_under_wri
     finally:
         assert stream.terminate() == 0, stream.describe()
     assert_equal(cfg, [table])
-    repaired = {m["chunk"] for m in _merges(cfg, table)}
+    repaired = set(_chunks_merged(_merges(cfg, table)))
     assert repaired and all(r.reason == "reconcile --repair" for r in _requests(cfg))
     again = subprocess.run([sys.executable, "-m", "pipelines.cli", "reconcile", "-c", config], capture_output=True,
                            text=True, timeout=300, env=env)
@@ -270,6 +271,11 @@ def _merges(cfg, table: str) -> list[dict]:
         if raw:
             out.append(json.loads(raw) if isinstance(raw, str) else raw)
     return out
+
+
+def _chunks_merged(merges: list[dict]) -> list[int]:
+    """The chunks the merge commits ``merges`` hold, in commit order (a commit may hold several)."""
+    return [c for m in merges for c in m["chunks"]]
 
 
 def test_table_added_to_the_capture_list_is_backfilled_while_another_streams(db, spark, make_config, tmp_path):
@@ -382,7 +388,7 @@ def test_a_ddl_between_a_chunk_read_and_its_merge_reads_it_again(db, spark, make
     engine._start = start_then_alter
     engine.run()
     assert_equal(cfg, [table])
-    merged = [m["chunk"] for m in _merges(cfg, table)]
+    merged = _chunks_merged(_merges(cfg, table))
     assert sorted(set(merged)) == list(range(len(set(merged)))) and merged.count(0) == 1, merged
 
 
@@ -453,20 +459,48 @@ def test_sigkill_during_backfills_loses_and_doubles_nothing(db, spark, make_conf
     assert_changes_counted(cfg, [table])
 
 
+def _damaged_acct(db, spark, make_config, rows: int, group_rows: int):
+    """A snapshotted table ``acct`` of ``rows`` rows damaged in Delta, under a config whose
+    backfills read groups of 1,000-row chunks (``group_rows`` rows per task slot)."""
+    name, conn = db
+    with conn.cursor() as cur:
+        _table(cur, "acct", rows)
+    cfg = make_config(name, source={"snapshot": {"chunk_size": 1000, "backfill_spark_min_chunks": 4,
+                                                                  "backfill_group_rows": group_rows}},
+                      stream={"max_batch_rows": 500, "max_batch_seconds": 0.3})
+    snapshot(cfg, spark)
+    table = f"{name}.acct"
+    _damage(cfg, table, range(1, rows))
+    return name, cfg, table
+
+
+def _backfilled_under_writes(cfg, stream: StreamEngine, name: str, short: str, rows: int, seed: int):
+    """``stream`` running in a thread while a writer changes rows of ``name.short`` (ids 1 to
+    ``rows``): a backfill of the table requested and done, Delta caught up with MySQL and
+    compared with it row by row. Returns the request as it ended."""
+    table = f"{name}.{short}"
+    engine = EngineThread(stream)
+    engine.start()
+    engine.wait_streaming()
+    with _writers(connection_settings(cfg), name, **{short: (rows, seed)}) as touched:
+        req = request_backfill(cfg, table)
+        wait_for(lambda: next(r for r in _requests(cfg) if r.id == req.id).state == BackfillState.DONE, 240,
+                 "the backfill", interval=0.2)
+    try:
+        wait_for(lambda: diff_tables(cfg, [table])[0].equal, 60, "Delta to catch up with MySQL", interval=0.5)
+    finally:
+        engine.stop()
+    assert_equal(cfg, [table])
+    assert len(touched[short]) > 100
+    return next(r for r in _requests(cfg) if r.id == req.id)
+
+
 def test_large_backfill_reads_groups_of_chunks_on_spark_under_writes(db, spark, make_config):
     """Chunks read in parallel on Spark (the test's session, found in the process), merged by
     the running stream while a writer updates, deletes and inserts rows in the very ranges
     being read: Delta equals MySQL, and the writer's changes made while the backfill ran (it
     stops when the backfill is done: many rows' last change is one) are not reverted."""
-    name, conn = db
-    with conn.cursor() as cur:
-        _table(cur, "acct", 24_000)
-    cfg = make_config(name, source={"snapshot": {"chunk_size": 1000, "backfill_spark_min_chunks": 4,
-                                                                  "backfill_group_rows": 2000}},
-                      stream={"max_batch_rows": 500, "max_batch_seconds": 0.3})
-    snapshot(cfg, spark)
-    table = f"{name}.acct"
-    _damage(cfg, table, range(1, 24_000))
+    name, cfg, table = _damaged_acct(db, spark, make_config, 24_000, 2000)
     stream = StreamEngine(cfg)
     in_flight: list[int] = []  # read groups in flight after each step
     start = stream._start
@@ -481,33 +515,43 @@ def test_large_backfill_reads_groups_of_chunks_on_spark_under_writes(db, spark, 
         stream._step_backfills = counted
 
     stream._start = start_counting_groups
-    engine = EngineThread(stream)
-    engine.start()
-    engine.wait_streaming()
-    with _writers(connection_settings(cfg), name, acct=(24_000, 11)) as touched:
-        req = request_backfill(cfg, table)
-        wait_for(lambda: next(r for r in _requests(cfg) if r.id == req.id).state == BackfillState.DONE, 240,
-                 "the backfill", interval=0.2)
-    try:
-        wait_for(lambda: diff_tables(cfg, [table])[0].equal, 60, "Delta to catch up with MySQL", interval=0.5)
-    finally:
-        engine.stop()
-    assert_equal(cfg, [table])
-    assert len(touched["acct"]) > 100
+    req = _backfilled_under_writes(cfg, stream, name, "acct", 24_000, 11)
     merges = _merges(cfg, table)
-    planned = len(next(r for r in _requests(cfg) if r.id == req.id).chunks)
-    assert planned > 20 and sorted(m["chunk"] for m in merges) == list(range(planned)), merges  # each once
+    planned = len(req.chunks)
+    assert planned > 20 and sorted(_chunks_merged(merges)) == list(range(planned)), merges  # each once
     groups: dict[int, list[dict]] = {}
     for m in merges:
         groups.setdefault(m["group"], []).append(m)
-    several = [ms for ms in groups.values() if len(ms) > 1]
+    several = [ms for ms in groups.values() if ms[0]["group_chunks"] > 1]
     assert any(ms[0]["on_spark"] for ms in several), merges  # several chunks per read step, on Spark
     for ms in several:  # a group's chunks, all merged, in order, at the group's one high watermark
         first, n = ms[0]["group"], ms[0]["group_chunks"]
-        assert [m["chunk"] for m in ms] == list(range(first, first + n)), ms
+        assert _chunks_merged(ms) == list(range(first, first + n)), ms
         assert len({json.dumps(m["high_watermark"]) for m in ms}) == 1, ms
     assert sum(m["left_to_stream"] for m in merges) > 0, merges  # the writer hit the windows
     assert max(in_flight) == 2  # the next group read while the one before waited for its merges
+
+
+def test_a_read_group_merges_several_chunks_per_commit(db, spark, make_config):
+    """A read group's chunks merge in runs of whole chunks, one Delta commit per run, bounded by
+    ``backfill_group_rows`` (4,000 rows: at most four 1,000-row chunks), while a writer changes
+    rows in the ranges being read: each chunk merged exactly once, in order, each commit's chunks
+    consecutive and of one group, fewer commits than chunks, the request's progress counting
+    every chunk, and Delta equal to MySQL row by row."""
+    name, cfg, table = _damaged_acct(db, spark, make_config, 16_000, 4000)
+    done = _backfilled_under_writes(cfg, StreamEngine(cfg), name, "acct", 16_000, 13)
+    planned = len(done.chunks)
+    assert planned >= 16 and done.chunks_done == planned, done
+    merges = _merges(cfg, table)
+    assert sorted(_chunks_merged(merges)) == list(range(planned)), merges  # each chunk once
+    assert _chunks_merged(merges) == list(range(planned)), merges  # in the plan's order
+    for m in merges:  # whole, consecutive chunks of one read group, at most the rows bound
+        first, n = m["chunks"][0], len(m["chunks"])
+        assert m["chunk"] == first and m["chunks"] == list(range(first, first + n)), m
+        assert m["group"] <= first and first + n <= m["group"] + m["group_chunks"] and n <= 4, m  # ~1,000 rows each
+    assert any(len(m["chunks"]) > 1 for m in merges), merges  # several chunks landed in one commit
+    assert len(merges) < planned, merges
+    assert sum(m["left_to_stream"] for m in merges) > 0, merges  # the writer hit the windows
 
 
 def _paused(config: str, logs, password: str, point: str) -> None:
@@ -546,7 +590,7 @@ def test_sigkill_between_a_group_read_and_its_merges_loses_and_doubles_nothing(d
     assert_equal(cfg, [table])
     assert_changes_counted(cfg, [table])
     planned = len(next(r for r in _requests(cfg) if r.id == req.id).chunks)
-    assert {m["chunk"] for m in _merges(cfg, table)} == set(range(planned))  # the killed group's, read again
+    assert set(_chunks_merged(_merges(cfg, table))) == set(range(planned))  # the killed group's, read again
 
 
 def test_a_paused_request_drops_the_group_spark_is_reading(db, spark, make_config):
@@ -583,4 +627,5 @@ def test_a_paused_request_drops_the_group_spark_is_reading(db, spark, make_confi
     assert next(r for r in _requests(cfg) if r.id == req.id).state == BackfillState.DONE
     assert_equal(cfg, [table])
     merges = _merges(cfg, table)
-    assert sorted(m["chunk"] for m in merges) == list(range(len(merges))), merges  # each chunk once
+    merged = _chunks_merged(merges)
+    assert sorted(merged) == list(range(len(merged))), merges  # each chunk once

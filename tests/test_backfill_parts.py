@@ -1,6 +1,6 @@
 """The online backfill's pure parts (cdc_core/chunks/incremental.py), no server needed: the merge
 decision and its window (also for a read group merged past its chunks' own high
-watermarks), read-group sizes, splitting Delta's rows per chunk, request states, key
+watermarks), read-group and merge-commit sizes, splitting Delta's rows per chunk, request states, key
 bounds and range clipping."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from cdc_core.chunks.incremental import (
     clip,
     key_value,
     latest_requests,
+    merge_group_size,
     merge_writes,
     read_group_size,
 )
@@ -214,6 +215,17 @@ def test_read_groups_are_large_only_for_large_requests_and_sized_by_rows():
     assert read_group_size(40, 40, 2, 16, 1000, 2000) == 4  # configured: two 1,000-row chunks per slot
 
 
+def test_merge_commits_hold_runs_of_chunks_bounded_by_rows_and_bytes():
+    assert merge_group_size([10_000] * 20, [1 << 20] * 20, 100_000) == 10  # 100,000 rows in one commit
+    assert merge_group_size([8096] * 24, [1 << 20] * 24, 100_000) == 12  # whole chunks, at most the bound
+    assert merge_group_size([10_000] * 3, [1 << 20] * 3, 100_000) == 3  # the rest of the group
+    assert merge_group_size([10_000] * 20, [50 << 20] * 20, 100_000, 128 << 20) == 2  # wide rows: the bytes bound
+    assert merge_group_size([250_000, 10], [1, 1], 100_000) == 1  # a chunk above the bound commits alone
+    assert merge_group_size([10, 250_000, 10], [1, 1, 1], 100_000) == 1  # never past the bound after the first
+    assert merge_group_size([1000, 1001, 999], [1, 1, 1], 2000) == 1  # grown chunks (rows inserted) split sooner
+    assert merge_group_size([], [], 100_000) == 0
+
+
 def test_delta_rows_of_a_group_range_are_split_per_chunk():
     chunks = [Chunk("d.t", i, "id", lo, hi) for i, (lo, hi) in enumerate([(None, 10), (10, 20), (20, 30)])]
     assert chunk_positions([-5, 0, 9, 10, 19, 20, 29], chunks).tolist() == [0, 0, 0, 1, 1, 2, 2]
@@ -253,6 +265,40 @@ def test_key_bounds_take_the_chunk_key_columns_type():
     assert key_value(Column("k", "varchar", "varchar(10)"), "abc") == "abc"
     with pytest.raises(BadInput, match="not a value of the chunk key column k"):
         key_value(Column("k", "int", "int(11)"), "ten")
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_run_of_chunks_decided_at_once_writes_what_each_chunk_decided_alone_writes(seed):
+    """A merge commit of several chunks (pipelines/stream/online_backfill.py): the chunks' key
+    ranges are disjoint (``a`` in [0, 2), [2, 4), [4, 6)), so one decision over their rows and
+    candidates appends, upserts, deletes and leaves once exactly the keys the chunks' own
+    decisions do, together; touched keys in and out of the ranges."""
+    rng = random.Random(seed)
+    key = ["a", "b"]
+    runs = []
+    for lo in (0, 2, 4):
+        space = [(a, b) for a in range(lo, lo + 2) for b in (b"", b"x", b"\x00y")]
+        chunk_rows = [_random_row(rng, k) for k in rng.sample(space, rng.randrange(len(space)))]
+        held_rows = []
+        for k in rng.sample(space, rng.randrange(len(space))):
+            copy = next((r for r in chunk_rows if (r["a"], r["b"]) == k), None)
+            row = dict(copy) if copy is not None and rng.random() < 0.6 else _random_row(rng, k)
+            held_rows += [row] * (2 if rng.random() < 0.1 else 1)
+        runs.append((pa.Table.from_pylist(chunk_rows, SCHEMA), pa.Table.from_pylist(held_rows, SCHEMA)))
+    everything = [(a, b) for a in range(-1, 7) for b in (b"", b"x", b"\x00y")]
+    touched = ChunkMerge(set(rng.sample(everything, rng.randrange(8)))).keys(runs[0][0].select(key).schema)
+
+    def written(parts: list[tuple[pa.Table, pa.Table]], columns) -> tuple[set, ...]:
+        out: tuple[set, ...] = (set(), set(), set(), set())
+        for chunk, held in parts:
+            w = merge_writes(chunk, key, touched, held if columns else held.select(key), columns)
+            for got, rows in zip(out, (chunk.take(w.append), chunk.take(w.upsert), w.delete, w.twice)):
+                got.update(zip(*(rows.column(k).to_pylist() for k in key)))
+        return out
+
+    together = [(pa.concat_tables([c for c, _ in runs]), pa.concat_tables([h for _, h in runs]))]
+    for columns in (SCHEMA.names, None):
+        assert written(together, columns) == written(runs, columns)
 
 
 def test_clip_keeps_the_chunks_holding_the_range_and_bounds_them_by_it():

@@ -29,6 +29,7 @@ vacuum) are not on this branch: ``test_lake_maintenance_under_store_faults`` is 
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -49,6 +50,7 @@ from pipelines.lake.tables import table_uri
 from pipelines.lake.writer_lock import LeaseLock
 from pipelines.snapshot.driver import SnapshotJob
 from pipelines.stream import StreamEngine
+from pipelines.stream.online_backfill import BACKFILL_KEY
 from tests.change_count import assert_changes_counted
 from tests.helpers import assert_equal, write_config_file
 from tests.s3_fault_proxy import LOG_COMMIT, S3Fault, S3FaultProxy
@@ -369,6 +371,29 @@ def test_backfill_merges_under_store_faults(db, make_config, faulty, s3_proxy, k
     assert _fired(s3_proxy) >= 1, s3_proxy.rules()
     s3_proxy.clear()
     assert _done(cfg, faulty, req.id).state == BackfillState.DONE
+    _assert_exact(cfg, faulty, name)
+
+
+@pytest.mark.parametrize("kind", ["lost", "lost-rst", "reset"])
+def test_backfill_merge_commit_of_several_chunks_lands_once_under_store_faults(db, make_config, faulty, s3_proxy,
+                                                                                 kind):
+    """A request read in groups (three 100-row chunks each) merges a run of chunks per commit; a
+    fault on such a commit (its answer lost: the attempt's token in its metadata finds it landed;
+    or never made) leaves every chunk in exactly one merge commit and Delta equal to MySQL."""
+    name, conn, cfg, req = _damaged(db, make_config, faulty)
+    snap = cfg.source.snapshot.model_copy(update={"backfill_spark_min_chunks": 2, "backfill_group_rows": 300})
+    cfg = cfg.model_copy(update={"source": cfg.source.model_copy(update={"snapshot": snap})})
+    s3_proxy.arm(fault(kind, "PUT", faulty.log(name), skip=1))
+    StreamEngine(cfg, until_now=True, retry=FAST).run()
+    assert _fired(s3_proxy) >= 1, s3_proxy.rules()
+    s3_proxy.clear()
+    done = _done(cfg, faulty, req.id)
+    assert done.state == BackfillState.DONE and done.chunks_done == len(done.chunks), done
+    dt = DeltaTable(table_uri(cfg.sink.path, f"{name}.t"), storage_options=faulty.direct)
+    merges = [json.loads(c[BACKFILL_KEY]) for c in reversed(dt.history()) if c.get(BACKFILL_KEY)]
+    merged = [c for m in merges if m["id"] == req.id for c in m["chunks"]]
+    assert merged == list(range(len(done.chunks))), merges  # each chunk once, in order
+    assert any(len(m["chunks"]) > 1 for m in merges), merges
     _assert_exact(cfg, faulty, name)
 
 

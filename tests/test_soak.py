@@ -13,8 +13,8 @@ killed; the product has no test hook):
 - ``tables_committed``: a batch's tables committed, the checkpoint not written;
 - ``schema_applied``: a DDL (a column added to ``tags``, just before) applied to Delta, its
   history record and the checkpoint past it not written;
-- ``backfill_merged``: a backfill chunk (of a table damaged by hand in Delta and requested
-  just before) merged, the request's progress not saved;
+- ``backfill_merged``: a backfill merge commit (of a table damaged by hand in Delta and requested
+  just before) made, the request's progress not saved;
 
 and at random instants (tests/test_stream_crash.py's ``kill_at_random``: a random delay, right
 after a table commit, right after a checkpoint). The test asserts every kind landed.

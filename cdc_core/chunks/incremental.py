@@ -21,11 +21,15 @@ stream goes on meanwhile:
      position P at or past H (the highest HW of the group) and nothing after it (the next
      record is past P, a heartbeat at P, or, between records, the stream's position is P
      at a transaction boundary), the batch is committed and then the group's
-     next chunk C (in the plan's order) is merged in one Delta commit: the rows of rows(C)
-     whose key was not touched are upserted and the *candidates* of C that are neither in
-     rows(C) nor touched are deleted. The group's next chunks merge the same way, right
-     after or, past a time slice, at the next records, so the stream's own commits go on
-     between them.
+     next chunks are merged in one Delta commit (a *merge commit*: the group's next chunks
+     in the plan's order, as many as :func:`merge_group_size` lets, bounded by rows and
+     bytes): for each chunk C of it (:func:`merge_writes`), the rows of rows(C) whose key
+     was not touched are upserted and the *candidates* of C that are neither in rows(C)
+     nor touched are deleted; the chunks' writes, over disjoint ranges, are committed
+     together (decided for the run's rows and candidates at once: the same writes, as no
+     key of one chunk's rows or candidates is in another chunk's range). The group's next
+     merge commits follow the same way, right after or, past a time slice, at the next
+     records, so the stream's own commits go on between them.
 
 Candidates are the row keys Delta held in the range at some instant after the backfill
 started and at or before the group's S: for an integer chunk key, read as of S (the
@@ -39,23 +43,34 @@ order of the chunk key. A key Delta gained later was written by the stream, whic
 applies every change of the table from the backfill's start on, so its row is MySQL's
 row (updates are applied as whole after-images, inserted when missing).
 
-Invariants (tests/test_backfill_parts.py, tests/test_backfill.py):
+Invariants (tests/test_backfill_parts.py, tests/test_backfill.py; several chunks in one
+merge commit: tests/test_backfill.py::test_a_read_group_merges_several_chunks_per_commit):
 - After C's merge at P, C's range in Delta equals C's range in MySQL as of P, for any P
   at or past C's HW: S <= LW, so an untouched key had no change in (LW, P] and has the
   same row at the SELECT and at P (so rows(C)'s row, or its absence, is right), a
   touched key's last change up to P was applied by the stream, and a key the stream
   never wrote is a candidate. So a group's chunks, whose HWs differ, all merge past the
-  highest, one by one wherever the stream then is (in the plan's order: progress stays a
-  count of chunks merged), and a group Spark returns after the stream went past H merges
-  where the stream is then.
+  highest, a merge commit at a time wherever the stream then is (in the plan's order:
+  progress stays a count of chunks merged), and a group Spark returns after the stream
+  went past H merges where the stream is then. Chunks merged in one commit, over
+  disjoint ranges, at the same P: the commit holds exactly the writes each chunk's own
+  merge would (tests/test_backfill_parts.py), so each chunk's range equals MySQL's as of P.
 - Nothing the stream applied is reverted: a key changed after S is touched (and never
   written by the merge); a change after P is applied after the merge.
 - A merge is correct wherever it happens at or past its HW, so it may be repeated: a
-  crash between a merge and its progress record reads the chunk again (new watermarks)
-  and merges it again; chunks read but not merged (a whole group, or the rest of one)
-  are simply read again. Progress is recorded after a group's last merge commit (each
-  of its merges at least once; never marked done before it is; one control-table write
-  per group, not per chunk).
+  crash between a merge commit and its progress record reads its chunks again (new
+  watermarks) and merges them again; chunks read but not merged (a whole group, or the
+  rest of one) are simply read again. A merge commit holds whole chunks and lands whole
+  or not at all (one Delta commit): no chunk is ever half merged. Progress is recorded
+  after a group's last merge commit (each of its chunks merged at least once; never
+  marked done before it is; ``chunks_done`` counts exactly the chunks merged, the last
+  commit's last chunk + 1; one control-table write per group, not per chunk or commit),
+  so a restart resumes at the first chunk after the last group recorded.
+- A merge commit is bounded (:func:`merge_group_size`: ``source.snapshot.backfill_group_rows``
+  rows, at most ``MERGE_COMMIT_ROWS``, and ``MERGE_COMMIT_BYTES`` of the chunks' rows, at
+  least one chunk), so the stream
+  waits for at most one such commit at a time: the engine commits its own batches
+  between merge commits once a time slice is spent (pipelines/stream/online_backfill.py).
 - Groups in flight (one, or two for a request of many chunks) cover consecutive,
   disjoint ranges of one request and merge in the plan's order. Each has its own S, its
   own touched keys (changed after its own S) and its own candidates (for an integer chunk
@@ -322,6 +337,28 @@ def read_group_size(chunks: int, pending: int, slots: int | None, min_chunks: in
         return 1
     per_slot = max(1, group_rows // chunk_rows)
     return max(1, min(pending, per_slot * (slots or 1)))
+
+
+# Rows and bytes of chunk rows (Arrow, in memory) one merge commit holds at most (the rows also
+# at most ``backfill_group_rows``): the stream waits for a whole merge commit (deciding it, writing
+# it), so its time stays bounded; wide rows commit in smaller groups. Most of a commit's fixed
+# cost is shared from a few chunks on: 50,000 rows make 20 commits of a million rows.
+MERGE_COMMIT_ROWS = 50_000
+MERGE_COMMIT_BYTES = 128 << 20
+
+
+def merge_group_size(rows: Sequence[int], nbytes: Sequence[int], max_rows: int,
+                     max_bytes: int = MERGE_COMMIT_BYTES) -> int:
+    """How many of a read group's next chunks (``rows`` and ``nbytes`` of each, in the plan's
+    order) merge in one Delta commit: the longest run from the first holding at most
+    ``max_rows`` rows and ``max_bytes`` bytes, and at least one chunk (a chunk larger than
+    either bound commits alone)."""
+    total_rows = total_bytes = 0
+    for n, (r, b) in enumerate(zip(rows, nbytes)):
+        total_rows, total_bytes = total_rows + r, total_bytes + b
+        if n and (total_rows > max_rows or total_bytes > max_bytes):
+            return n
+    return len(rows)
 
 
 def chunk_positions(values: Sequence[int] | np.ndarray, chunks: Sequence[Chunk]) -> np.ndarray:

@@ -18,12 +18,31 @@ engine asks, this part answers; it never commits itself. The engine calls:
 - ``due(record)`` before handling a record, and ``ready()`` between records: once the
   oldest group's rows are known and the stream has applied every change up to their
   highest high watermark and nothing after, the engine commits its batch and calls
-  ``merge()``, which merges the group's next chunks for up to ``MERGE_SLICE_SECONDS``, the
-  rest next, so the stream's own commits go on between a group's merges (each exact where
-  the stream then is, cdc_core/chunks/incremental.py). A merge whose call failed is made
-  again only if none of its attempts' commits (each with a token of its own in its commit
-  metadata) landed: an answer lost by the object store never appends a chunk's rows twice
-  (tests/test_lake_faults.py).
+  ``merge()``, which makes the group's next merge commits for up to ``MERGE_SLICE_SECONDS``,
+  the rest next, so the stream's own commits go on between a group's merge commits (each
+  exact where the stream then is, cdc_core/chunks/incremental.py).
+
+Invariants of the merge commits:
+- One Delta commit holds a run of the oldest group's next chunks, in the plan's order, of
+  at most ``source.snapshot.backfill_group_rows`` rows, ``MERGE_COMMIT_ROWS`` and ``MERGE_COMMIT_BYTES``
+  (cdc_core/chunks/incremental.py: ``merge_group_size``; at least one chunk), so the stream
+  never waits for more than one bounded commit before its next batch; a soft_delete or
+  history table merges one chunk per commit. The writes are each chunk's own: its rows
+  against the group's touched keys and its own candidates (``merge_writes``, as when each
+  chunk had a commit of its own; decided for the run's rows and candidates at once, which
+  is the same as the chunks' ranges are disjoint: tests/test_backfill_parts.py), committed
+  together (tests/test_backfill.py::test_a_read_group_merges_several_chunks_per_commit).
+- The commit's metadata ``binlake.backfill`` names every chunk it holds (``chunks``; ``chunk``
+  is the first, docs/contracts.md).
+- A merge commit whose call failed is made again only if none of its attempts' commits (each
+  with a token of its own in its commit metadata, one per attempt of the whole run of chunks)
+  landed: an answer lost by the object store never appends a chunk's rows twice, nor drops
+  one (tests/test_lake_faults.py -k backfill). The run is the same on every attempt (the
+  group's rows and the bounds do not change between them).
+- The request's progress is saved after the group's last merge commit: ``chunks_done`` is
+  that commit's last chunk + 1, so a restart resumes after the last chunk recorded as
+  landed, and a chunk merged but not recorded is read and merged again, never skipped
+  (tests/test_backfill.py, the SIGKILL tests).
 """
 
 from __future__ import annotations
@@ -32,7 +51,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -43,12 +62,14 @@ import pyarrow.compute as pc
 from cdc_core.batch.table_commit import RowsApplied
 from cdc_core.binlog.events import RowsEvent
 from cdc_core.chunks.incremental import (
+    MERGE_COMMIT_ROWS,
     BackfillRequest,
     BackfillState,
     ChunkMerge,
     chunk_positions,
     clip,
     large,
+    merge_group_size,
     merge_writes,
     read_group_size,
 )
@@ -81,7 +102,7 @@ from pipelines.stream.state import EngineState, HistoryRecorder
 
 log = logging.getLogger(__name__)
 
-BACKFILL_KEY = "binlake.backfill"  # commit metadata of a merge: request id, chunk, group, high watermark
+BACKFILL_KEY = "binlake.backfill"  # commit metadata of a merge: request id, chunks, group, high watermark
 POLL_SECONDS = 2.0  # how often the stream looks for new, paused and cancelled requests
 READ_ATTEMPTS = 30  # chunk reads failed in a row (not on a fault that passes) before a request fails
 # A group's merges go on, one after another, for this long; then the stream reads and commits
@@ -126,8 +147,7 @@ class InFlight:
         return self.request.table
 
     def describe(self) -> str:
-        first, last = self.chunks[0].index, self.chunks[-1].index
-        return f"chunk {first}" if first == last else f"chunks {first}-{last}"
+        return _describe(self.chunks)
 
 
 @dataclass
@@ -176,8 +196,9 @@ class Backfills:
         # start, while its chunks are read: the stream thread only lists the files.
         self._scans = ThreadPoolExecutor(1, thread_name_prefix="backfill-scan")
         self._polled = 0.0
-        # A chunk's merges that failed (request id, chunk index): the table's version before the
-        # first, and each attempt's token, to find one that landed although its call failed.
+        # Merge commits that failed (request id, index of their first chunk): the table's version
+        # before the first attempt, and each attempt's token, to find one that landed although its
+        # call failed.
         self._attempts: dict[tuple[str, int], tuple[int, list[str]]] = {}
         self._cascaded: dict[str, str] = {}  # child table -> why it needs a backfill (cdc_core/source/foreign_keys.py)
         self._failures = 0  # reads failed in a row on errors that do not pass
@@ -533,8 +554,9 @@ class Backfills:
     def merge(self) -> None:
         """The oldest group's next chunks (in the plan's order, for up to ``MERGE_SLICE_SECONDS``)
         merged where the stream is (the engine committed every change up to it, at or past the
-        group's high watermark): one Delta commit each, then, after the last, the request's
-        progress. The group stays in flight until its last chunk."""
+        group's high watermark): a bounded run of chunks per Delta commit (see the module
+        docstring), then, after the last, the request's progress. The group stays in flight
+        until its last chunk."""
         f = self.inflight[0]
         s = self.state
         t = s.tables.get(f.table)
@@ -548,24 +570,35 @@ class Backfills:
             return
         until = time.monotonic() + MERGE_SLICE_SECONDS
         while f.results and time.monotonic() < until:  # at least one: until is ahead
+            run = f.results[:self._run_size(f)]
             # Dropped once merged: a merge that fails is made again (a merge may be repeated), never
             # skipped by the progress of a later one.
-            self._merge_chunk(f, f.results[0], last=len(f.results) == 1)
-            done = f.results.pop(0).chunk.index
-            self._candidates.get(f.request.id, {}).pop(done, None)
+            self._merge_run(f, run, last=len(run) == len(f.results))
+            del f.results[:len(run)]
+            for r in run:
+                self._candidates.get(f.request.id, {}).pop(r.chunk.index, None)
             if not f.results:
                 self.inflight.pop(0)
 
-    def _merge_chunk(self, f: InFlight, result: ChunkResult, last: bool) -> None:
-        """Merge one chunk of ``f``; after the group's ``last``, save the request's progress."""
+    def _run_size(self, f: InFlight) -> int:
+        """How many of ``f``'s next chunks merge in one commit (the module docstring): the same
+        on every attempt, as the group's rows are."""
+        if self.sinks.columns(self.router.sink(f.table)).mode is not TableMode.CURRENT:
+            return 1
+        return merge_group_size([r.table.num_rows for r in f.results], [r.table.nbytes for r in f.results],
+                                min(self.cfg.source.snapshot.backfill_group_rows, MERGE_COMMIT_ROWS))
+
+    def _merge_run(self, f: InFlight, run: list[ChunkResult], last: bool) -> None:
+        """Merge a run of ``f``'s chunks in one commit; after the group's ``last``, save the
+        request's progress."""
         merging = time.monotonic()
         req = next(r for r in self.requests if r.id == f.request.id)
-        applied = self._write_merge(f, req, result)
+        applied = self._write_merge(f, req, run)
         f.applied += applied.inserted + applied.updated
         f.merge_seconds += time.monotonic() - merging
         if not last:  # the group's progress is recorded after its last merge (a merge may be repeated)
             return
-        done = result.chunk.index + 1  # the plan's chunks merged in order: its index counts those before it
+        done = run[-1].chunk.index + 1  # the plan's chunks merged in order: its index counts those before it
         finished = done == len(req.chunks)
         self._save(req.next(chunks_done=done, rows=req.rows + f.applied,
                             state=BackfillState.DONE if finished else BackfillState.RUNNING,
@@ -574,66 +607,90 @@ class Backfills:
             self._candidates.pop(req.id, None)
             log.warning("backfill %s of %s (%s) is done", req.id, f.table, req.describe_range())
 
-    def _landed(self, sink: str, before: int, tokens: list[str]) -> bool:
-        """Whether a merge commit made with one of ``tokens`` is in ``sink`` after version ``before``."""
+    def _landed(self, sink: str, before: int, tokens: list[str]) -> set[int]:
+        """The chunks of a merge commit made with one of ``tokens`` that is in ``sink`` after
+        version ``before`` (none when no such commit landed)."""
         self.sinks.refresh(sink)
         table = self.sinks.tables[sink]
         since = table.version() - before
-        return since > 0 and any(json.loads(c[BACKFILL_KEY]).get("attempt") in tokens
-                                 for c in table.history(limit=since) if BACKFILL_KEY in c)
+        for c in table.history(limit=since) if since > 0 else []:
+            done = json.loads(c[BACKFILL_KEY]) if BACKFILL_KEY in c else {}
+            if done.get("attempt") in tokens:
+                return set(done.get("chunks", [done["chunk"]]))
+        return set()
 
-    def _write_merge(self, f: InFlight, req: BackfillRequest, result: ChunkResult) -> RowsApplied:
-        """The chunk's merge committed to Delta where the stream is (nothing when its range
-        already equals MySQL); what it wrote."""
-        chunk = result.chunk
-        rows = result.table
-        pk = f.schema.row_key
+    def _write_merge(self, f: InFlight, req: BackfillRequest, run: list[ChunkResult]) -> RowsApplied:
+        """The merge of ``run`` (consecutive chunks of ``f``) committed to Delta in one commit
+        where the stream is (nothing when their ranges already equal MySQL); what it wrote."""
         sink = self.router.sink(f.table)
+        attempt = (req.id, run[0].chunk.index)
+        landed = self._landed(sink, *self._attempts[attempt]) if attempt in self._attempts else set()
+        if landed:
+            del self._attempts[attempt]
+            # Its commit landed although the call failed (its answer lost): never appended twice. Only
+            # its own chunks are left out (a run read again after it may hold others).
+            log.info("backfill %s of %s: chunks %s had been merged", req.id, f.table, sorted(landed))
+            run = [r for r in run if r.chunk.index not in landed]
+            if not run:
+                return RowsApplied()
+            attempt = (req.id, run[0].chunk.index)
         target = self.sinks.schemas[sink]
         columns = self.sinks.columns(sink)
-        if not columns.plain:  # rows read at the chunk's high watermark (cdc_core/schema/modes.py)
-            rows = columns.with_read_columns(rows, result.high_watermark, int(result.read_at * 1_000_000))
-        shaped = conform(rows, target, f.table, pk)
-        key = tuple(delta_name(target.names, k) or k for k in pk)
-        keys = shaped.select(list(key)).schema
-        # The stream's touched keys are the source's values: typed as the chunk's, then as Delta's.
-        touched = f.merge.keys(rows.select(list(pk)).schema).rename_columns(list(key)).cast(keys)
-        found = self._candidates.get(req.id, {}).get(chunk.index) or Candidates()
-        held = found.rows if found.rows is not None else keys.empty_table()
-        if columns.mode is not TableMode.CURRENT:
-            return self._write_kept(f, req, result, shaped, key, touched, held.select(list(key)), columns)
-        w = merge_writes(shaped, key, touched, held, found.columns)
-        append, upsert = shaped.take(w.append), shaped.take(w.upsert)
-        deletes, twice = (list(zip(*(t.column(k).to_pylist() for k in key))) for t in (w.delete, w.twice))
+        shaped = [self._shaped(f, r, target, columns) for r in run]
+        key = tuple(delta_name(target.names, k) or k for k in f.schema.row_key)
+        keys = shaped[0].select(list(key)).schema
+        # The stream's touched keys are the source's values: typed as the chunks', then as Delta's.
+        touched = f.merge.keys(run[0].table.select(list(f.schema.row_key)).schema) \
+            .rename_columns(list(key)).cast(keys)
+        found = [self._candidates.get(req.id, {}).get(r.chunk.index) or Candidates() for r in run]
+        held = [c.rows if c.rows is not None else keys.empty_table() for c in found]
+        if columns.mode is not TableMode.CURRENT:  # one chunk per commit (see _run_size)
+            return self._write_kept(f, req, run[0], shaped[0], key, touched, held[0].select(list(key)), columns)
+        if all(len(set(v)) == 1 for v in ([c.columns for c in found], [t.schema for t in shaped],
+                                           [t.schema for t in held])):
+            # The chunks' ranges are disjoint (a key of one chunk's rows or candidates is in no other
+            # chunk's), so one decision over the run's rows and candidates is each chunk's decision,
+            # together (tests/test_backfill_parts.py): one set of joins per commit, not per chunk.
+            shaped, held = [pa.concat_tables(shaped)], [pa.concat_tables(held)]
+        # Each chunk decided as alone (its rows, its candidates), the writes of all committed together.
+        writes = [merge_writes(rows, key, touched, h, c.columns) for rows, h, c in zip(shaped, held, found)]
+        append = pa.concat_tables([rows.take(w.append) for rows, w in zip(shaped, writes)])
+        upsert = pa.concat_tables([rows.take(w.upsert) for rows, w in zip(shaped, writes)])
+        deletes, twice = (_key_tuples([w.delete for w in writes], key), _key_tuples([w.twice for w in writes], key))
         delete = deletions(target, key, deletes)
-        attempt = (req.id, chunk.index)
-        if attempt in self._attempts and self._landed(sink, *self._attempts[attempt]):
-            # Its commit landed although the call failed (its answer lost): never appended twice.
-            log.info("backfill %s of %s: chunk %d had been merged", req.id, f.table, chunk.index)
-            del self._attempts[attempt]
-            return RowsApplied()
         before, tokens = self._attempts.get(attempt, (self.sinks.tables[sink].version(), []))
         token = uuid.uuid4().hex
         self._attempts[attempt] = (before, [*tokens, token])
-        props = self._merge_properties(f, req, chunk, append.num_rows, upsert.num_rows, len(deletes), token)
-        if twice:  # first one copy of each: a MERGE would update every copy alike
-            deduplicate(self.sinks.tables[sink], key, twice, props)
+        props = self._merge_properties(f, req, [r.chunk for r in run], append.num_rows, upsert.num_rows,
+                                       len(deletes), token)
+        if twice:  # first one copy of each: a MERGE would update every copy alike (no token: it is no merge)
+            deduplicate(self.sinks.tables[sink], key, twice,
+                        self._merge_properties(f, req, [r.chunk for r in run], 0, 0, 0))
         if append.num_rows or upsert.num_rows or delete.num_rows:
             applied = apply_changes(self.sinks.tables[sink], key, append, upsert, delete, props,
                                     table_uri(self.cfg.sink.path, sink), self.cfg.sink.storage_options)
-        else:  # the range already equals MySQL: nothing to commit
+        else:  # the ranges already equal MySQL: nothing to commit
             applied = RowsApplied()
         del self._attempts[attempt]
-        log.info("backfill %s of %s: chunk %d merged (%d appended, %d upserted, %d deleted, %d keys left to the "
-                 "stream)", req.id, f.table, chunk.index, append.num_rows, upsert.num_rows, len(deletes),
-                 len(f.merge.touched))
+        log.info("backfill %s of %s: %s merged (%d appended, %d upserted, %d deleted, %d keys left to the "
+                 "stream)", req.id, f.table, _describe([r.chunk for r in run]), append.num_rows, upsert.num_rows,
+                 len(deletes), len(f.merge.touched))
         return applied
 
-    def _merge_properties(self, f: InFlight, req: BackfillRequest, chunk: Chunk, appended: int, upserted: int,
-                          deleted: int, attempt: str | None = None):
-        """A merge's commit properties: the stream's offset and what the merge did (``binlake.backfill``),
-        with the token of this ``attempt`` where its commit is checked for before it is made again."""
-        done = {"id": req.id, "table": f.table, "chunk": chunk.index, "high_watermark": f.high_watermark.to_dict(),
+    def _shaped(self, f: InFlight, result: ChunkResult, target: pa.Schema, columns) -> pa.Table:
+        """A chunk's rows in Delta's shape (with the read columns where the table's mode has them)."""
+        rows = result.table
+        if not columns.plain:  # rows read at the chunk's high watermark (cdc_core/schema/modes.py)
+            rows = columns.with_read_columns(rows, result.high_watermark, int(result.read_at * 1_000_000))
+        return conform(rows, target, f.table, f.schema.row_key)
+
+    def _merge_properties(self, f: InFlight, req: BackfillRequest, chunks: list[Chunk], appended: int,
+                          upserted: int, deleted: int, attempt: str | None = None):
+        """A merge commit's properties: the stream's offset and what the merge of ``chunks`` did
+        (``binlake.backfill``), with the token of this ``attempt`` where its commit is checked for
+        before it is made again."""
+        done = {"id": req.id, "table": f.table, "chunk": chunks[0].index, "chunks": [c.index for c in chunks],
+                "high_watermark": f.high_watermark.to_dict(),
                 "group": f.chunks[0].index, "group_chunks": len(f.chunks), "on_spark": f.on_spark,
                 "appended": appended, "upserted": upserted, "deleted": deleted,
                 "left_to_stream": len(f.merge.touched), "read_seconds": round(f.read_seconds, 3)}
@@ -660,7 +717,7 @@ class Backfills:
         w = merge_writes(shaped, key, touched, live, compare)
         gone = live.join(w.delete, list(key), join_type="left semi") if w.delete.num_rows else live.slice(0, 0)
         hw, read_at = result.high_watermark, int(result.read_at * 1_000_000)
-        props = self._merge_properties(f, req, result.chunk, len(w.append), len(w.upsert), gone.num_rows)
+        props = self._merge_properties(f, req, [result.chunk], len(w.append), len(w.upsert), gone.num_rows)
         uri, options = table_uri(self.cfg.sink.path, sink), self.cfg.sink.storage_options
         if not (len(w.append) or len(w.upsert) or gone.num_rows):
             return RowsApplied()
@@ -677,3 +734,14 @@ class Backfills:
         upsert = pa.concat_tables([shaped.take(w.upsert), brought_back.select(target.names),
                                    tombstones(gone, target, hw, read_at)])
         return apply_changes(dt, key, append.select(target.names), upsert, target.empty_table(), props, uri, options)
+
+
+def _describe(chunks: Sequence[Chunk]) -> str:
+    """Consecutive chunks, for the log: "chunk 3" or "chunks 3-12"."""
+    first, last = chunks[0].index, chunks[-1].index
+    return f"chunk {first}" if first == last else f"chunks {first}-{last}"
+
+
+def _key_tuples(tables: list[pa.Table], key: tuple[str, ...]) -> list[tuple]:
+    """The row keys of ``tables`` (each of the ``key`` columns), as tuples."""
+    return [k for t in tables for k in zip(*(t.column(c).to_pylist() for c in key))]
