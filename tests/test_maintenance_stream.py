@@ -15,9 +15,15 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
+from pathlib import Path
 
+from deltalake import DeltaTable
+
+from cdc_core.offset.stream_offset import OFFSET_KEY
 from pipelines.lake.control_store import ControlStore
+from pipelines.lake.tables import table_uri
 from pipelines.stream import StreamEngine
 from tests.change_count import assert_changes_counted
 from tests.helpers import EngineThread, assert_equal, snapshot, write_config_file
@@ -73,6 +79,66 @@ def test_compaction_and_vacuum_under_concurrent_streaming(mariadb, db, spark, ma
           f"{sum(r['kind'] == 'compaction' for r in runs)} compactions of {sorted(compacted)}, "
           f"{sum(r['kind'] == 'vacuum' for r in runs)} vacuums")
     assert len(compacted) >= 2 and vacuumed, (compacted, vacuumed)
+
+
+def test_batches_commit_while_a_vacuum_deletes(mariadb, db, spark, make_config, tmp_path, monkeypatch):
+    """A vacuum's deletes run in the maintenance's vacuum thread: with the first vacuum that has
+    files to delete held inside its deletes (``vacuum.delete`` wrapped from here), the stream
+    still commits batches; released, the deletes finish, the vacuum is recorded and Delta = MySQL."""
+    from pipelines.lake.maintenance import vacuum
+
+    name, conn = db
+    names, cfg, _ = _shop(conn, name, make_config, tmp_path, chunk_size=400)
+    cfg = _maintained(cfg)
+    deleting, release, returned = threading.Event(), threading.Event(), threading.Event()
+    held: list[vacuum.VacuumPlan] = []
+    real = vacuum.delete
+
+    def delete(planned, paths, stop=None):
+        if paths and not held:
+            held.append(planned)
+            deleting.set()
+            assert release.wait(120), "the test never released the vacuum"
+            done = real(planned, paths, stop)
+            returned.set()
+            return done
+        return real(planned, paths, stop)
+
+    monkeypatch.setattr(vacuum, "delete", delete)
+    writer = Writer(mariadb, name, SEED + 4, pace=0.02)
+    writer.start()
+    try:
+        snapshot(cfg, spark)
+        engine = EngineThread(StreamEngine(cfg))
+        engine.start()
+        engine.wait_streaming()
+        assert deleting.wait(90), "no vacuum with files to delete"
+        before = _stream_commits(cfg, names)
+        wait_for(lambda: _stream_commits(cfg, names) >= before + 3 or not engine.is_alive(), 60,
+                 "stream commits while the vacuum deletes")
+        assert engine.is_alive(), engine.join()
+        assert not returned.is_set()  # the vacuum is still inside its deletes
+        release.set()
+        sink = held[0].sink
+        wait_for(lambda: returned.is_set() and any(r["kind"] == "vacuum" and r["table"] == sink and r["files_deleted"]
+                                                   for r in _runs(cfg)), 60, "the vacuum recorded")
+        writer.stop()
+        engine.stop()
+    finally:
+        release.set()
+        writer.stop_event.set()
+        writer.running.set()
+    assert not [p for p in held[0].deletable if (Path(held[0].uri) / p).exists()]  # every planned file deleted
+    assert StreamEngine(cfg, until_now=True).run().stop_reason.startswith("reached")
+    assert_equal(cfg, names)
+    for n in names:
+        assert_commits_strictly_increase(cfg, n)
+    assert_changes_counted(cfg, names, per_key=False)
+
+
+def _stream_commits(cfg, names) -> int:
+    """The stream's commits to the tables ``names`` so far (those carrying a stream offset)."""
+    return sum(1 for n in names for c in DeltaTable(table_uri(cfg.sink.path, n)).history() if c.get(OFFSET_KEY))
 
 
 def _maintained(cfg, **overrides):
