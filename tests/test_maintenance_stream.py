@@ -5,6 +5,8 @@
   target, a short interval and no retention, compactions and vacuums run between batches and
   Delta still equals MySQL row by row, each table's stream commits carry strictly increasing
   offsets, and the changes they record equal the binlog's (tests/change_count.py);
+- a vacuum's deletes run off the engine's thread: held inside them, the stream still commits
+  batches; released, they finish and are recorded, and Delta equals MySQL;
 - ``binlake maintain`` with no stream compacts and vacuums under the writer lock and prints what
   it did; handed to a running stream it is carried out there and waited for; ``binlake status``
   shows each table's files, bytes and last compaction and vacuum;

@@ -12,6 +12,8 @@ between batches; it never commits inside a batch):
   the engine's thread for no more than the planning), committed by ``step`` in the engine's
   thread once done, if none of its inputs was removed meanwhile (else discarded and planned
   again later), never while a table is held for a schema change;
+- the worker threads run at a lower CPU priority (``BACKGROUND_NICE``, Linux): with the stream
+  on two busy cores the engine's thread goes first (bench/maintenance.py ``--only latency``);
 - at most one vacuum is in flight: planned in the engine's thread (delta-rs's dry run: a
   listing), never while an online backfill reads Delta in the background or a compaction of
   the table is in flight; its deletes, checkpoint and log cleanup run in this part's vacuum
@@ -38,6 +40,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -59,8 +63,20 @@ log = logging.getLogger(__name__)
 REQUEST_POLL_SECONDS = 5.0  # how often the stream looks for `binlake maintain` requests (a LIST each)
 CHECK_SECONDS = 1.0  # how often the stream looks at its tables' files (from the open handles: no I/O)
 RETRY_SECONDS = 60.0  # a table whose maintenance failed is left alone this long
+BACKGROUND_NICE = 10  # the maintenance threads' niceness (Linux): on a busy host the engine's thread goes first
 CONTROL_TABLES = ("snapshot_plan", "snapshot_chunks", "schema_history", "stream_checkpoint", "backfill_requests",
                   "reconcile_runs", "maintenance_runs", "maintenance_requests")
+
+
+def _background_thread() -> None:
+    """Start of a maintenance thread: on Linux (where niceness is per thread) it yields the CPU to
+    the engine's thread when both want it, so a compaction's rewrite or a vacuum's deletes delay
+    the stream's batches less on a host with few cores."""
+    if sys.platform.startswith("linux"):  # elsewhere a thread id is no process id: left as it is
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
+        except OSError as e:
+            log.debug("maintenance thread priority not lowered: %s", e)
 
 
 def control_table(name: str) -> str:
@@ -274,9 +290,9 @@ class Maintainer:
         self.clock = clock
         self._states: dict[str, _State] = {}
         self._controls: dict[str, DeltaTable] = {}  # control tables' handles (this part's own)
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="compact")
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="compact", initializer=_background_thread)
         self._inflight: tuple[compaction.CompactionJob, Future] | None = None
-        self._sweeper = ThreadPoolExecutor(1, thread_name_prefix="vacuum")
+        self._sweeper = ThreadPoolExecutor(1, thread_name_prefix="vacuum", initializer=_background_thread)
         self._sweep: _Sweep | None = None
         self._stop = threading.Event()  # set at close: a sweep stops after the slice of deletes under way
         self._asked: _Asked | None = None
