@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -49,26 +50,34 @@ def _runs(cfg) -> list[dict]:
     return store._read("maintenance_runs")  # noqa: SLF001 - every run, not only the latest
 
 
-def test_compaction_and_vacuum_under_concurrent_streaming(mariadb, db, spark, make_config, tmp_path):
-    name, conn = db
-    names, cfg, _ = _shop(conn, name, make_config, tmp_path, chunk_size=400)
-    cfg = _maintained(cfg)
-    writer = Writer(mariadb, name, SEED, pace=0.02)
+@contextlib.contextmanager
+def _streaming(mariadb, name: str, cfg, spark, seed: int):
+    """A random writer on ``name``'s tables, the snapshot taken, then an engine streaming: yields
+    (writer, engine); the writer is stopped at the end whatever happened."""
+    writer = Writer(mariadb, name, seed, pace=0.02)
     writer.start()
     try:
         snapshot(cfg, spark)
         engine = EngineThread(StreamEngine(cfg))
         engine.start()
         engine.wait_streaming()
+        yield writer, engine
+    finally:
+        writer.stop_event.set()
+        writer.running.set()
+
+
+def test_compaction_and_vacuum_under_concurrent_streaming(mariadb, db, spark, make_config, tmp_path):
+    name, conn = db
+    names, cfg, _ = _shop(conn, name, make_config, tmp_path, chunk_size=400)
+    cfg = _maintained(cfg)
+    with _streaming(mariadb, name, cfg, spark, SEED) as (writer, engine):
         deadline = time.monotonic() + 25
         while time.monotonic() < deadline:
             time.sleep(1)
             assert engine.is_alive(), engine.join()
         writer.stop()
         engine.stop()
-    finally:
-        writer.stop_event.set()
-        writer.running.set()
     summary = StreamEngine(cfg, until_now=True).run()
     assert summary.stop_reason.startswith("reached")
     assert_equal(cfg, names)
@@ -107,29 +116,23 @@ def test_batches_commit_while_a_vacuum_deletes(mariadb, db, spark, make_config, 
         return real(planned, paths, stop)
 
     monkeypatch.setattr(vacuum, "delete", delete)
-    writer = Writer(mariadb, name, SEED + 4, pace=0.02)
-    writer.start()
-    try:
-        snapshot(cfg, spark)
-        engine = EngineThread(StreamEngine(cfg))
-        engine.start()
-        engine.wait_streaming()
-        assert deleting.wait(90), "no vacuum with files to delete"
-        before = _stream_commits(cfg, names)
-        wait_for(lambda: _stream_commits(cfg, names) >= before + 3 or not engine.is_alive(), 60,
-                 "stream commits while the vacuum deletes")
-        assert engine.is_alive(), engine.join()
-        assert not returned.is_set()  # the vacuum is still inside its deletes
-        release.set()
-        sink = held[0].sink
-        wait_for(lambda: returned.is_set() and any(r["kind"] == "vacuum" and r["table"] == sink and r["files_deleted"]
-                                                   for r in _runs(cfg)), 60, "the vacuum recorded")
-        writer.stop()
-        engine.stop()
-    finally:
-        release.set()
-        writer.stop_event.set()
-        writer.running.set()
+    with _streaming(mariadb, name, cfg, spark, SEED + 4) as (writer, engine):
+        try:
+            assert deleting.wait(90), "no vacuum with files to delete"
+            before = _stream_commits(cfg, names)
+            wait_for(lambda: _stream_commits(cfg, names) >= before + 3 or not engine.is_alive(), 60,
+                     "stream commits while the vacuum deletes")
+            assert engine.is_alive(), engine.join()
+            assert not returned.is_set()  # the vacuum is still inside its deletes
+            release.set()
+            sink = held[0].sink
+            wait_for(lambda: returned.is_set() and any(r["kind"] == "vacuum" and r["table"] == sink
+                                                       and r["files_deleted"] for r in _runs(cfg)),
+                     60, "the vacuum recorded")
+            writer.stop()
+            engine.stop()
+        finally:
+            release.set()  # a failure above must not leave the vacuum thread waiting
     assert not [p for p in held[0].deletable if (Path(held[0].uri) / p).exists()]  # every planned file deleted
     assert StreamEngine(cfg, until_now=True).run().stop_reason.startswith("reached")
     assert_equal(cfg, names)
@@ -254,19 +257,10 @@ def test_maintenance_on_an_object_store(mariadb, db, spark, make_config, s3_sink
     name, conn = db
     names, cfg, _ = _shop(conn, name, make_config, tmp_path, chunk_size=400)
     cfg = _maintained(cfg.model_copy(update={"sink": cfg.sink.model_copy(update=s3_sink)}))
-    writer = Writer(mariadb, name, SEED + 3, pace=0.02)
-    writer.start()
-    try:
-        snapshot(cfg, spark)
-        engine = EngineThread(StreamEngine(cfg))
-        engine.start()
-        engine.wait_streaming()
+    with _streaming(mariadb, name, cfg, spark, SEED + 3) as (writer, engine):
         time.sleep(15)
         writer.stop()
         engine.stop()
-    finally:
-        writer.stop_event.set()
-        writer.running.set()
     assert StreamEngine(cfg, until_now=True).run().stop_reason.startswith("reached")
     assert_equal(cfg, names)
     runs = _runs(cfg)
