@@ -27,7 +27,7 @@ between batches; it never commits inside a batch):
 
 Control tables (``_binlake/*``) are maintained with the data tables (they gain a file per
 append), without a sort; the writer lock's lease table is left alone (its renewals commit at
-exactly the version they read: a vacuum commit between would take the lock away).
+exactly the version they read: a maintenance commit between would take the lock away).
 
 Invariants (tests/test_maintenance_stream.py): maintenance under concurrent streaming and
 SIGKILL anywhere leaves Delta equal to MySQL with every change counted once; the stream
