@@ -2,8 +2,9 @@
 without binlake's maintenance (pipelines/lake/maintenance/), what reading it then costs, the
 stream's latency while compactions run, and its memory over uptime.
 
-    .venv/bin/python bench/maintenance.py [--only layout|stream|latency|rss] [--rows N] [--seconds S]
+    .venv/bin/python bench/maintenance.py [--only layout|stream|latency|rss|vacuum] [--rows N] [--seconds S]
                                           [--idle-seconds S] [--tx-per-s N] [--rss-seconds S]
+                                          [--vacuum-files N] [--vacuum-file-rows N]
 
 One run starts a throwaway MariaDB (devtools.local_mariadb, server_id 1).
 
@@ -29,8 +30,15 @@ One run starts a throwaway MariaDB (devtools.local_mariadb, server_id 1).
    adds a small file, so compactions run throughout; reported: the latency distribution of all
    rows and of the rows committed while a compaction was being rewritten or committed. Goal:
    p99 ≤ 1.5 s.
-4. ``rss``: the maintained stream of 2. for ``--rss-seconds`` (default 3,600) without the idle
-   part; the stream's RSS at 5 minutes and at the end. Goal: within 1.2 ×.
+4. ``rss``: the maintained stream of 2. for ``--rss-seconds`` (default 3,600), then 10 s for it
+   to read the last changes (not the idle part); the stream's RSS at 5 minutes and at the end of
+   the writes. Goal: within 1.2 ×.
+5. ``vacuum``: two tables of ``--vacuum-files`` files (default 2,500, as the one-hour run's
+   vacuums met; each a copy of one file of ``--vacuum-file-rows`` rows), every file removed by a
+   second commit; one vacuumed as the stream did before (delta-rs's vacuum, its checkpoint and
+   log cleanup, all in the stream's thread: the baseline, its time the stream's pause), the other
+   as it does now (vacuum.py: the plan in the stream's thread, the sweep in a worker). Reported:
+   the stream's pause then and now, the sweep's time. Goal: the pause ≤ 0.1 × the baseline's.
 
 **Excludes**: schema changes, backfills and object stores (the figures are a local folder's);
 a real store adds requests per compaction and vacuum (docs/maintenance.md states them).
@@ -40,6 +48,7 @@ Figures go to bench/out/maintenance_*.json.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import glob
 import importlib.util
@@ -80,6 +89,10 @@ DB, TABLE = "bench", "t"
 PASSWORD_ENV = "BINLAKE_BENCH_PASSWORD"
 SERVER_IDS = {"baseline": 6500, "maintained": 6520, "rss": 6540}
 GOAL_FILES_FACTOR, GOAL_FILES_PLUS, GOAL_DISK, GOAL_READ, GOAL_P99, GOAL_RSS = 4, 8, 2.0, 1.5, 1.5, 1.2
+GOAL_VACUUM_PAUSE = 0.1
+# rss: the stream runs this long after the writes before it is stopped and Delta compared with
+# MySQL (stopped at once, a stream a fraction of a second behind left its last changes unread).
+RSS_DRAIN_SECONDS = 10.0
 
 
 def dump(name: str, doc: dict, args: argparse.Namespace) -> Path:
@@ -421,6 +434,60 @@ def measure_compaction_latency(server: LocalMariaDB, work: Path, args: argparse.
 # --------------------------------------------------------------------------- main
 
 
+# --------------------------------------------------------------------------- 5. vacuum
+
+
+def removed_files_table(uri: str, files: int, rows_per_file: int) -> int:
+    """A table at ``uri`` of ``files`` copies of one file of ``rows_per_file`` rows, all removed by
+    its second commit (what an interval of copy-on-write leaves a vacuum); their bytes."""
+    from pipelines.lake.files import commit_files, write_parquet
+    from pipelines.lake.tables import ensure_table
+
+    rows = rows_table(rows_per_file)
+    dt = ensure_table(uri, rows.schema)
+    first = write_parquet(uri, rows, kind="bench")
+    copies = [first]
+    for i in range(1, files):
+        path = first.path.replace(".parquet", f"-{i}.parquet")
+        shutil.copyfile(Path(uri) / first.path, Path(uri) / path)
+        copies.append(dataclasses.replace(first, path=path))
+    commit_files(dt, copies, rows.schema, {})
+    dt.update_incremental()
+    dt.delete()  # no predicate: one commit removing every file
+    return first.size * files
+
+
+def measure_vacuum(work: Path, args: argparse.Namespace) -> dict:
+    from pipelines.lake.maintenance import vacuum
+
+    print(f"5. Vacuum of {args.vacuum_files:,} removed files: the stream's pause before (delta-rs's vacuum in its "
+          f"thread) and now (vacuum.py's plan in its thread, the sweep in a worker)")
+    before_uri, now_uri = str(work / "vacuum-before"), str(work / "vacuum-now")
+    size = removed_files_table(before_uri, args.vacuum_files, args.vacuum_file_rows)
+    removed_files_table(now_uri, args.vacuum_files, args.vacuum_file_rows)
+    dt = DeltaTable(now_uri)
+    t0 = time.perf_counter()
+    planned = vacuum.plan(dt, f"{DB}.{TABLE}", now_uri, None, 0)
+    pause = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    swept = vacuum.sweep(planned)
+    sweep = time.perf_counter() - t0
+    dt = DeltaTable(before_uri)
+    t0 = time.perf_counter()
+    deleted = dt.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False, full=True)
+    dt.create_checkpoint()
+    dt.cleanup_metadata()
+    before = time.perf_counter() - t0
+    doc = {"files": args.vacuum_files, "bytes": size, "before_pause_s": before, "before_deleted": len(deleted),
+           "now_pause_s": pause, "now_sweep_s": sweep, "now_deleted": swept.files_deleted, "ratio": pause / before,
+           "goal": GOAL_VACUUM_PAUSE}
+    print(f"  before: a {before:.2f} s pause ({len(deleted):,} files, {size / 2**20:,.0f} MiB); now: a {pause:.3f} s "
+          f"pause, then {sweep:.2f} s of deletes in a worker ({swept.files_deleted:,} files): the pause "
+          f"{doc['ratio']:.3f}× (goal ≤ {GOAL_VACUUM_PAUSE})", flush=True)
+    print(f"  figures written to {dump('vacuum', doc, args)}")
+    return doc
+
+
 @dataclass
 class Plan:
     layout: bool
@@ -431,7 +498,7 @@ class Plan:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", choices=("layout", "stream", "latency", "rss"), action="append")
+    ap.add_argument("--only", choices=("layout", "stream", "latency", "rss", "vacuum"), action="append")
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--seconds", type=float, default=600.0, help="stream: seconds of writes")
     ap.add_argument("--idle-seconds", type=float, help="stream: idle seconds after (default: the interval + 30)")
@@ -439,6 +506,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tx-per-s", type=float, default=100.0)
     ap.add_argument("--latency-seconds", type=float, default=120.0)
     ap.add_argument("--rss-seconds", type=float, default=3600.0)
+    ap.add_argument("--vacuum-files", type=int, default=2_500)
+    ap.add_argument("--vacuum-file-rows", type=int, default=20_000)
     ap.add_argument("--out-dir", type=Path, default=OUT_DIR)
     args = ap.parse_args(argv)
     only = set(args.only or ("layout", "stream", "latency"))
@@ -463,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
         if "stream" in only:
             measure_stream(server, work, args)
         if "rss" in only:
-            doc = run_stream(server, work, "rss", args.rss_seconds, 0.0, argparse.Namespace(
+            doc = run_stream(server, work, "rss", args.rss_seconds, RSS_DRAIN_SECONDS, argparse.Namespace(
                 **{**vars(args), "interval_minutes": args.interval_minutes}), duckdb_reader())
             first, last = doc["rss_mib"].get("5 min"), doc["rss_mib"]["end of writes"]
             doc["ratio"] = last / first if first and last else None
@@ -472,6 +541,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  figures written to {dump('rss', doc, args)}")
         if "latency" in only:
             measure_compaction_latency(server, work, args)
+        if "vacuum" in only:
+            measure_vacuum(work, args)
         return 0
     finally:
         server.cleanup()

@@ -31,9 +31,9 @@ The points, each a step where a crash leaves the lake half-way:
   end of ``compaction.rewrite``, in the stream's maintenance thread);
 - ``compaction_committed``: stream, a compaction is committed, its run not recorded in
   ``_binlake/maintenance_runs`` (the end of ``compaction.commit`` with a commit made);
-- ``vacuum_deleted``: stream, a vacuum deleted files and committed its VACUUM END, the log's
-  cleanup and its run's record not done (the end of the table handle's ``vacuum`` as
-  ``pipelines/lake/maintenance/vacuum.py`` calls it, with files deleted);
+- ``vacuum_deleted``: stream, a vacuum deleted its files, its checkpoint, the log's cleanup and
+  its run's record not done (the end of ``vacuum.delete`` with files deleted, in the stream's
+  vacuum thread);
 - ``snapshot_chunk_committed``: snapshot, a chunk group's rows are committed with their chunk
   records, the records' mirror in ``_binlake/`` not written yet (the end of
   ``SnapshotJob._commit``).
@@ -103,9 +103,7 @@ def _after(owner, name: str, pause: _Pause, when: Callable[..., bool]) -> None:
 
 def install(point: str, n: int) -> None:
     """Wrap the product function whose start or end is ``point``."""
-    from deltalake import DeltaTable
-
-    from pipelines.lake.maintenance import compaction
+    from pipelines.lake.maintenance import compaction, vacuum
     from pipelines.schema import registry
     from pipelines.snapshot.driver import SnapshotJob
     from pipelines.stream.commit import Committer
@@ -126,8 +124,7 @@ def install(point: str, n: int) -> None:
         "snapshot_chunk_committed": lambda: _after(SnapshotJob, "_commit", pause, lambda *_: True),
         "compaction_rewritten": lambda: _after(compaction, "rewrite", pause, lambda done, *_: bool(done.written)),
         "compaction_committed": lambda: _after(compaction, "commit", pause, lambda result, *_: result is not None),
-        "vacuum_deleted": lambda: _after(DeltaTable, "vacuum", pause, lambda deleted, *_, **kw: bool(deleted)
-                                         and not kw.get("dry_run", True)),
+        "vacuum_deleted": lambda: _after(vacuum, "delete", pause, lambda deleted, *_: bool(deleted)),
     }
     if point not in points:
         raise SystemExit(f"unknown pause point {point!r}: one of {', '.join(points)}")

@@ -5,6 +5,8 @@
   target, a short interval and no retention, compactions and vacuums run between batches and
   Delta still equals MySQL row by row, each table's stream commits carry strictly increasing
   offsets, and the changes they record equal the binlog's (tests/change_count.py);
+- a vacuum's deletes run off the engine's thread: held inside them, the stream still commits
+  batches; released, they finish and are recorded, and Delta equals MySQL;
 - ``binlake maintain`` with no stream compacts and vacuums under the writer lock and prints what
   it did; handed to a running stream it is carried out there and waited for; ``binlake status``
   shows each table's files, bytes and last compaction and vacuum;
@@ -14,10 +16,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 import time
+from pathlib import Path
 
+from deltalake import DeltaTable
+
+from cdc_core.offset.stream_offset import OFFSET_KEY
 from pipelines.lake.control_store import ControlStore
+from pipelines.lake.tables import table_uri
 from pipelines.stream import StreamEngine
 from tests.change_count import assert_changes_counted
 from tests.helpers import EngineThread, assert_equal, snapshot, write_config_file
@@ -41,26 +50,34 @@ def _runs(cfg) -> list[dict]:
     return store._read("maintenance_runs")  # noqa: SLF001 - every run, not only the latest
 
 
-def test_compaction_and_vacuum_under_concurrent_streaming(mariadb, db, spark, make_config, tmp_path):
-    name, conn = db
-    names, cfg, _ = _shop(conn, name, make_config, tmp_path, chunk_size=400)
-    cfg = _maintained(cfg)
-    writer = Writer(mariadb, name, SEED, pace=0.02)
+@contextlib.contextmanager
+def _streaming(mariadb, name: str, cfg, spark, seed: int):
+    """A random writer on ``name``'s tables, the snapshot taken, then an engine streaming: yields
+    (writer, engine); the writer is stopped at the end whatever happened."""
+    writer = Writer(mariadb, name, seed, pace=0.02)
     writer.start()
     try:
         snapshot(cfg, spark)
         engine = EngineThread(StreamEngine(cfg))
         engine.start()
         engine.wait_streaming()
+        yield writer, engine
+    finally:
+        writer.stop_event.set()
+        writer.running.set()
+
+
+def test_compaction_and_vacuum_under_concurrent_streaming(mariadb, db, spark, make_config, tmp_path):
+    name, conn = db
+    names, cfg, _ = _shop(conn, name, make_config, tmp_path, chunk_size=400)
+    cfg = _maintained(cfg)
+    with _streaming(mariadb, name, cfg, spark, SEED) as (writer, engine):
         deadline = time.monotonic() + 25
         while time.monotonic() < deadline:
             time.sleep(1)
             assert engine.is_alive(), engine.join()
         writer.stop()
         engine.stop()
-    finally:
-        writer.stop_event.set()
-        writer.running.set()
     summary = StreamEngine(cfg, until_now=True).run()
     assert summary.stop_reason.startswith("reached")
     assert_equal(cfg, names)
@@ -73,6 +90,60 @@ def test_compaction_and_vacuum_under_concurrent_streaming(mariadb, db, spark, ma
           f"{sum(r['kind'] == 'compaction' for r in runs)} compactions of {sorted(compacted)}, "
           f"{sum(r['kind'] == 'vacuum' for r in runs)} vacuums")
     assert len(compacted) >= 2 and vacuumed, (compacted, vacuumed)
+
+
+def test_batches_commit_while_a_vacuum_deletes(mariadb, db, spark, make_config, tmp_path, monkeypatch):
+    """A vacuum's deletes run in the maintenance's vacuum thread: with the first vacuum that has
+    files to delete held inside its deletes (``vacuum.delete`` wrapped from here), the stream
+    still commits batches; released, the deletes finish, the vacuum is recorded and Delta = MySQL."""
+    from pipelines.lake.maintenance import vacuum
+
+    name, conn = db
+    names, cfg, _ = _shop(conn, name, make_config, tmp_path, chunk_size=400)
+    cfg = _maintained(cfg)
+    deleting, release, returned = threading.Event(), threading.Event(), threading.Event()
+    held: list[vacuum.VacuumPlan] = []
+    real = vacuum.delete
+
+    def delete(planned, paths, stop=None):
+        if paths and not held:
+            held.append(planned)
+            deleting.set()
+            assert release.wait(120), "the test never released the vacuum"
+            done = real(planned, paths, stop)
+            returned.set()
+            return done
+        return real(planned, paths, stop)
+
+    monkeypatch.setattr(vacuum, "delete", delete)
+    with _streaming(mariadb, name, cfg, spark, SEED + 4) as (writer, engine):
+        try:
+            assert deleting.wait(90), "no vacuum with files to delete"
+            before = _stream_commits(cfg, names)
+            wait_for(lambda: _stream_commits(cfg, names) >= before + 3 or not engine.is_alive(), 60,
+                     "stream commits while the vacuum deletes")
+            assert engine.is_alive(), engine.join()
+            assert not returned.is_set()  # the vacuum is still inside its deletes
+            release.set()
+            sink = held[0].sink
+            wait_for(lambda: returned.is_set() and any(r["kind"] == "vacuum" and r["table"] == sink
+                                                       and r["files_deleted"] for r in _runs(cfg)),
+                     60, "the vacuum recorded")
+            writer.stop()
+            engine.stop()
+        finally:
+            release.set()  # a failure above must not leave the vacuum thread waiting
+    assert not [p for p in held[0].deletable if (Path(held[0].uri) / p).exists()]  # every planned file deleted
+    assert StreamEngine(cfg, until_now=True).run().stop_reason.startswith("reached")
+    assert_equal(cfg, names)
+    for n in names:
+        assert_commits_strictly_increase(cfg, n)
+    assert_changes_counted(cfg, names, per_key=False)
+
+
+def _stream_commits(cfg, names) -> int:
+    """The stream's commits to the tables ``names`` so far (those carrying a stream offset)."""
+    return sum(1 for n in names for c in DeltaTable(table_uri(cfg.sink.path, n)).history() if c.get(OFFSET_KEY))
 
 
 def _maintained(cfg, **overrides):
@@ -186,19 +257,10 @@ def test_maintenance_on_an_object_store(mariadb, db, spark, make_config, s3_sink
     name, conn = db
     names, cfg, _ = _shop(conn, name, make_config, tmp_path, chunk_size=400)
     cfg = _maintained(cfg.model_copy(update={"sink": cfg.sink.model_copy(update=s3_sink)}))
-    writer = Writer(mariadb, name, SEED + 3, pace=0.02)
-    writer.start()
-    try:
-        snapshot(cfg, spark)
-        engine = EngineThread(StreamEngine(cfg))
-        engine.start()
-        engine.wait_streaming()
+    with _streaming(mariadb, name, cfg, spark, SEED + 3) as (writer, engine):
         time.sleep(15)
         writer.stop()
         engine.stop()
-    finally:
-        writer.stop_event.set()
-        writer.running.set()
     assert StreamEngine(cfg, until_now=True).run().stop_reason.startswith("reached")
     assert_equal(cfg, names)
     runs = _runs(cfg)

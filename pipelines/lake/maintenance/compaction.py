@@ -174,7 +174,9 @@ def rewrite(job: CompactionJob) -> Rewritten:
     written: list[WrittenFile] = []
     try:
         for group in job.groups:
-            rows = pa.concat_tables([job.fragments[f.path].to_table(schema=job.schema) for f in group])
+            # In this thread only (its priority is the caller's: maintainer.py lowers it), not Arrow's pool.
+            rows = pa.concat_tables([job.fragments[f.path].to_table(schema=job.schema, use_threads=False)
+                                     for f in group])
             if job.sort_by:
                 rows = rows.sort_by([(c, "ascending") for c in job.sort_by])
             size = sum(f.size for f in group)

@@ -16,9 +16,14 @@ between batches; it never commits inside a batch):
   read from its handle again only when its version moved, those of at most ``CHECK_READS``
   tables per look (the next goes on from there), so a batch that committed many tables does
   not hold up the next one (tests/test_maintenance.py);
-- a vacuum runs in the engine's thread (a listing, the deletes, two commits), at most one
-  table per step, never while an online backfill reads Delta in the background or a
-  compaction of the table is in flight;
+- the worker threads run at a lower CPU priority (``BACKGROUND_NICE``, Linux): with the stream
+  on two busy cores the engine's thread goes first (bench/maintenance.py ``--only latency``);
+- at most one vacuum is in flight: planned in the engine's thread (delta-rs's dry run: a
+  listing), never while an online backfill reads Delta in the background or a compaction of
+  the table is in flight; its deletes, checkpoint and log cleanup run in this part's vacuum
+  thread while the stream goes on committing (vacuum.py says why that is safe); ``step``
+  records it once done; a stop lets the slice of deletes under way finish and leaves the rest
+  to the next vacuum;
 - after a table's vacuum (which writes a checkpoint) its handles are opened afresh: a handle
   kept for the stream's life grows with every commit it has seen, the stream's memory with it;
 - ``binlake maintain`` requests (requests.py) are polled every ``REQUEST_POLL_SECONDS`` and
@@ -26,10 +31,11 @@ between batches; it never commits inside a batch):
 
 Control tables (``_binlake/*``) are maintained with the data tables (they gain a file per
 append), without a sort; the writer lock's lease table is left alone (its renewals commit at
-exactly the version they read: a vacuum commit between would take the lock away).
+exactly the version they read: a maintenance commit between would take the lock away).
 
 Invariants (tests/test_maintenance_stream.py): maintenance under concurrent streaming and
-SIGKILL anywhere leaves Delta equal to MySQL with every change counted once; a stream whose
+SIGKILL anywhere leaves Delta equal to MySQL with every change counted once; the stream
+commits batches while a vacuum's deletes are under way; a stream whose
 tables do not need compaction makes no more requests per batch than one without maintenance
 (tests/test_lake_requests.py).
 """
@@ -38,6 +44,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -63,8 +72,20 @@ CHECK_SECONDS = 1.0  # how often the stream looks at its tables' files (from the
 # next look goes on from the table after the last one read (bench/many_tables.py).
 CHECK_READS = 64
 RETRY_SECONDS = 60.0  # a table whose maintenance failed is left alone this long
+BACKGROUND_NICE = 10  # the maintenance threads' niceness (Linux): on a busy host the engine's thread goes first
 CONTROL_TABLES = ("snapshot_plan", "snapshot_chunks", "schema_history", "stream_checkpoint", "backfill_requests",
                   "reconcile_runs", "maintenance_runs", "maintenance_requests")
+
+
+def _background_thread() -> None:
+    """Start of a maintenance thread: on Linux (where niceness is per thread) it yields the CPU to
+    the engine's thread when both want it, so a compaction's rewrite or a vacuum's deletes delay
+    the stream's batches less on a host with few cores."""
+    if sys.platform.startswith("linux"):  # elsewhere a thread id is no process id: left as it is
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
+        except OSError as e:
+            log.debug("maintenance thread priority not lowered: %s", e)
 
 
 def control_table(name: str) -> str:
@@ -140,8 +161,13 @@ class TableMaintenance:
         return compaction.plan(dt, self.name, self.uri, self.cfg.sink.storage_options, trigger, target, sort_by)
 
     def vacuum(self, dt: DeltaTable) -> vacuum.VacuumResult:
-        return vacuum.vacuum(dt, self.name, self.uri, self.cfg.sink.storage_options,
-                             self.cfg.sink.maintenance.retention_hours)
+        """Vacuum the table now, in this thread."""
+        return vacuum.sweep(self.vacuum_plan(dt))
+
+    def vacuum_plan(self, dt: DeltaTable) -> vacuum.VacuumPlan:
+        """The vacuum of ``dt`` (the writer's handle, between its batches), planned."""
+        return vacuum.plan(dt, self.name, self.uri, self.cfg.sink.storage_options,
+                           self.cfg.sink.maintenance.retention_hours)
 
 
 def _report(name: str, before: int, after: int, done: compaction.CompactionResult | None,
@@ -261,6 +287,15 @@ class _Asked:
     reports: list[TableReport] = field(default_factory=list)
 
 
+@dataclass
+class _Sweep:
+    """A vacuum planned, its deletes under way in the vacuum thread."""
+
+    plan: vacuum.VacuumPlan
+    reason: str
+    future: Future
+
+
 class Maintainer:
     """The stream's lake maintenance (see the module). ``tables()``: the stream's open Delta
     tables by sink name, held ones left out; ``row_key(sink)``: a table's row key (None: none)."""
@@ -277,8 +312,11 @@ class Maintainer:
         self.clock = clock
         self._states: dict[str, _State] = {}
         self._controls: dict[str, DeltaTable] = {}  # control tables' handles (this part's own)
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="compact")
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="compact", initializer=_background_thread)
         self._inflight: tuple[compaction.CompactionJob, Future] | None = None
+        self._sweeper = ThreadPoolExecutor(1, thread_name_prefix="vacuum", initializer=_background_thread)
+        self._sweep: _Sweep | None = None
+        self._stop = threading.Event()  # set at close: a sweep stops after the slice of deletes under way
         self._asked: _Asked | None = None
         started = clock()
         self._polled = started - REQUEST_POLL_SECONDS
@@ -290,7 +328,16 @@ class Maintainer:
             log.warning(warning)
 
     def close(self) -> None:
-        """Stop: a compaction in flight is finished and discarded (its files never committed)."""
+        """Stop: a compaction in flight is finished and discarded (its files never committed); a
+        vacuum in flight stops after its slice of deletes under way (the next one does the rest)."""
+        self._stop.set()
+        if self._sweep is not None:
+            sweep, self._sweep = self._sweep, None
+            try:
+                sweep.future.result()
+            except Exception:  # noqa: BLE001 - what it left goes with the next vacuum
+                log.debug("vacuum in flight at stop failed", exc_info=True)
+        self._sweeper.shutdown(wait=True, cancel_futures=True)
         if self._inflight is not None:
             _, future = self._inflight
             self._inflight = None
@@ -312,7 +359,7 @@ class Maintainer:
     def step(self, *, may_commit: bool = True, may_vacuum: bool = True) -> None:
         """Maintenance between batches (see the module): ``may_commit`` false while a table is held,
         ``may_vacuum`` false while an online backfill reads Delta in the background. At most one
-        commit or vacuum per call, so the stream's next batch waits for one at most."""
+        commit or vacuum plan per call, so the stream's next batch waits for one at most."""
         now = self.clock()
         if now - self._polled >= REQUEST_POLL_SECONDS:
             self._polled = now
@@ -320,12 +367,14 @@ class Maintainer:
         if not may_commit:
             return
         acted = self._collect()
+        acted = self._collect_vacuum() or acted
         if self._inflight is None and (self._asked is not None or now - self._checked >= CHECK_SECONDS):
             self._checked = now
             self._start_next(now)
-        if may_vacuum and not acted:
+        if may_vacuum and not acted and self._sweep is None:
             self._vacuum_next(now)
-        if self._asked is not None and not self._asked.compact and not self._asked.sweep and self._inflight is None:
+        if (self._asked is not None and not self._asked.compact and not self._asked.sweep and self._inflight is None
+                and self._sweep is None):
             self._answer()
 
     def _handles(self, open_controls: bool = False) -> dict[str, DeltaTable]:
@@ -458,18 +507,16 @@ class Maintainer:
                 log.warning("%s: table properties not set: %s: %s", sink, type(e).__name__, e)
 
     def _vacuum_next(self, now: float) -> None:
-        """Vacuum one table that is due: an asked one once compacted, else one whose interval passed."""
+        """Plan the vacuum of one table that is due and start its deletes: an asked one once
+        compacted, else one whose interval passed."""
         busy = self._inflight[0].sink if self._inflight is not None else None
         handles = self._handles()
         asked = self._asked
         if asked is not None and asked.sweep:
             sink = asked.sweep.pop(0)
             dt = handles.get(sink)
-            swept = self._vacuum(sink, dt, "asked") if dt is not None else None
             if dt is not None:
-                done = asked.done.get(sink)
-                asked.reports.append(_report(sink, asked.before.get(sink, 0), len(compaction.table_files(dt).files),
-                                             done, swept))
+                self._start_vacuum(sink, dt, "asked")
             return
         if not self.m.auto:
             return
@@ -477,25 +524,52 @@ class Maintainer:
         for sink, dt in handles.items():
             state = self._states[sink]
             if sink != busy and now - state.last_vacuum >= interval and now >= state.retry_at:
-                self._vacuum(sink, dt, "maintenance interval")
+                self._start_vacuum(sink, dt, "maintenance interval")
                 return
 
-    def _vacuum(self, sink: str, dt: DeltaTable, reason: str) -> vacuum.VacuumResult | None:
+    def _start_vacuum(self, sink: str, dt: DeltaTable, reason: str) -> None:
         state = self._states[sink]
         state.last_vacuum = self.clock()
         try:
             if state.steps.control:
                 dt.update_incremental()
-            swept = state.steps.vacuum(dt)
+            planned = state.steps.vacuum_plan(dt)
         except Exception as e:  # noqa: BLE001 - vacuumed again at the next interval
-            log.warning("%s: vacuum failed (%s: %s)", sink, type(e).__name__, e)
-            state.retry_at = self.clock() + RETRY_SECONDS
-            return None
+            self._vacuum_failed(sink, reason, e)
+            return
+        self._sweep = _Sweep(planned, reason, self._sweeper.submit(vacuum.sweep, planned, self._stop))
+
+    def _collect_vacuum(self) -> bool:
+        """Record the vacuum in flight once its deletes are done and reopen its table's handles;
+        whether there was one to record."""
+        if self._sweep is None or not self._sweep.future.done():
+            return False
+        sweep, self._sweep = self._sweep, None
+        sink = sweep.plan.sink
+        try:
+            swept = sweep.future.result()
+        except Exception as e:  # noqa: BLE001 - vacuumed again at the next interval
+            self._vacuum_failed(sink, sweep.reason, e)
+            return True
         if swept.files_deleted:
             log.info("vacuumed %s", swept.describe())
-        self.store.record_maintenance([vacuum_row(swept, reason)])
+        self.store.record_maintenance([vacuum_row(swept, sweep.reason)])
         self._reopen(sink)
-        return swept
+        self._vacuumed(sink, sweep.reason, swept)
+        return True
+
+    def _vacuum_failed(self, sink: str, reason: str, e: Exception) -> None:
+        log.warning("%s: vacuum failed (%s: %s)", sink, type(e).__name__, e)
+        self._states[sink].retry_at = self.clock() + RETRY_SECONDS
+        self._vacuumed(sink, reason, None)
+
+    def _vacuumed(self, sink: str, reason: str, swept: vacuum.VacuumResult | None) -> None:
+        """An asked table's vacuum is over (``swept``: what it did, None: it failed): its report."""
+        asked = self._asked
+        dt = self._handles().get(sink) if asked is not None and reason == "asked" else None
+        if dt is not None:
+            asked.reports.append(_report(sink, asked.before.get(sink, 0), len(compaction.table_files(dt).files),
+                                         asked.done.get(sink), swept))
 
     def _reopen(self, sink: str) -> None:
         """Reopen a vacuumed table's handles from the checkpoint the vacuum wrote: a handle kept
