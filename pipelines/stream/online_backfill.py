@@ -22,7 +22,8 @@ engine asks, this part answers; it never commits itself. The engine calls:
   rest next, so the stream's own commits go on between a group's merges (each exact where
   the stream then is, cdc_core/chunks/incremental.py). A merge whose call failed is made
   again only if none of its attempts' commits (each with a token of its own in its commit
-  metadata) landed: an answer lost by the object store never appends a chunk's rows twice
+  metadata) landed: an answer lost by the object store never appends a chunk's rows twice,
+  nor writes a ``history`` table's version or a ``soft_delete`` table's tombstone twice
   (tests/test_lake_faults.py).
 """
 
@@ -584,7 +585,8 @@ class Backfills:
 
     def _write_merge(self, f: InFlight, req: BackfillRequest, result: ChunkResult) -> RowsApplied:
         """The chunk's merge committed to Delta where the stream is (nothing when its range
-        already equals MySQL); what it wrote."""
+        already equals MySQL); what it wrote. Each attempt commits with a token of its own: a
+        merge made again after its call failed is not made if one of them landed (every mode)."""
         chunk = result.chunk
         rows = result.table
         pk = f.schema.row_key
@@ -600,21 +602,34 @@ class Backfills:
         touched = f.merge.keys(rows.select(list(pk)).schema).rename_columns(list(key)).cast(keys)
         found = self._candidates.get(req.id, {}).get(chunk.index) or Candidates()
         held = found.rows if found.rows is not None else keys.empty_table()
-        if columns.mode is not TableMode.CURRENT:
-            return self._write_kept(f, req, result, shaped, key, touched, held.select(list(key)), columns)
-        w = merge_writes(shaped, key, touched, held, found.columns)
-        append, upsert = shaped.take(w.append), shaped.take(w.upsert)
-        deletes, twice = (list(zip(*(t.column(k).to_pylist() for k in key))) for t in (w.delete, w.twice))
-        delete = deletions(target, key, deletes)
         attempt = (req.id, chunk.index)
         if attempt in self._attempts and self._landed(sink, *self._attempts[attempt]):
-            # Its commit landed although the call failed (its answer lost): never appended twice.
+            # Its commit landed although the call failed (its answer lost): never made twice.
             log.info("backfill %s of %s: chunk %d had been merged", req.id, f.table, chunk.index)
             del self._attempts[attempt]
             return RowsApplied()
         before, tokens = self._attempts.get(attempt, (self.sinks.tables[sink].version(), []))
         token = uuid.uuid4().hex
         self._attempts[attempt] = (before, [*tokens, token])
+        if columns.mode is TableMode.CURRENT:
+            applied = self._write_current(f, req, result, shaped, key, touched, held, found.columns, token)
+        else:
+            applied = self._write_kept(f, req, result, shaped, key, touched, held.select(list(key)), columns, token)
+        del self._attempts[attempt]
+        return applied
+
+    def _write_current(self, f: InFlight, req: BackfillRequest, result: ChunkResult, shaped: pa.Table,
+                       key: tuple[str, ...], touched: pa.Table, held: pa.Table, compared: tuple[str, ...] | None,
+                       token: str) -> RowsApplied:
+        """The merge of a ``current`` table: the chunk's rows against Delta's ``held`` in its range
+        (cdc_core/chunks/incremental.py), committed with the attempt's ``token``."""
+        sink = self.router.sink(f.table)
+        target = self.sinks.schemas[sink]
+        chunk = result.chunk
+        w = merge_writes(shaped, key, touched, held, compared)
+        append, upsert = shaped.take(w.append), shaped.take(w.upsert)
+        deletes, twice = (list(zip(*(t.column(k).to_pylist() for k in key))) for t in (w.delete, w.twice))
+        delete = deletions(target, key, deletes)
         props = self._merge_properties(f, req, chunk, append.num_rows, upsert.num_rows, len(deletes), token)
         if twice:  # first one copy of each: a MERGE would update every copy alike
             deduplicate(self.sinks.tables[sink], key, twice, props)
@@ -623,33 +638,32 @@ class Backfills:
                                     table_uri(self.cfg.sink.path, sink), self.cfg.sink.storage_options)
         else:  # the range already equals MySQL: nothing to commit
             applied = RowsApplied()
-        del self._attempts[attempt]
         log.info("backfill %s of %s: chunk %d merged (%d appended, %d upserted, %d deleted, %d keys left to the "
                  "stream)", req.id, f.table, chunk.index, append.num_rows, upsert.num_rows, len(deletes),
                  len(f.merge.touched))
         return applied
 
     def _merge_properties(self, f: InFlight, req: BackfillRequest, chunk: Chunk, appended: int, upserted: int,
-                          deleted: int, attempt: str | None = None):
+                          deleted: int, attempt: str):
         """A merge's commit properties: the stream's offset and what the merge did (``binlake.backfill``),
-        with the token of this ``attempt`` where its commit is checked for before it is made again."""
+        with the token of this ``attempt``, looked for before the merge is made again."""
         done = {"id": req.id, "table": f.table, "chunk": chunk.index, "high_watermark": f.high_watermark.to_dict(),
                 "group": f.chunks[0].index, "group_chunks": len(f.chunks), "on_spark": f.on_spark,
                 "appended": appended, "upserted": upserted, "deleted": deleted,
-                "left_to_stream": len(f.merge.touched), "read_seconds": round(f.read_seconds, 3)}
-        if attempt is not None:
-            done["attempt"] = attempt
+                "left_to_stream": len(f.merge.touched), "read_seconds": round(f.read_seconds, 3), "attempt": attempt}
         marker = {BACKFILL_KEY: json.dumps(done)}
         return stream_commit_properties(self.cfg.pipeline.name, self.state.offset, marker)
 
     def _write_kept(self, f: InFlight, req: BackfillRequest, result: ChunkResult, shaped: pa.Table,
-                    key: tuple[str, ...], touched: pa.Table, candidates: pa.Table, columns) -> RowsApplied:
+                    key: tuple[str, ...], touched: pa.Table, candidates: pa.Table, columns,
+                    token: str) -> RowsApplied:
         """The merge of a soft_delete or history table (docs/history.md, "Backfills"): Delta's live
         rows (current versions) of the chunk's keys and candidates, read now (every change up to
         here committed, so exact for every untouched key), compared with the chunk's. A key MySQL
         lacks becomes a tombstone (its version is closed); a key it holds that differs, or that
         Delta lacks or holds as a tombstone, is written (a new version, ``_cdc_op`` 'r'); an
-        untouched tombstone of a key MySQL lacks is left as it is."""
+        untouched tombstone of a key MySQL lacks is left as it is. Committed with the attempt's
+        ``token``, as a ``current`` table's merge."""
         sink = self.router.sink(f.table)
         dt, target = self.sinks.tables[sink], self.sinks.schemas[sink]
         held = kept_rows(dt, key, pa.concat_tables([shaped.select(list(key)), candidates.cast(shaped.select(list(key))
@@ -660,9 +674,11 @@ class Backfills:
         w = merge_writes(shaped, key, touched, live, compare)
         gone = live.join(w.delete, list(key), join_type="left semi") if w.delete.num_rows else live.slice(0, 0)
         hw, read_at = result.high_watermark, int(result.read_at * 1_000_000)
-        props = self._merge_properties(f, req, result.chunk, len(w.append), len(w.upsert), gone.num_rows)
+        props = self._merge_properties(f, req, result.chunk, len(w.append), len(w.upsert), gone.num_rows, token)
         uri, options = table_uri(self.cfg.sink.path, sink), self.cfg.sink.storage_options
-        if not (len(w.append) or len(w.upsert) or gone.num_rows):
+        log.info("backfill %s of %s: chunk %d merging (%d written, %d ended, %d keys left to the stream)", req.id,
+                 f.table, result.chunk.index, len(w.append) + len(w.upsert), gone.num_rows, len(f.merge.touched))
+        if not (len(w.append) or len(w.upsert) or gone.num_rows):  # the range already equals MySQL
             return RowsApplied()
         if columns.history:
             versions = shaped.take(pa.concat_arrays([w.append, w.upsert]))
