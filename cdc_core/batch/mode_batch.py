@@ -36,6 +36,7 @@ from cdc_core.schema.modes import (
     CDC_POSITION,
     CDC_TS,
     IS_CURRENT,
+    UTC_MICROS,
     VALID_FROM,
     VALID_TO,
     VALID_TO_SEQ,
@@ -45,21 +46,49 @@ from cdc_core.schema.modes import (
 from cdc_core.schema.output import output_schema
 from cdc_core.schema.table import TableSchema
 
-# Where each extra column is in a plan row, after the source values: op, seq, then these.
-_AT = {CDC_TS: 2, CDC_POSITION: 3, VALID_FROM: 4, VALID_TO: 5, VALID_TO_SEQ: 6, IS_CURRENT: 7}
+# Where each of a history version's columns is in its plan row, after the source values: op, seq, then these.
+_AT = {VALID_FROM: 2, VALID_TO: 3, VALID_TO_SEQ: 4, IS_CURRENT: 5}
+
+
+@dataclass
+class Stamps:
+    """The time (µs) and position text of each row event of a batch, by its position: the
+    ``_cdc_seq`` of its rows shifted past the row index (``seq >> 12``,
+    cdc_core/offset/position.py). Events that share a position (a ``PreparedCommit``'s,
+    cdc_core/binlog/event_loop.py) share their transaction's end, GTID and times, so one stamp
+    per position is each row's own. Plan rows carry no stamp: ``_cdc_ts`` and ``_cdc_position``
+    are built per event, then spread over the rows in Arrow (:meth:`columns`)."""
+
+    at: dict[int, tuple[int, str]] = field(default_factory=dict)
+
+    def add(self, pos: BinlogPosition, time_us: int, gtid: str | None) -> None:
+        self.at[pos.seq(0) >> 12] = (time_us, position_text(pos, gtid))
+
+    def time_of(self, seq: int) -> int:
+        """The time (µs) of the change whose ``_cdc_seq`` is ``seq``."""
+        return self.at[seq >> 12][0]
+
+    def columns(self, seq: pa.Array) -> dict[str, pa.Array]:
+        """``_cdc_ts`` and ``_cdc_position`` of the rows whose ``_cdc_seq`` are ``seq``: each
+        row's event found by its position, its values taken from the events'."""
+        events = pc.index_in(pc.shift_right(seq, 12), value_set=pa.array(list(self.at), pa.int64()))
+        times, texts = zip(*self.at.values()) if self.at else ((), ())
+        return {CDC_TS: pa.array(times, UTC_MICROS).take(events),
+                CDC_POSITION: pa.DictionaryArray.from_arrays(events, pa.array(texts, pa.string())).dictionary_decode()}
 
 
 class StampedBatch(TableBatch):
     """The last change per key, stamped (see the module invariants). Plan rows: the values in
-    schema order, then ``_cdc_op``, ``_cdc_seq``, the change's time (µs) and position text."""
+    schema order, then ``_cdc_op`` and ``_cdc_seq``, as a TableBatch's; each row event's time and
+    position are in ``stamps``."""
 
     def __init__(self, schema: TableSchema, columns: SinkColumns, drop: Drop | None = None,
                  drop_column: str | None = None):
         super().__init__(schema, drop, drop_column)
         self.columns = columns
+        self.stamps = Stamps()
         self.log: list[tuple] = []  # every change, when the table has a change feed
         self._feed = columns.feed
-        self._stamp: tuple[int, str] = (0, "")
         self._soft = columns.soft
         self._op = self._op_at = len(self.names)  # where _cdc_op is in a plan row
         self._deletes_rows = not self._soft  # a soft_delete table's deletions are upserted tombstones
@@ -67,20 +96,20 @@ class StampedBatch(TableBatch):
 
     def add_event(self, op: str, rows: list, pos: BinlogPosition, time_us: int = 0, gtid: str | None = None,
                   first_row: int = 0) -> None:
-        self._stamp = (time_us, position_text(pos, gtid))
+        self.stamps.add(pos, time_us, gtid)
         super().add_event(op, rows, pos, first_row=first_row)
 
     def _write(self, row: tuple, op: str, seq: int, may_exist: bool) -> None:
         k = self._key(row)
         self.may_exist.setdefault(k, may_exist or self._soft)
-        self.final[k] = full = (*row, op, seq, *self._stamp)
+        self.final[k] = full = (*row, op, seq)
         if self._feed:
             self.log.append(full)
 
     def _delete(self, row: tuple, seq: int) -> None:
         k = self._key(row)
         self.may_exist.setdefault(k, True)
-        self.final[k] = full = (*row, "d", seq, *self._stamp)
+        self.final[k] = full = (*row, "d", seq)
         if self._feed:
             self.log.append(full)
 
@@ -91,7 +120,7 @@ class HistoryPlan:
     time (µs) and ``_cdc_seq`` of its first change, and whether that change ends the version
     Delta holds as current (it is not an insert); ``versions``: the new versions, as
     StampedBatch rows followed by ``_valid_from``, ``_valid_to``, ``_valid_to_seq`` and
-    ``_is_current``."""
+    ``_is_current`` (their changes' times in the batch's ``stamps``)."""
 
     keys: list[tuple] = field(default_factory=list)
     versions: list[tuple] = field(default_factory=list)
@@ -112,7 +141,7 @@ class HistoryBatch(StampedBatch):
     def _write(self, row: tuple, op: str, seq: int, may_exist: bool) -> None:
         k = self._key(row)
         self.may_exist.setdefault(k, may_exist)
-        full = (*row, op, seq, *self._stamp)
+        full = (*row, op, seq)
         self.changes_of.setdefault(k, []).append(full)
         if self._feed:
             self.log.append(full)
@@ -120,7 +149,7 @@ class HistoryBatch(StampedBatch):
     def _delete(self, row: tuple, seq: int) -> None:
         k = self._key(row)
         self.may_exist.setdefault(k, True)
-        full = (*row, "d", seq, *self._stamp)
+        full = (*row, "d", seq)
         self.changes_of.setdefault(k, []).append(full)
         if self._feed:
             self.log.append(full)
@@ -128,17 +157,18 @@ class HistoryBatch(StampedBatch):
     def plan(self) -> HistoryPlan:  # type: ignore[override]
         """Versions and closings (see the module invariants)."""
         out, at, one = HistoryPlan(), self._op, self._one_key
-        keys, versions, may_exist = out.keys, out.versions, self.may_exist
+        keys, versions, may_exist, time_of = out.keys, out.versions, self.may_exist, self.stamps.time_of
         for k, changes in self.changes_of.items():
             first = changes[0]
-            keys.append(((k,) if one else k) + (first[at + 2], first[at + 1], may_exist[k]))
+            first_at = time_of(first[at + 1])
+            keys.append(((k,) if one else k) + (first_at, first[at + 1], may_exist[k]))
             if len(changes) == 1:  # most keys: one change, no running time
                 if first[at] != "d":
-                    versions.append((*first, first[at + 2], None, None, True))
+                    versions.append((*first, first_at, None, None, True))
                 continue
-            times, t = [], first[at + 2]
+            times, t = [], first_at
             for ch in changes:
-                t = max(t, ch[at + 2])
+                t = max(t, time_of(ch[at + 1]))
                 times.append(t)
             last = len(changes) - 1
             for i, ch in enumerate(changes):
@@ -157,18 +187,22 @@ def mode_batch(schema: TableSchema, columns: SinkColumns, drop: Drop | None = No
     return (HistoryBatch if columns.history else StampedBatch)(schema, columns, drop, drop_column)
 
 
-def mode_arrow(schema: TableSchema, rows: list[tuple], columns: SinkColumns) -> pa.Table:
+def mode_arrow(schema: TableSchema, rows: list[tuple], columns: SinkColumns, stamps: Stamps) -> pa.Table:
     """Plan rows of a StampedBatch or HistoryPlan versions as an Arrow table with ``columns``'
-    layout (cdc_core/schema/output.py: ``output_schema``); ``_cdc_deleted`` is true for 'd'."""
+    layout (cdc_core/schema/output.py: ``output_schema``), their times and positions from the
+    batch's ``stamps``; ``_cdc_deleted`` is true for 'd'."""
     target = output_schema(schema, columns.fields())
     if not rows:
         return target.empty_table()
     values = list(zip(*rows))
     n = len(schema.columns)
     arrays = [pa.array(values[i], f.type) for i, f in enumerate(target) if i < n + 2]
+    stamped = stamps.columns(arrays[n + 1]) if columns.ts or columns.position else {}
     for f in list(target)[n + 2:]:
         if f.name == CDC_DELETED:
             arrays.append(pc.equal(arrays[n], "d"))
+        elif f.name in stamped:
+            arrays.append(stamped[f.name])
         else:
             arrays.append(pa.array(values[n + _AT[f.name]], f.type))
     return pa.Table.from_arrays(arrays, schema=target)
