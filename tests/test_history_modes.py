@@ -5,7 +5,7 @@ cdc_core/batch/mode_batch.py, pipelines/lake/versions.py, pipelines/lake/feed.py
   batches: a history table holds exactly every version of every key, each ending where the
   key's next change begins, one current version per live key; a soft_delete table holds the
   live rows and a tombstone (the before image) of every deleted key; the stamps are each row's
-  own change's;
+  own change's, also where events share a position or a row index passes 4,095;
 - validity times never step back, also across batches (the version Delta holds is lifted to);
 - a key's new versions go into the file that held its current version; other files are not
   rewritten;
@@ -202,6 +202,29 @@ def test_soft_delete_batches_keep_tombstones(tmp_path, seed):
     assert {k: (r["_cdc_op"], r["v"], r["_cdc_deleted"], r["_cdc_seq"], r["_cdc_ts"].timestamp())
             for k, r in held.items()} == last
     assert all(r["_cdc_position"] == f"0-1-{(r['_cdc_seq'] >> 12) & 0xFFFFFFFF}" for r in held.values())
+
+
+def test_stamps_are_each_rows_own_events():
+    """``_cdc_ts``/``_cdc_position`` are built per event and spread over its rows by ``_cdc_seq``:
+    events in two binlog files and on a second server (a base), events sharing one position
+    (a PreparedCommit's, rows numbered on), and an event past 4,096 rows each stamp exactly
+    their own rows."""
+    other = BinlogPosition("binlog.000001", 100).at_base(1 << 10)
+    shared = BinlogPosition("binlog.000002", 100)
+    events = [("c", [(i, i) for i in range(3)], BinlogPosition("binlog.000001", 100), 1_000_000, "0-1-7", 0),
+              ("c", [(i, i) for i in range(3, 6)], BinlogPosition("binlog.000002", 100), 2_000_000, None, 0),
+              ("c", [(i, i) for i in range(6, 9)], other, 3_000_000, "0-2-1", 0),
+              ("c", [(i, i) for i in range(9, 11)], shared.at("binlog.000002", 900), 4_000_000, "0-1-9", 0),
+              ("c", [(i, i) for i in range(11, 13)], shared.at("binlog.000002", 900), 4_000_000, "0-1-9", 2),
+              ("c", [(i, i) for i in range(13, 5013)], BinlogPosition("binlog.000003", 4), 5_000_000, "0-1-10", 0)]
+    for batch in (StampedBatch(SCHEMA, SinkColumns(ts=True, position=True, feed=True)), HistoryBatch(SCHEMA, HISTORY)):
+        want = {}
+        for op, rows, pos, t, gtid, first in events:
+            batch.add_event(op, rows, pos, t, gtid, first)
+            want.update({r[0]: (t, gtid or f"{pos.file}:{pos.pos}") for r in rows})
+        got = mode_arrow(SCHEMA, batch.log, FEED_COLUMNS, batch.stamps).to_pylist()
+        assert len(got) == len(want)
+        assert {r["id"]: (int(r["_cdc_ts"].timestamp() * 1_000_000), r["_cdc_position"]) for r in got} == want
 
 
 def test_change_feed_appends_a_batch_once(tmp_path):

@@ -5,9 +5,11 @@ with a change feed.
 
 Invariants (tests/test_history_modes.py, tests/test_history_stream.py):
 - ``StampedBatch`` folds as ``TableBatch`` does (the last change per key wins), each row carrying
-  its own change's time and position. In ``soft_delete`` mode a deleted key's last row is
-  written as a tombstone (its before image, op 'd') instead of being removed, and every key is
-  upserted (a tombstone of it may be in Delta, where an insert must replace it).
+  its own change's time and position: kept once per row event (``Stamps``, by position) and
+  spread over the rows in Arrow by their ``_cdc_seq``, so the fold's rows are the default's.
+  In ``soft_delete`` mode a deleted key's last row is written as a tombstone (its before
+  image, op 'd') instead of being removed, and every key is upserted (a tombstone of it may
+  be in Delta, where an insert must replace it).
 - ``HistoryBatch`` folds nothing: each key keeps its changes in binlog order, and its plan has
   one version per insert or update (several changes to a key in one batch are several
   versions); version i is valid from its change to change i+1 (``_valid_to_seq`` that change's
