@@ -66,10 +66,6 @@ class Stamps:
     def add(self, pos: BinlogPosition, time_us: int, gtid: str | None) -> None:
         self.at[pos.seq(0) >> 12] = (time_us, position_text(pos, gtid))
 
-    def time_of(self, seq: int) -> int:
-        """The time (µs) of the change whose ``_cdc_seq`` is ``seq``."""
-        return self.at[seq >> 12][0]
-
     def columns(self, seq: pa.Array) -> dict[str, pa.Array]:
         """``_cdc_ts`` and ``_cdc_position`` of the rows whose ``_cdc_seq`` are ``seq``: each
         row's event found by its position, its values taken from the events'."""
@@ -159,18 +155,19 @@ class HistoryBatch(StampedBatch):
     def plan(self) -> HistoryPlan:  # type: ignore[override]
         """Versions and closings (see the module invariants)."""
         out, at, one = HistoryPlan(), self._op, self._one_key
-        keys, versions, may_exist, time_of = out.keys, out.versions, self.may_exist, self.stamps.time_of
+        keys, versions, may_exist, stamps = out.keys, out.versions, self.may_exist, self.stamps.at
+        seq = at + 1
         for k, changes in self.changes_of.items():
             first = changes[0]
-            first_at = time_of(first[at + 1])
-            keys.append(((k,) if one else k) + (first_at, first[at + 1], may_exist[k]))
+            first_at = stamps[first[seq] >> 12][0]  # the change's time: its event's (Stamps)
+            keys.append(((k,) if one else k) + (first_at, first[seq], may_exist[k]))
             if len(changes) == 1:  # most keys: one change, no running time
                 if first[at] != "d":
                     versions.append((*first, first_at, None, None, True))
                 continue
             times, t = [], first_at
             for ch in changes:
-                t = max(t, time_of(ch[at + 1]))
+                t = max(t, stamps[ch[seq] >> 12][0])
                 times.append(t)
             last = len(changes) - 1
             for i, ch in enumerate(changes):
