@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from deltalake import CommitProperties, DeltaTable
 
-from cdc_core.batch.mode_batch import HistoryBatch, StampedBatch, mode_arrow
+from cdc_core.batch.mode_batch import HistoryBatch, StampedBatch, mode_arrow, mode_batch
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.offset.stream_offset import StreamOffset
 from cdc_core.schema.modes import FEED_COLUMNS, SinkColumns, TableMode
@@ -217,14 +217,19 @@ def test_stamps_are_each_rows_own_events():
               ("c", [(i, i) for i in range(9, 11)], shared.at("binlog.000002", 900), 4_000_000, "0-1-9", 0),
               ("c", [(i, i) for i in range(11, 13)], shared.at("binlog.000002", 900), 4_000_000, "0-1-9", 2),
               ("c", [(i, i) for i in range(13, 5013)], BinlogPosition("binlog.000003", 4), 5_000_000, "0-1-10", 0)]
-    for batch in (StampedBatch(SCHEMA, SinkColumns(ts=True, position=True, feed=True)), HistoryBatch(SCHEMA, HISTORY)):
+    for columns in (SinkColumns(ts=True, position=True), SinkColumns(ts=True, position=True, feed=True), SOFT,
+                    HISTORY):
+        batch = mode_batch(SCHEMA, columns)
         want = {}
         for op, rows, pos, t, gtid, first in events:
             batch.add_event(op, rows, pos, t, gtid, first)
             want.update({r[0]: (t, gtid or f"{pos.file}:{pos.pos}") for r in rows})
-        got = mode_arrow(SCHEMA, batch.log, FEED_COLUMNS, batch.stamps).to_pylist()
-        assert len(got) == len(want)
-        assert {r["id"]: (int(r["_cdc_ts"].timestamp() * 1_000_000), r["_cdc_position"]) for r in got} == want
+        plan = batch.plan()
+        written = plan.versions if columns.history else plan.append + plan.upsert
+        for rows, layout in ((written, columns), *(((batch.log, FEED_COLUMNS),) if columns.feed else ())):
+            got = mode_arrow(SCHEMA, rows, layout, batch.stamps).to_pylist()
+            assert len(got) == len(want), columns
+            assert {r["id"]: (int(r["_cdc_ts"].timestamp() * 1_000_000), r["_cdc_position"]) for r in got} == want
 
 
 def test_change_feed_appends_a_batch_once(tmp_path):

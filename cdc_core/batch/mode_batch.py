@@ -112,6 +112,14 @@ class StampedBatch(TableBatch):
             self.log.append(full)
 
 
+class CurrentStampedBatch(StampedBatch):
+    """A ``current`` table's batch with metadata columns and no change feed: folded by
+    ``TableBatch``'s own steps (its rows need nothing more than the default's)."""
+
+    _write = TableBatch._write
+    _delete = TableBatch._delete
+
+
 @dataclass
 class HistoryPlan:
     """A history table's batch: ``keys``, one per key the batch changes: the key's values, the
@@ -183,7 +191,10 @@ class HistoryBatch(StampedBatch):
 def mode_batch(schema: TableSchema, columns: SinkColumns, drop: Drop | None = None,
                drop_column: str | None = None) -> StampedBatch:
     """The batch of a keyed table laid out as ``columns`` says (not plain)."""
-    return (HistoryBatch if columns.history else StampedBatch)(schema, columns, drop, drop_column)
+    if columns.history:
+        return HistoryBatch(schema, columns, drop, drop_column)
+    plain_fold = not (columns.soft or columns.feed)
+    return (CurrentStampedBatch if plain_fold else StampedBatch)(schema, columns, drop, drop_column)
 
 
 def mode_arrow(schema: TableSchema, rows: list[tuple], columns: SinkColumns, stamps: Stamps) -> pa.Table:
