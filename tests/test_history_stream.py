@@ -12,8 +12,8 @@ against binlake's own reader:
   - ``soft_delete``: the live rows equal MySQL's; every key deleted and not inserted again is
     a tombstone holding its before image, stamped with its delete;
   - ``current`` with metadata columns: Delta equals MySQL, each row stamped with its key's
-    last change;
-  - (and without a change feed, its own test: the batch folds as the default's)
+    last change; also without a change feed (a test of its own: that batch folds as the
+    default's);
   - the change feed of each: exactly the binlog's changes, once each, in order;
 - an online backfill of an intact table writes nothing (no repair version, no tombstone
   touched); after Delta is damaged by hand, the backfill repairs it: a history table's wrong
