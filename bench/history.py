@@ -11,7 +11,9 @@ rows on three 7-column tables, by default 80 % inserts, 15 % range updates, 5 % 
 streamed per mode beforehand, untimed). Then, K times, for each mode in turn (the order
 rotating each round, so none always runs first or on a warmer cache): the stream engine
 (``StreamEngine(cfg, until_now=True).run()`` in this process) reads the backlog into a fresh
-lake (or a copy of the mode's base lake) whose tables are in that mode:
+lake (or a copy of the mode's base lake) whose tables are in that mode. The runs start once
+the backlog's last change is over CATCHUP_LAG_SECONDS old, so every run reads it as the
+backlog it is (catch-up batches, cdc_core/batch/micro_batch.py), the first one too:
 
 - ``current``: the default (no option set);
 - ``metadata``: ``sink.metadata_columns: [_cdc_ts, _cdc_position]``;
@@ -50,6 +52,7 @@ if str(REPO) not in sys.path:
 from deltalake import DeltaTable  # noqa: E402
 
 from bench.stream import DB, MIX, Backlog, create_tables, generate_backlog, parse_mix, stream_config  # noqa: E402
+from cdc_core.batch.micro_batch import CATCHUP_LAG_SECONDS  # noqa: E402
 from cdc_core.config import parse_config  # noqa: E402
 from cdc_core.offset.position import BinlogPosition  # noqa: E402
 from devtools.local_mariadb import LocalMariaDB  # noqa: E402
@@ -140,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         start = create_tables(server, args.preload)
         bases = base_lakes(server, start, modes, work, args) if args.preload else {}
         backlog = generate_backlog(server, args.rows, args.mix, preload=args.preload)
+        time.sleep(CATCHUP_LAG_SECONDS + 1)  # binlog timestamps are whole seconds
         # A history table holds the preloaded rows, then one version per insert and update.
         versions = args.preload + backlog.inserts + backlog.updates
         print(f"backlog: {backlog.changes:,} changes ({backlog.inserts:,} inserts, {backlog.updates:,} updates, "

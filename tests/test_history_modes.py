@@ -5,7 +5,7 @@ cdc_core/batch/mode_batch.py, pipelines/lake/versions.py, pipelines/lake/feed.py
   batches: a history table holds exactly every version of every key, each ending where the
   key's next change begins, one current version per live key; a soft_delete table holds the
   live rows and a tombstone (the before image) of every deleted key; the stamps are each row's
-  own change's;
+  own change's, also where events share a position or a row index passes 4,095;
 - validity times never step back, also across batches (the version Delta holds is lifted to);
 - a key's new versions go into the file that held its current version; other files are not
   rewritten;
@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from deltalake import CommitProperties, DeltaTable
 
-from cdc_core.batch.mode_batch import HistoryBatch, StampedBatch, mode_arrow
+from cdc_core.batch.mode_batch import HistoryBatch, StampedBatch, mode_arrow, mode_batch
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.offset.stream_offset import StreamOffset
 from cdc_core.schema.modes import FEED_COLUMNS, SinkColumns, TableMode
@@ -124,7 +124,7 @@ def test_history_batches_keep_every_version(tmp_path, seed):
         batch = HistoryBatch(SCHEMA, HISTORY)
         _fill(batch, part)
         plan = batch.plan()
-        versions = mode_arrow(SCHEMA, plan.versions, HISTORY)
+        versions = mode_arrow(SCHEMA, plan.versions, HISTORY, batch.stamps)
         apply_history(dt, KEY, key_table(KEY, versions.schema, plan.keys), versions, CommitProperties(),
                       str(tmp_path / "t"))
     rows = DeltaTable(str(tmp_path / "t")).to_pyarrow_table().to_pylist()
@@ -152,7 +152,7 @@ def test_times_are_lifted_to_the_version_delta_holds(tmp_path):
     first = HistoryBatch(SCHEMA, HISTORY)
     first.add_event("c", [(1, 10), (2, 20)], BinlogPosition("binlog.000001", 100), 500_000_000)
     plan = first.plan()
-    v = mode_arrow(SCHEMA, plan.versions, HISTORY)
+    v = mode_arrow(SCHEMA, plan.versions, HISTORY, first.stamps)
     apply_history(dt, KEY, key_table(KEY, v.schema, plan.keys), v, CommitProperties(), str(tmp_path / "t"))
     files = {a for a in DeltaTable(str(tmp_path / "t")).file_uris()}
     late = HistoryBatch(SCHEMA, HISTORY)  # a statement that started a second earlier, committed later
@@ -160,7 +160,7 @@ def test_times_are_lifted_to_the_version_delta_holds(tmp_path):
     late.add_event("u", [((1, 11), (1, 12))], BinlogPosition("binlog.000001", 300), 498_000_000)
     plan = late.plan()
     assert [c[1:] for c in plan.keys] == [(499_000_000, BinlogPosition("binlog.000001", 200).seq(), True)]
-    v = mode_arrow(SCHEMA, plan.versions, HISTORY)
+    v = mode_arrow(SCHEMA, plan.versions, HISTORY, late.stamps)
     apply_history(dt, KEY, key_table(KEY, v.schema, plan.keys), v, CommitProperties(), str(tmp_path / "t"))
     after = DeltaTable(str(tmp_path / "t"))
     rows = sorted(after.to_pyarrow_table().to_pylist(), key=lambda r: (r["id"], r["_cdc_seq"]))
@@ -184,8 +184,8 @@ def test_soft_delete_batches_keep_tombstones(tmp_path, seed):
         plan = batch.plan()
         assert not plan.delete and not plan.append  # every key may have a tombstone in Delta
 
-        def rows(kind, plan=plan):
-            return mode_arrow(SCHEMA, getattr(plan, kind), SOFT)
+        def rows(kind, plan=plan, stamps=batch.stamps):
+            return mode_arrow(SCHEMA, getattr(plan, kind), SOFT, stamps)
         apply_changes(dt, KEY, rows("append"), rows("upsert"), rows("delete"), CommitProperties(), str(tmp_path / "t"))
     held = {r["id"]: r for r in DeltaTable(str(tmp_path / "t")).to_pyarrow_table().to_pylist()}
     last: dict[int, tuple] = {}
@@ -204,6 +204,34 @@ def test_soft_delete_batches_keep_tombstones(tmp_path, seed):
     assert all(r["_cdc_position"] == f"0-1-{(r['_cdc_seq'] >> 12) & 0xFFFFFFFF}" for r in held.values())
 
 
+def test_stamps_are_each_rows_own_events():
+    """``_cdc_ts``/``_cdc_position`` are built per event and spread over its rows by ``_cdc_seq``:
+    events in two binlog files and on a second server (a base), events sharing one position
+    (a PreparedCommit's, rows numbered on), and an event past 4,096 rows each stamp exactly
+    their own rows."""
+    other = BinlogPosition("binlog.000001", 100).at_base(1 << 10)
+    shared = BinlogPosition("binlog.000002", 100)
+    events = [("c", [(i, i) for i in range(3)], BinlogPosition("binlog.000001", 100), 1_000_000, "0-1-7", 0),
+              ("c", [(i, i) for i in range(3, 6)], BinlogPosition("binlog.000002", 100), 2_000_000, None, 0),
+              ("c", [(i, i) for i in range(6, 9)], other, 3_000_000, "0-2-1", 0),
+              ("c", [(i, i) for i in range(9, 11)], shared.at("binlog.000002", 900), 4_000_000, "0-1-9", 0),
+              ("c", [(i, i) for i in range(11, 13)], shared.at("binlog.000002", 900), 4_000_000, "0-1-9", 2),
+              ("c", [(i, i) for i in range(13, 5013)], BinlogPosition("binlog.000003", 4), 5_000_000, "0-1-10", 0)]
+    for columns in (SinkColumns(ts=True, position=True), SinkColumns(ts=True, position=True, feed=True), SOFT,
+                    HISTORY):
+        batch = mode_batch(SCHEMA, columns)
+        want = {}
+        for op, rows, pos, t, gtid, first in events:
+            batch.add_event(op, rows, pos, t, gtid, first)
+            want.update({r[0]: (t, gtid or f"{pos.file}:{pos.pos}") for r in rows})
+        plan = batch.plan()
+        written = plan.versions if columns.history else plan.append + plan.upsert
+        for rows, layout in ((written, columns), *(((batch.log, FEED_COLUMNS),) if columns.feed else ())):
+            got = mode_arrow(SCHEMA, rows, layout, batch.stamps).to_pylist()
+            assert len(got) == len(want), columns
+            assert {r["id"]: (int(r["_cdc_ts"].timestamp() * 1_000_000), r["_cdc_position"]) for r in got} == want
+
+
 def test_change_feed_appends_a_batch_once(tmp_path):
     batch = HistoryBatch(SCHEMA, HISTORY)
     events = [("c", [(1, 1), (2, 2)], BinlogPosition("binlog.000001", 100), 5),
@@ -211,7 +239,7 @@ def test_change_feed_appends_a_batch_once(tmp_path):
               ("d", [(2, 2)], BinlogPosition("binlog.000001", 300), 7)]
     _fill(batch, events)
     feed = ensure_table(str(tmp_path / "f"), output_schema(SCHEMA, FEED_COLUMNS.fields()))
-    rows = mode_arrow(SCHEMA, batch.log, FEED_COLUMNS)
+    rows = mode_arrow(SCHEMA, batch.log, FEED_COLUMNS, batch.stamps)
     first = StreamOffset(BinlogPosition("binlog.000001", 200), BinlogPosition("binlog.000001", 200))
     assert append_changes(feed, rows.slice(0, 3), "p", first) == 3  # a crash after the feed, before the table
     end = StreamOffset(BinlogPosition("binlog.000001", 300), BinlogPosition("binlog.000001", 300))
@@ -226,7 +254,7 @@ def test_end_all_closes_and_tombstones(tmp_path):
     batch = HistoryBatch(SCHEMA, HISTORY)
     batch.add_event("c", [(1, 1), (2, 2)], BinlogPosition("binlog.000001", 100), 5_000_000)
     plan = batch.plan()
-    v = mode_arrow(SCHEMA, plan.versions, HISTORY)
+    v = mode_arrow(SCHEMA, plan.versions, HISTORY, batch.stamps)
     apply_history(dt, KEY, key_table(KEY, v.schema, plan.keys), v, CommitProperties(), str(tmp_path / "h" / "t"))
     end_all(dt, HISTORY, CommitProperties(), 9_000_000, 777, "0-1-9")
     rows = DeltaTable(str(tmp_path / "h" / "t")).to_pyarrow_table().to_pylist()
@@ -235,7 +263,7 @@ def test_end_all_closes_and_tombstones(tmp_path):
     s = StampedBatch(SCHEMA, SOFT)
     s.add_event("c", [(1, 1), (2, 2)], BinlogPosition("binlog.000001", 100), 5_000_000)
     s.add_event("d", [(2, 2)], BinlogPosition("binlog.000001", 200), 6_000_000)
-    up = mode_arrow(SCHEMA, s.plan().upsert, SOFT)
+    up = mode_arrow(SCHEMA, s.plan().upsert, SOFT, s.stamps)
     apply_changes(soft, KEY, up.slice(0, 0), up, up.slice(0, 0), CommitProperties(), str(tmp_path / "s" / "t"))
     end_all(soft, SOFT, CommitProperties(), 9_000_000, 777, "0-1-9")
     rows = {r["id"]: r for r in DeltaTable(str(tmp_path / "s" / "t")).to_pyarrow_table().to_pylist()}
@@ -293,13 +321,14 @@ def test_documented_queries_answer_as_of_and_since(tmp_path):
             _fill(batch, [ev])
             plan = batch.plan()
             if columns.history:
-                v = mode_arrow(schema, plan.versions, columns)
+                v = mode_arrow(schema, plan.versions, columns, batch.stamps)
                 apply_history(dt, KEY, key_table(KEY, v.schema, plan.keys), v, CommitProperties(), uri)
                 feed = ensure_table(uri + "__changes", output_schema(schema, FEED_COLUMNS.fields()))
-                append_changes(feed, mode_arrow(schema, batch.log, FEED_COLUMNS), "p",
+                append_changes(feed, mode_arrow(schema, batch.log, FEED_COLUMNS, batch.stamps), "p",
                                StreamOffset(ev[2], ev[2]))
             else:
-                t = {k: mode_arrow(schema, getattr(plan, k), columns) for k in ("append", "upsert", "delete")}
+                t = {k: mode_arrow(schema, getattr(plan, k), columns, batch.stamps)
+                     for k in ("append", "upsert", "delete")}
                 apply_changes(dt, KEY, t["append"], t["upsert"], t["delete"], CommitProperties(), uri)
     q = _doc_queries()
     con = _duckdb()

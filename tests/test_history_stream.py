@@ -12,7 +12,8 @@ against binlake's own reader:
   - ``soft_delete``: the live rows equal MySQL's; every key deleted and not inserted again is
     a tombstone holding its before image, stamped with its delete;
   - ``current`` with metadata columns: Delta equals MySQL, each row stamped with its key's
-    last change;
+    last change; also without a change feed (a test of its own: that batch folds as the
+    default's);
   - the change feed of each: exactly the binlog's changes, once each, in order;
 - an online backfill of an intact table writes nothing (no repair version, no tombstone
   touched); after Delta is damaged by hand, the backfill repairs it: a history table's wrong
@@ -283,6 +284,36 @@ def test_modes_under_kills_alter_and_backfill_equal_the_binlog(mariadb, db, make
     assert_equal(cfg, names)
     assert _delta(cfg, name, "t_hist").num_rows > 0 and not pc.any(_delta(cfg, name, "t_hist")["_is_current"]).as_py()
     assert pc.all(_delta(cfg, name, "t_soft")["_cdc_deleted"]).as_py()
+
+
+def test_metadata_columns_without_a_change_feed_equal_the_binlog(mariadb, db, make_config, tmp_path):
+    """A ``current`` table with metadata columns and no change feed (its batch folds as the
+    default's; the stamps come per row event): each row stamped with its key's last change."""
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t_cur (id INT PRIMARY KEY, v INT NOT NULL, s VARCHAR(30))")
+        cur.execute("INSERT INTO t_cur SELECT seq, seq % 7, CONCAT('s', seq) FROM seq_1_to_120")
+    cfg = make_config(name, chunk_size=50, stream=STREAM, source={"snapshot": {"runner": "local"}},
+                      sink={"metadata_columns": ["_cdc_ts", "_cdc_position"]})
+    config, logs = write_config_file(cfg, tmp_path / "binlake.yaml"), tmp_path / "logs"
+    assert run_stream(config, logs, command="snapshot", password=mariadb.password).proc.returncode == 0
+    with conn.cursor() as cur:
+        start = master_position(cur)
+        rng = random.Random(SEED)
+        for i in range(150):
+            key = rng.randint(1, 200)
+            cur.execute("BEGIN")
+            cur.execute(f"INSERT IGNORE INTO t_cur SET id = {key}, v = {i}, s = 'i{i}'")
+            cur.execute(f"UPDATE t_cur SET v = v + 1 WHERE id BETWEEN {key} AND {key + rng.randint(0, 6)}")
+            if i % 3 == 0:
+                cur.execute(f"DELETE FROM t_cur WHERE id = {rng.randint(1, 200)}")
+            cur.execute("COMMIT")
+            if i % 40 == 0:
+                time.sleep(1.1)  # changes in several seconds: several times
+    done = run_stream(config, logs, "--until", "now", password=mariadb.password)
+    assert done.proc.returncode == 0, done.describe()
+    assert_equal(cfg, [f"{name}.t_cur"])
+    _check_current(cfg, name, table_changes(Path(mariadb.base_dir) / "data", start, name, "t_cur"))
 
 
 def test_a_table_made_for_another_mode_is_refused(mariadb, db, make_config, tmp_path):

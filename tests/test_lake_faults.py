@@ -30,6 +30,7 @@ vacuum) are not on this branch: ``test_lake_maintenance_under_store_faults`` is 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 import uuid
@@ -395,6 +396,123 @@ def test_backfill_merge_commit_of_several_chunks_lands_once_under_store_faults(d
     assert merged == list(range(len(done.chunks))), merges  # each chunk once, in order
     assert any(len(m["chunks"]) > 1 for m in merges), merges
     _assert_exact(cfg, faulty, name)
+
+
+KEPT = ("_valid_from", "_valid_to", "_valid_to_seq", "_is_current", "_cdc_deleted")  # the modes' columns
+
+
+def _kept(db, make_config, lake: Lake, mode: str):
+    """A streamed ``mode`` table (with metadata columns) damaged by hand, and a backfill request:
+    current versions (live rows) lost and changed, a live row made a tombstone, and a key MySQL
+    lacks made live again; the table before the backfill, read without the proxy."""
+    name, conn = db
+    _table(conn)
+    sink = {**lake.sink(), "table_modes": {rf"{name}\.t": mode}, "metadata_columns": ["_cdc_ts", "_cdc_position"]}
+    cfg = make_config(name, chunk_size=100, parallelism=2, sink=sink, stream={"max_batch_rows": 150},
+                      source={"snapshot": {"chunk_size": 100, "max_rows_per_task": 200, "runner": "local"}})
+    SnapshotJob(cfg, retry=FAST).run()
+    _changes(conn, 1)
+    StreamEngine(cfg, until_now=True, retry=FAST).run()
+    dt = DeltaTable(table_uri(cfg.sink.path, f"{name}.t"), storage_options=lake.direct)
+    with conn.cursor() as cur:
+        cur.execute("SELECT MIN(seq) FROM seq_1_to_600 WHERE seq NOT IN (SELECT id FROM t)")
+        (lacked,) = cur.fetchone()  # a key deleted from MySQL: its row ended in Delta
+    if mode == "history":
+        dt.delete("id % 7 = 0 AND _is_current")
+        dt.update(updates={"v": "-1"}, predicate="id % 5 = 0 AND _is_current")
+        last = max(r["_cdc_seq"] for r in dt.to_pyarrow_table(filters=[("id", "=", lacked)]).to_pylist())
+        dt.update(updates={"_is_current": "true", "_valid_to": "null", "_valid_to_seq": "null"},
+                  predicate=f"id = {lacked} AND _cdc_seq = {last}")
+    else:
+        dt.delete("id % 7 = 0")
+        dt.update(updates={"v": "-1"}, predicate="id % 5 = 0 AND NOT _cdc_deleted")
+        dt.update(updates={"_cdc_deleted": "true"}, predicate="id % 11 = 0 AND NOT _cdc_deleted")
+        dt.update(updates={"_cdc_deleted": "false"}, predicate=f"id = {lacked}")
+    before = DeltaTable(table_uri(cfg.sink.path, f"{name}.t"), storage_options=lake.direct).to_pyarrow_table()
+    return name, conn, cfg, request_backfill(cfg, f"{name}.t"), before
+
+
+def _by_id(rows) -> dict[int, list[dict]]:
+    out: dict[int, list[dict]] = {}
+    for r in sorted(rows.to_pylist(), key=lambda r: r["_cdc_seq"]):
+        out.setdefault(r["id"], []).append(r)
+    return out
+
+
+def _values(row: dict | None) -> tuple | None:
+    return None if row is None else (row["v"], row["s"])
+
+
+def _assert_versions(mode: str, conn, before, after) -> None:
+    """Each key's rows after the backfill are exactly those its merge makes of the rows before
+    (docs/history.md, "Backfills"), once: ``history``, a key whose current version differs from
+    MySQL's row (or is missing) gets one version 'r' closing it, one MySQL lacks has its current
+    version closed, every other version is kept as it was; ``soft_delete``, one row per key, a
+    differing or missing live row (or a tombstone of a key MySQL holds) written 'r', a live row
+    of a key MySQL lacks made a tombstone, and every other row, tombstones too, kept as it was."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT id, v, s FROM t")
+        mysql = {i: (v, s) for i, v, s in cur.fetchall()}
+    was, now = _by_id(before), _by_id(after)
+    assert set(now) == set(was) | set(mysql)
+    for key in sorted(set(now)):
+        old, new, want = was.get(key, []), now[key], mysql.get(key)
+        if mode == "history":
+            current = [r for r in old if r["_is_current"]]
+            assert len(current) <= 1, (key, old)
+            differs = want is not None and (not current or _values(current[0]) != want)
+            ends = bool(current) and (differs or want is None)
+            assert len(new) == len(old) + differs, f"key {key}: {len(new)} versions, expected {len(old) + differs}"
+            for o, n in zip(old, new):
+                if ends and o is current[0]:
+                    closed_at = new[-1]["_cdc_seq"] if differs else n["_valid_to_seq"]
+                    assert not n["_is_current"] and n["_valid_to_seq"] == closed_at is not None, (key, o, n)
+                    assert {k: v for k, v in n.items() if k not in KEPT} == \
+                        {k: v for k, v in o.items() if k not in KEPT}, (key, o, n)
+                else:
+                    assert n == o, f"key {key}: a version changed"
+            if differs:
+                assert new[-1]["_cdc_op"] == "r" and new[-1]["_is_current"] and _values(new[-1]) == want, new[-1]
+            assert [r["_is_current"] for r in new].count(True) == (want is not None), (key, new)
+        else:
+            assert len(new) == 1, f"key {key} held {len(new)} times"
+            o, n = (old or [None])[0], new[0]
+            live = o is not None and not o["_cdc_deleted"]
+            if want is None:
+                assert n["_cdc_deleted"], f"key {key}: MySQL lacks it, Delta holds it live"
+                if not live:  # a tombstone left as it was: not brought back, not stamped again
+                    assert n == o, (key, o, n)
+                else:
+                    assert n["_cdc_op"] == "d" and _values(n) == _values(o), (key, o, n)
+            elif live and _values(o) == want:
+                assert n == o, f"key {key}: an equal row was written again"
+            else:
+                assert not n["_cdc_deleted"] and n["_cdc_op"] == "r" and _values(n) == want, (key, o, n)
+
+
+@pytest.mark.parametrize("mode", ["soft_delete", "history"])
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_backfill_merges_into_kept_tables_under_store_faults(db, make_config, faulty, s3_proxy, caplog, kind, mode):
+    """Faults on an online backfill's merge commits into a ``soft_delete`` or ``history`` table:
+    a merge whose commit landed while the client saw an error is found by its token and not
+    made again; the request is done, Delta's live rows equal MySQL,
+    and each key's versions are exactly those the merges make (no version twice, no tombstone
+    brought back)."""
+    caplog.set_level(logging.INFO, logger="pipelines.stream.online_backfill")
+    name, conn, cfg, req, before = _kept(db, make_config, faulty, mode)
+    s3_proxy.arm(fault(kind, "PUT", faulty.log(name), skip=1))
+    StreamEngine(cfg, until_now=True, retry=FAST).run()
+    assert _fired(s3_proxy) >= 1, s3_proxy.rules()
+    s3_proxy.clear()
+    assert _done(cfg, faulty, req.id).state == BackfillState.DONE
+    assert_equal(cfg, [f"{name}.t"])
+    after = DeltaTable(table_uri(cfg.sink.path, f"{name}.t"), storage_options=faulty.direct).to_pyarrow_table()
+    _assert_versions(mode, conn, before, after)
+    # Recognised where the store did the write and the client saw an error: after a timeout or a
+    # reset, and after a lost answer where delta-rs, committing again, meets its own commit as a
+    # conflict (a rewrite's: an append's it commits again, adding the same files).
+    found = [r.getMessage() for r in caplog.records if "had been merged" in r.getMessage()]
+    assert len(found) == 1 if kind in ("timeout", "lost-rst") else len(found) <= (kind == "lost"), found
 
 
 def test_backfill_request_saves_under_store_faults(db, make_config, faulty, s3_proxy):

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from cdc_core.batch.micro_batch import MicroBatch
-from cdc_core.batch.mode_batch import HistoryPlan, StampedBatch, mode_arrow
+from cdc_core.batch.mode_batch import HistoryPlan, StampedBatch, Stamps, mode_arrow
 from cdc_core.batch.table_batch import TablePlan, plan_to_arrow
 from cdc_core.batch.table_commit import RowsApplied, TableCommit
 from cdc_core.errors import TerminalError
@@ -69,6 +69,7 @@ class _Part:
     plan: TablePlan | HistoryPlan
     changes: dict[str, int]  # binlog row changes by op (TableBatch.changes)
     log: list[tuple]  # every change, for a changelog (StampedBatch.log)
+    stamps: Stamps  # each row event's time and position (StampedBatch.stamps; none in the default layout)
 
 
 def _rows(part: _Part) -> RowsApplied:
@@ -100,9 +101,10 @@ class Committer:
         work: dict[str, list[_Part]] = {}  # by Delta table: a route's sources go into one commit
         for name, tb in batch.tables.items():
             if tb.rows_in:  # committed even when its plan is empty: the commit records the changes it covers
-                changes_log = tb.log if isinstance(tb, StampedBatch) else []
-                work.setdefault(self.router.sink(name), []).append(_Part(name, tb.schema, tb.plan(), tb.changes,
-                                                                         changes_log))
+                stamped = isinstance(tb, StampedBatch)
+                work.setdefault(self.router.sink(name), []).append(
+                    _Part(name, tb.schema, tb.plan(), tb.changes, tb.log if stamped else [],
+                          tb.stamps if stamped else Stamps()))
         futures = [self._pool.submit(self._commit, sink, parts, offset) for sink, parts in work.items()]
         return [f.result() for f in futures]  # a failed table stops the engine before the checkpoint moves
 
@@ -163,8 +165,8 @@ class Committer:
         """A table laid out by its mode (see the module invariants): its changelog first, then
         one commit of the table."""
         if columns.feed and part.log:
-            append_changes(self.sinks.feed(sink, part.schema), mode_arrow(part.schema, part.log, FEED_COLUMNS),
-                           self.pipeline, offset, part.source)
+            changes = mode_arrow(part.schema, part.log, FEED_COLUMNS, part.stamps)
+            append_changes(self.sinks.feed(sink, part.schema), changes, self.pipeline, offset, part.source)
         table, target = self.sinks.tables[sink], self.sinks.schemas[sink]
         if part.plan.empty:
             commit_no_data(table, props)
@@ -177,10 +179,10 @@ class Committer:
         uri, options = table_uri(self.sinks.cfg.sink.path, sink), self.sinks.cfg.sink.storage_options
         p, src, pk = part.plan, part.source, part.schema.row_key
         if isinstance(p, HistoryPlan):
-            versions = conform(mode_arrow(part.schema, p.versions, columns), target, src, pk)
+            versions = conform(mode_arrow(part.schema, p.versions, columns, part.stamps), target, src, pk)
             return apply_history(table, key, key_table(key, versions.schema, p.keys), versions, props, uri, options)
 
         def rows(kind: str) -> pa.Table:
-            return conform(mode_arrow(part.schema, getattr(p, kind), columns), target, src, pk)
+            return conform(mode_arrow(part.schema, getattr(p, kind), columns, part.stamps), target, src, pk)
 
         return apply_changes(table, key, rows("append"), rows("upsert"), rows("delete"), props, uri, options)

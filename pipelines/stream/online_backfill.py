@@ -37,7 +37,8 @@ Invariants of the merge commits:
 - A merge commit whose call failed is made again only if none of its attempts' commits (each
   with a token of its own in its commit metadata, one per attempt of the whole run of chunks)
   landed: an answer lost by the object store never appends a chunk's rows twice, nor drops
-  one (tests/test_lake_faults.py -k backfill). The run is the same on every attempt (the
+  one, nor writes a ``history`` table's version or a ``soft_delete`` table's tombstone twice
+  (tests/test_lake_faults.py -k backfill). The run is the same on every attempt (the
   group's rows and the bounds do not change between them).
 - The request's progress is saved after the group's last merge commit: ``chunks_done`` is
   that commit's last chunk + 1, so a restart resumes after the last chunk recorded as
@@ -644,8 +645,14 @@ class Backfills:
             .rename_columns(list(key)).cast(keys)
         found = [self._candidates.get(req.id, {}).get(r.chunk.index) or Candidates() for r in run]
         held = [c.rows if c.rows is not None else keys.empty_table() for c in found]
+        before, tokens = self._attempts.get(attempt, (self.sinks.tables[sink].version(), []))
+        token = uuid.uuid4().hex
+        self._attempts[attempt] = (before, [*tokens, token])
         if columns.mode is not TableMode.CURRENT:  # one chunk per commit (see _run_size)
-            return self._write_kept(f, req, run[0], shaped[0], key, touched, held[0].select(list(key)), columns)
+            applied = self._write_kept(f, req, run[0], shaped[0], key, touched, held[0].select(list(key)), columns,
+                                       token)
+            del self._attempts[attempt]
+            return applied
         if all(len(set(v)) == 1 for v in ([c.columns for c in found], [t.schema for t in shaped],
                                            [t.schema for t in held])):
             # The chunks' ranges are disjoint (a key of one chunk's rows or candidates is in no other
@@ -658,9 +665,6 @@ class Backfills:
         upsert = pa.concat_tables([rows.take(w.upsert) for rows, w in zip(shaped, writes)])
         deletes, twice = (_key_tuples([w.delete for w in writes], key), _key_tuples([w.twice for w in writes], key))
         delete = deletions(target, key, deletes)
-        before, tokens = self._attempts.get(attempt, (self.sinks.tables[sink].version(), []))
-        token = uuid.uuid4().hex
-        self._attempts[attempt] = (before, [*tokens, token])
         props = self._merge_properties(f, req, [r.chunk for r in run], append.num_rows, upsert.num_rows,
                                        len(deletes), token)
         if twice:  # first one copy of each: a MERGE would update every copy alike (no token: it is no merge)
@@ -693,20 +697,20 @@ class Backfills:
                 "high_watermark": f.high_watermark.to_dict(),
                 "group": f.chunks[0].index, "group_chunks": len(f.chunks), "on_spark": f.on_spark,
                 "appended": appended, "upserted": upserted, "deleted": deleted,
-                "left_to_stream": len(f.merge.touched), "read_seconds": round(f.read_seconds, 3)}
-        if attempt is not None:
-            done["attempt"] = attempt
+                "left_to_stream": len(f.merge.touched), "read_seconds": round(f.read_seconds, 3), "attempt": attempt}
         marker = {BACKFILL_KEY: json.dumps(done)}
         return stream_commit_properties(self.cfg.pipeline.name, self.state.offset, marker)
 
     def _write_kept(self, f: InFlight, req: BackfillRequest, result: ChunkResult, shaped: pa.Table,
-                    key: tuple[str, ...], touched: pa.Table, candidates: pa.Table, columns) -> RowsApplied:
+                    key: tuple[str, ...], touched: pa.Table, candidates: pa.Table, columns,
+                    token: str) -> RowsApplied:
         """The merge of a soft_delete or history table (docs/history.md, "Backfills"): Delta's live
         rows (current versions) of the chunk's keys and candidates, read now (every change up to
         here committed, so exact for every untouched key), compared with the chunk's. A key MySQL
         lacks becomes a tombstone (its version is closed); a key it holds that differs, or that
         Delta lacks or holds as a tombstone, is written (a new version, ``_cdc_op`` 'r'); an
-        untouched tombstone of a key MySQL lacks is left as it is."""
+        untouched tombstone of a key MySQL lacks is left as it is. Committed with the attempt's
+        ``token``, as a ``current`` table's merge."""
         sink = self.router.sink(f.table)
         dt, target = self.sinks.tables[sink], self.sinks.schemas[sink]
         held = kept_rows(dt, key, pa.concat_tables([shaped.select(list(key)), candidates.cast(shaped.select(list(key))
@@ -717,9 +721,11 @@ class Backfills:
         w = merge_writes(shaped, key, touched, live, compare)
         gone = live.join(w.delete, list(key), join_type="left semi") if w.delete.num_rows else live.slice(0, 0)
         hw, read_at = result.high_watermark, int(result.read_at * 1_000_000)
-        props = self._merge_properties(f, req, [result.chunk], len(w.append), len(w.upsert), gone.num_rows)
+        props = self._merge_properties(f, req, [result.chunk], len(w.append), len(w.upsert), gone.num_rows, token)
         uri, options = table_uri(self.cfg.sink.path, sink), self.cfg.sink.storage_options
-        if not (len(w.append) or len(w.upsert) or gone.num_rows):
+        log.info("backfill %s of %s: chunk %d merging (%d written, %d ended, %d keys left to the stream)", req.id,
+                 f.table, result.chunk.index, len(w.append) + len(w.upsert), gone.num_rows, len(f.merge.touched))
+        if not (len(w.append) or len(w.upsert) or gone.num_rows):  # the range already equals MySQL
             return RowsApplied()
         if columns.history:
             versions = shaped.take(pa.concat_arrays([w.append, w.upsert]))
