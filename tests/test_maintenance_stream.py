@@ -26,7 +26,7 @@ from deltalake import DeltaTable
 
 from cdc_core.offset.stream_offset import OFFSET_KEY
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.tables import table_uri
+from pipelines.lake.tables import MAINTENANCE_KEY, table_uri
 from pipelines.stream import StreamEngine
 from tests.change_count import assert_changes_counted
 from tests.helpers import EngineThread, assert_equal, snapshot, write_config_file
@@ -90,6 +90,15 @@ def test_compaction_and_vacuum_under_concurrent_streaming(mariadb, db, spark, ma
           f"{sum(r['kind'] == 'compaction' for r in runs)} compactions of {sorted(compacted)}, "
           f"{sum(r['kind'] == 'vacuum' for r in runs)} vacuums")
     assert len(compacted) >= 2 and vacuumed, (compacted, vacuumed)
+    for n in vacuumed & set(names):
+        assert _vacuums_in_log(cfg, n), n
+
+
+def _vacuums_in_log(cfg, sink: str) -> list[dict]:
+    """The vacuums that deleted files, as a data table's log records them: commits without offset."""
+    marks = [json.loads(c[MAINTENANCE_KEY]) for c in DeltaTable(table_uri(cfg.sink.path, sink)).history()
+             if MAINTENANCE_KEY in c and not c.get(OFFSET_KEY)]
+    return [m for m in marks if m["kind"] == "vacuum" and m["files_deleted"] > 0]
 
 
 def test_batches_commit_while_a_vacuum_deletes(mariadb, db, spark, make_config, tmp_path, monkeypatch):
@@ -182,6 +191,7 @@ def test_maintain_command_alone_and_handed_to_the_running_stream(mariadb, db, sp
     after = _status(config, logs, password)
     assert after[acct]["live_files"] < before[acct]["live_files"], (before[acct], after[acct])
     assert after[acct]["bytes_awaiting_vacuum"] == 0 and after[acct]["last_vacuum"] is not None
+    assert _vacuums_in_log(cfg, acct)  # the compaction's inputs deleted (retention 0)
     assert after[acct]["last_compaction"]["did"].endswith(f"→ {after[acct]['live_files']} live files")
     assert after[names[1]]["last_compaction"] is None  # --table: that table only
     assert_equal(cfg, names)

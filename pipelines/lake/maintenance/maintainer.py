@@ -22,8 +22,8 @@ between batches; it never commits inside a batch):
   listing), never while an online backfill reads Delta in the background or a compaction of
   the table is in flight; its deletes, checkpoint and log cleanup run in this part's vacuum
   thread while the stream goes on committing (vacuum.py says why that is safe); ``step``
-  records it once done; a stop lets the slice of deletes under way finish and leaves the rest
-  to the next vacuum;
+  records it once done (a data table's in its log, vacuum.py ``record``); a stop lets the
+  slice of deletes under way finish and leaves the rest to the next vacuum;
 - after a table's vacuum (which writes a checkpoint) its handles are opened afresh: a handle
   kept for the stream's life grows with every commit it has seen, the stream's memory with it;
 - ``binlake maintain`` requests (requests.py) are polled every ``REQUEST_POLL_SECONDS`` and
@@ -162,7 +162,14 @@ class TableMaintenance:
 
     def vacuum(self, dt: DeltaTable) -> vacuum.VacuumResult:
         """Vacuum the table now, in this thread."""
-        return vacuum.sweep(self.vacuum_plan(dt))
+        swept = vacuum.sweep(self.vacuum_plan(dt))
+        self.record_vacuum(dt, swept)
+        return swept
+
+    def record_vacuum(self, dt: DeltaTable, swept: vacuum.VacuumResult) -> None:
+        """A data table's vacuum in its log (vacuum.py: ``record``); ``dt`` the writer's handle."""
+        if not self.control:  # the control tables' readers keep handles: their vacuums only in maintenance_runs
+            vacuum.record(dt, swept)
 
     def vacuum_plan(self, dt: DeltaTable) -> vacuum.VacuumPlan:
         """The vacuum of ``dt`` (the writer's handle, between its batches), planned."""
@@ -553,6 +560,12 @@ class Maintainer:
             return True
         if swept.files_deleted:
             log.info("vacuumed %s", swept.describe())
+        dt = self._handles().get(sink)
+        if dt is not None:
+            try:
+                self._states[sink].steps.record_vacuum(dt, swept)
+            except Exception as e:  # noqa: BLE001 - the files are gone; the run is recorded below
+                log.warning("%s: vacuum not recorded in its log (%s: %s)", sink, type(e).__name__, e)
         self.store.record_maintenance([vacuum_row(swept, sweep.reason)])
         self._reopen(sink)
         self._vacuumed(sink, sweep.reason, swept)

@@ -17,8 +17,12 @@ deletes run off the writer's thread:
    the sweep's own handle (a reader then opens the table from it instead of replaying up to
    ``delta.checkpointInterval`` commits: for a small table, most of a full read's time), and
    ``cleanup_metadata`` deletes log entries older than ``delta.logRetentionDuration`` that the
-   checkpoint makes unneeded. Nothing is committed (delta-rs's own vacuum adds VACUUM START
-   and END commits, which only record what it did; ``_binlake/maintenance_runs`` records that).
+   checkpoint makes unneeded. Nothing is committed here.
+3. :func:`record` (the writer's thread again, once the sweep is done): a data table's vacuum
+   that deleted files leaves one commit without files in its log, ``binlake.maintenance``
+   kind ``vacuum`` with what it deleted (where delta-rs's own vacuum leaves VACUUM START and
+   END commits), so a reader of the table's history sees it; ``_binlake/maintenance_runs``
+   records every vacuum, the control tables' too.
 
 Why the deletes may run while the writer goes on committing: the files planned are, at the
 planned version v, neither live nor uncommitted work of the writer (it plans between its
@@ -40,6 +44,7 @@ younger than the retention; files written after the plan are never deleted by it
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -50,7 +55,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from pipelines.lake.storage import delete_files, filesystem
-from pipelines.lake.tables import DeltaTable, open_table
+from pipelines.lake.tables import MAINTENANCE_KEY, DeltaTable, commit_no_data, metadata_properties, open_table
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +171,14 @@ def sweep(planned: VacuumPlan, stop: threading.Event | None = None) -> VacuumRes
         live = sum(_live_sizes(dt))
     return VacuumResult(planned.sink, len(gone), freed, live, sum(before.values()) - freed, planned.retention_hours,
                         time.monotonic() - planned.started)
+
+
+def record(dt: DeltaTable, done: VacuumResult) -> None:
+    """The vacuum's commit in ``dt``'s log, without files or stream offset (see the module), if it
+    deleted files. ``dt``: the writer's handle, between its batches."""
+    if done.files_deleted:
+        what = {"kind": "vacuum", "files_deleted": done.files_deleted, "bytes_deleted": done.bytes_deleted}
+        commit_no_data(dt, metadata_properties({MAINTENANCE_KEY: json.dumps(what)}))
 
 
 def delete(planned: VacuumPlan, paths: list[str], stop: threading.Event | None = None) -> list[str]:
