@@ -200,10 +200,10 @@ def test_vacuum_keeps_what_a_version_within_the_retention_reads(tmp_path):
     rows = _sorted(old)
     _compact(dt, uri, target_mb=1)
     orphan = write_parquet(uri, _rows(range(10)), kind="stream")  # written, never committed (a crash)
-    kept = vacuum.vacuum(dt, "d.t", uri, None, retention_hours=1)
+    kept = vacuum.sweep(vacuum.plan(dt, "d.t", uri, None, retention_hours=1))
     assert kept.files_deleted == 0 and (Path(uri) / orphan.path).exists()
     assert _sorted(old).equals(rows)  # the old version still reads: the retention has not passed
-    swept = vacuum.vacuum(dt, "d.t", uri, None, retention_hours=0)
+    swept = vacuum.sweep(vacuum.plan(dt, "d.t", uri, None, retention_hours=0))
     assert swept.files_deleted > 0 and not (Path(uri) / orphan.path).exists()
     assert swept.stored_bytes == swept.live_bytes == vacuum.usage(dt, uri, None).stored_bytes
     with pytest.raises(OSError):

@@ -193,8 +193,3 @@ def delete(planned: VacuumPlan, paths: list[str], stop: threading.Event | None =
         done += piece
     return done
 
-
-def vacuum(dt: DeltaTable, sink: str, uri: str, storage_options: dict[str, str] | None,
-           retention_hours: int) -> VacuumResult:
-    """Plan and sweep a vacuum of ``dt`` in this thread (see the module). ``dt``: the writer's handle."""
-    return sweep(plan(dt, sink, uri, storage_options, retention_hours))
