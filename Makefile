@@ -38,9 +38,11 @@ ui: install
 screenshots: install
 	$(BIN)/python devtools/screenshots.py
 
+# Two worker processes (pytest-xdist), each with its own MariaDB server and Spark session; tests are
+# handed out one at a time, so the long lake-fault matrix is shared between them.
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal
 
 # The quick tier (marker `quick`, tests/conftest.py: QUICK), for the edit-test loop; CI runs `make test`.
 test-quick: install

@@ -164,6 +164,27 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+def pytest_sessionfinish(session) -> None:
+    """Under pytest-xdist, a worker hands its row-by-row tally and server deaths to the controller."""
+    from tests.helpers import COMPARED
+
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["compared"] = dict(COMPARED)
+        workeroutput["server_deaths"] = list(_SERVER_DEATHS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """The controller adds up what each worker handed over (pytest_sessionfinish)."""
+    from tests.helpers import COMPARED
+
+    output = getattr(node, "workeroutput", {})
+    for key, value in output.get("compared", {}).items():
+        COMPARED[key] += value
+    _SERVER_DEATHS.extend(output.get("server_deaths", []))
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     """The session's row-by-row proof in one line, and any unexpected exit of its MariaDB."""
     from tests.helpers import COMPARED
