@@ -38,10 +38,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import logging
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -82,6 +84,7 @@ TARGET_A_OVER_C = 1 / 3
 TARGET_OVER_DLT = 1.0  # whole process, 2M rows
 TARGET_OVER_DLT_LARGE = 1.5  # whole process, 20M rows and more
 LARGE_ROWS = 20_000_000
+TARGET_OVER_CLIENTS = 0.8  # whole process vs `parallelism` C clients at once (asked at 20M rows)
 SPARK_CONF = {"spark.jars": JDBC_JAR, "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
 PASSWORD_VAR = "BINLAKE_BENCH_PASSWORD"  # the source password of every process this script starts
 # dlt in a venv of its own (its dependencies never meet binlake's), with the connectorx and
@@ -108,6 +111,17 @@ DDL = """CREATE TABLE `{db}`.`{table}` (
 VALUES = ("seq, seq % 100000, CONCAT('user-', seq), (seq % 10000000) / 100, "
           "TIMESTAMP'2020-01-01 00:00:00' + INTERVAL seq SECOND, "
           "IF(seq % 10 = 0, NULL, seq / 7e0), IF(seq % 7 = 0, NULL, MD5(seq))")
+
+
+def loaded_rows(server: LocalMariaDB) -> int | None:
+    """Rows of the bench table in a reused data directory (``--datadir``), None without one."""
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
+                    (DB, TABLE))
+        if not cur.fetchone()[0]:
+            return None
+        cur.execute(f"SELECT COUNT(*) FROM `{DB}`.`{TABLE}`")
+        return cur.fetchone()[0]
 
 
 def load_table(server: LocalMariaDB, rows: int, ddl: str = DDL, values: str = VALUES) -> float:
@@ -328,6 +342,32 @@ def run_client(server: LocalMariaDB, args, connections: int = 1) -> dict:
         if p.returncode:
             raise RuntimeError(f"mariadb client failed: {err.decode(errors='replace')}")
     return {"seconds": seconds, "rows": args.rows, "connections": len(procs)}
+
+
+# --------------------------------------------------------------------------- CPU
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def children_cpu_s() -> float:
+    """User + system CPU seconds of this process's children that were waited for (wait4)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def with_cpu(server: LocalMariaDB, run):
+    """``run`` (a whole-process or C-client measurement) with the CPU seconds it cost MariaDB
+    (``server_cpu_s``) and its processes and their children (``client_cpu_s``) added to its result."""
+    server0, children0 = process_cpu_s(server.pid), children_cpu_s()
+    out = run()
+    return {**out, "server_cpu_s": process_cpu_s(server.pid) - server0, "client_cpu_s": children_cpu_s() - children0}
 
 
 # --------------------------------------------------------------------------- whole processes
@@ -663,7 +703,7 @@ def print_report(args, env: dict, stats: dict[str, dict], results: dict, extras:
         "w_dlt": "(D)  dlt process (connectorx, partitioned, delta)",
     }
     b_methods = [k for k in ("b_arrow", "b_parquet") if k in stats]
-    b_key = min(b_methods, key=lambda k: stats[k]["median_s"])
+    b_key = min(b_methods, key=lambda k: stats[k]["median_s"]) if b_methods else None
     print()
     print(f"binlake snapshot benchmark: {n:,} rows x 7 columns, parallelism {args.parallelism}, "
           f"chunk_size {args.chunk_size}, fetchsize {args.fetchsize}, repeat {args.repeat}"
@@ -671,8 +711,12 @@ def print_report(args, env: dict, stats: dict[str, dict], results: dict, extras:
           + (", (a) instrumented (--profile)" if args.profile else ""))
     print(f"  machine: nproc {env['nproc']}, {env['cpu']}, load average at start {env['loadavg_start']}, "
           f"at end {env['loadavg_end']}")
-    print(f"  MariaDB load ({n:,} rows INSERT ... SELECT FROM seq_1_to_{n} + ANALYZE): {env['load_s']:.2f} s")
-    print(f"  Spark session start (local[*], spark.jars={JDBC_JAR}): {env['spark_start_s']:.2f} s")
+    if env["load_s"] is not None:
+        print(f"  MariaDB load ({n:,} rows INSERT ... SELECT FROM seq_1_to_{n} + ANALYZE): {env['load_s']:.2f} s")
+    else:
+        print(f"  MariaDB: the table of {n:,} rows reused from {args.datadir}")
+    if env["spark_start_s"] is not None:
+        print(f"  Spark session start (local[*], spark.jars={JDBC_JAR}): {env['spark_start_s']:.2f} s")
     print()
     header = f"  {'run':<54}{'best s':>9}{'median s':>10}{'rows/s (median)':>17}{'rows/s (best)':>15}"
     print(header)
@@ -687,7 +731,9 @@ def print_report(args, env: dict, stats: dict[str, dict], results: dict, extras:
     if args.repeat > 1:
         print("  runs (s): " + "; ".join(f"{k}: " + ", ".join(f"{x:.2f}" for x in stats[k]["runs_s"])
                                          for k in stats))
-    print(f"  (b) = {b_key.split('_')[1]} write, the faster (median) of the Spark JDBC -> Delta methods measured")
+    if b_key:
+        print(f"  (b) = {b_key.split('_')[1]} write, the faster (median) of the Spark JDBC -> Delta methods measured")
+    print_cpu(stats, results, labels, n, env["nproc"])
     print()
     ratios = {}
     print(f"  {'ratio of rows/s':<18}{'median':>8}{'best':>8}{'target':>9}   result (median)")
@@ -695,8 +741,11 @@ def print_report(args, env: dict, stats: dict[str, dict], results: dict, extras:
     if "w_binlake" in stats:
         over_dlt = TARGET_OVER_DLT_LARGE if n >= LARGE_ROWS else TARGET_OVER_DLT
         comparisons += [("(A)/(B)", "w_binlake", "w_jdbc", TARGET_A_OVER_B),
-                        ("(A)/(D)", "w_binlake", "w_dlt", over_dlt)]
+                        ("(A)/(D)", "w_binlake", "w_dlt", over_dlt),
+                        ("(A)/(c2)", "w_binlake", "c_parallel", TARGET_OVER_CLIENTS)]
     for name, mine, other, target in comparisons:
+        if mine not in stats or other not in stats:
+            continue
         tlabel = f">= {target:.2f}"
         med = stats[other]["median_s"] / stats[mine]["median_s"]
         best = stats[other]["best_s"] / stats[mine]["best_s"]
@@ -704,6 +753,8 @@ def print_report(args, env: dict, stats: dict[str, dict], results: dict, extras:
         ratios[name] = {"median": med, "best": best, "target": target, "pass": med >= target, "verdict": verdict}
         print(f"  {name:<18}{med:>8.2f}{best:>8.2f}{tlabel:>9}   {verdict}")
     print()
+    if not results["a"]:
+        return {"b_method": b_key, "ratios": ratios}
     first_a = results["a"][0]
     when = "first (a) run" if args.warmup else "first (a) run, before any (b)"
     print(f"  binlake: {first_a['chunks']} chunks; driver peak RSS {first_a['driver_peak_rss_mb']:.0f} MB "
@@ -723,6 +774,24 @@ def print_report(args, env: dict, stats: dict[str, dict], results: dict, extras:
     if extras:
         print_profile(results, extras, args)
     return {"b_method": b_key, "ratios": ratios}
+
+
+def print_cpu(stats: dict[str, dict], results: dict, labels: dict[str, str], rows: int, cores: int) -> None:
+    """CPU seconds per million rows of MariaDB and of the measured processes (with their
+    children), medians over the runs, and the wall time that CPU implies on ``cores`` cores."""
+    keys = [k for k in labels if k in stats and "server_cpu_s" in results[k][0]]
+    if not keys:
+        return
+    print()
+    print(f"  CPU seconds per million rows (medians){'':<17}{'MariaDB':>9}{'client':>9}{'sum':>9}"
+          f"{f'bound on {cores} cores s':>24}{'wall s':>9}")
+    for key in keys:
+        server = statistics.median(r["server_cpu_s"] for r in results[key])
+        client = statistics.median(r["client_cpu_s"] for r in results[key])
+        per = 1e6 / rows
+        print(f"  {labels[key]:<54}{server * per:>9.2f}{client * per:>9.2f}{(server + client) * per:>9.2f}"
+              f"{(server + client) / cores:>24.2f}{stats[key]['median_s']:>9.2f}")
+        stats[key].update(server_cpu_s=server, client_cpu_s=client)
 
 
 def print_profile(results: dict, extras: dict, args) -> None:
@@ -800,9 +869,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--whole-process", action="store_true",
                     help="also time whole processes each round: (A) `binlake snapshot`, (B) a Spark JDBC job, "
                          "(D) dlt (bench/.dlt-venv, made on first use)")
+    ap.add_argument("--whole-only", action="store_true",
+                    help="with --whole-process: only the whole processes and (c2), no Spark session here, no (a), "
+                         "(b), (c)")
+    ap.add_argument("--no-jdbc", action="store_true", help="with --whole-process: leave out (B), the Spark JDBC job")
+    ap.add_argument("--datadir", type=Path,
+                    help="keep MariaDB's data directory here and reuse its table when it holds --rows rows "
+                         "(loading 20M rows takes minutes)")
     ap.add_argument("--jdbc-process", metavar="JSON", help=argparse.SUPPRESS)  # (B)'s child
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
+    if args.whole_only and (not args.whole_process or args.profile):
+        ap.error("--whole-only needs --whole-process and leaves out --profile's in-session runs")
     if args.jdbc_process:
         return jdbc_process(json.loads(args.jdbc_process))
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -812,54 +890,70 @@ def main(argv: list[str] | None = None) -> int:
                  "loadavg_start": [round(x, 2) for x in os.getloadavg()],
                  "started_at": dt.datetime.now(dt.UTC).isoformat()}
     work = Path(tempfile.mkdtemp(prefix="binlake-bench-"))
-    server = LocalMariaDB(server_id=1)
+    if args.datadir:
+        args.datadir.mkdir(parents=True, exist_ok=True)
+    server = LocalMariaDB(server_id=1, base_dir=args.datadir)
     sampler = RssSampler()
     spark = None
     try:
         server.start()
-        print(f"MariaDB on port {server.port}; loading {args.rows:,} rows ...", flush=True)
-        env["load_s"] = load_table(server, args.rows)
-        print(f"  loaded in {env['load_s']:.2f} s; starting Spark ...", flush=True)
-        t0 = time.perf_counter()
-        spark = get_spark("local[*]", SPARK_CONF)
-        env["spark_start_s"] = time.perf_counter() - t0
-        env["spark_default_parallelism"] = spark.sparkContext.defaultParallelism
-        sampler.start()
+        held = loaded_rows(server)
+        if held == args.rows:
+            env["load_s"] = None
+            print(f"MariaDB on port {server.port}; reusing the {held:,} rows in {args.datadir}", flush=True)
+        elif held is not None:
+            raise SystemExit(f"{args.datadir} holds a table of {held:,} rows, not {args.rows:,}: use another --datadir")
+        else:
+            print(f"MariaDB on port {server.port}; loading {args.rows:,} rows ...", flush=True)
+            env["load_s"] = load_table(server, args.rows)
+            print(f"  loaded in {env['load_s']:.2f} s", flush=True)
+        env["spark_start_s"] = None
+        if not args.whole_only:
+            t0 = time.perf_counter()
+            spark = get_spark("local[*]", SPARK_CONF)
+            env["spark_start_s"] = time.perf_counter() - t0
+            env["spark_default_parallelism"] = spark.sparkContext.defaultParallelism
+            sampler.start()
 
         b_methods = ["arrow", "parquet"] if args.b_method == "both" else [args.b_method]
         results: dict[str, list[dict]] = {"a": [], "b_arrow": [], "b_parquet": [], "c": [], "c_parallel": [],
                                           **{k: [] for k in WHOLE_PROCESS}}
         if args.whole_process:
             dlt_python()  # made before any clock starts
-        if args.warmup:
+        whole = {k: v for k, v in WHOLE_PROCESS.items() if not (args.no_jdbc and k == "w_jdbc")}
+        if args.warmup and not args.whole_only:
             print("  warm-up round (untimed) ...", flush=True)
             run_binlake(server, spark, work, "warmup", argparse.Namespace(**{**vars(args), "profile": False}))
             for m in b_methods:
                 (run_jdbc_arrow if m == "arrow" else run_jdbc_parquet)(server, spark, work, "warmup", args)
         for i in range(args.repeat):
             rid = str(i)
-            sampler.label = "(a) run 1" if i == 0 else "(a) later runs"
-            r = run_binlake(server, spark, work, rid, args)
-            results["a"].append(r)
-            print(f"  [{i + 1}/{args.repeat}] (a) binlake            {r['seconds']:7.2f} s", flush=True)
-            for m in b_methods:
+            for m in [] if args.whole_only else ["a", *b_methods, "c"]:
+                if m == "c":
+                    r = with_cpu(server, lambda: run_client(server, args))
+                    results["c"].append(r)
+                    print(f"  [{i + 1}/{args.repeat}] (c) mariadb client     {r['seconds']:7.2f} s", flush=True)
+                    continue
+                if m == "a":
+                    sampler.label = "(a) run 1" if i == 0 else "(a) later runs"
+                    r = run_binlake(server, spark, work, rid, args)
+                    results["a"].append(r)
+                    print(f"  [{i + 1}/{args.repeat}] (a) binlake            {r['seconds']:7.2f} s", flush=True)
+                    continue
                 sampler.label = "(b) run 1" if i == 0 else "(b) later runs"
                 fn = run_jdbc_arrow if m == "arrow" else run_jdbc_parquet
                 r = fn(server, spark, work, rid, args)
                 results[f"b_{m}"].append(r)
                 print(f"  [{i + 1}/{args.repeat}] (b) Spark JDBC {m:<8} {r['seconds']:7.2f} s", flush=True)
-            sampler.label = None
-            r = run_client(server, args)
-            results["c"].append(r)
-            print(f"  [{i + 1}/{args.repeat}] (c) mariadb client     {r['seconds']:7.2f} s", flush=True)
+                sampler.label = None
             if args.parallelism > 1:
-                r = run_client(server, args, args.parallelism)
+                r = with_cpu(server, lambda: run_client(server, args, args.parallelism))
                 results["c_parallel"].append(r)
                 print(f"  [{i + 1}/{args.repeat}] (c2) {args.parallelism} mariadb clients {r['seconds']:7.2f} s",
                       flush=True)
             if args.whole_process:
-                for key, (label, fn) in WHOLE_PROCESS.items():
-                    r = fn(server, work, rid, args)
+                for key, (label, fn) in whole.items():
+                    r = with_cpu(server, functools.partial(fn, server, work, rid, args))
                     results[key].append(r)
                     print(f"  [{i + 1}/{args.repeat}] {label:<22} {r['seconds']:7.2f} s (whole process)", flush=True)
         extras = None

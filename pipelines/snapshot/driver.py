@@ -42,13 +42,11 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import replace
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pymysql
-from pyspark import SparkContext
-from pyspark.sql import SparkSession
 
 from cdc_core.binlog.range_reads import read_statements
 from cdc_core.chunks.record import ChunkRecord
@@ -81,6 +79,10 @@ from pipelines.snapshot.plan import chunk_groups, group_size, plan_tables, strea
 from pipelines.snapshot.runner import GroupRunner, next_attempt_in
 from pipelines.snapshot.task import GroupTask, GroupWritten, run_group
 from pipelines.snapshot.verify import SnapshotSummary, TableSummary, counted
+
+if TYPE_CHECKING:  # Spark is imported where it starts (pipelines/spark/session.py)
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -27,9 +27,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
-
-from pyspark import SparkContext
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING
 
 from cdc_core.config import BinlakeConfig
 from cdc_core.errors import STORE
@@ -37,6 +35,10 @@ from cdc_core.retry import Retry, RetryBudgetExceeded, RetryPolicy
 from pipelines.snapshot.connections import Connections, close_connections, use_connections
 from pipelines.snapshot.task import GroupResult, GroupTask, GroupWritten, TaskFault
 from pipelines.spark.session import context_of, get_spark_context, snapshot_on_spark
+
+if TYPE_CHECKING:  # Spark is imported where it starts (pipelines/spark/session.py)
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ import time
 import traceback
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from cdc_core.chunks.planning import INTEGER_TYPES, Chunk
 from cdc_core.chunks.reader import ChunkReader
@@ -120,16 +120,23 @@ def run_group(task: GroupTask) -> GroupResult:
 
 def rows_per_chunk(schema: TableSchema, chunks: tuple[Chunk, ...], table: pa.Table) -> list[int | None]:
     """Rows of each chunk in a group's table: exact for integer keys; for other keys only a
-    one-chunk group is known (Python order is not the server's collation order)."""
+    one-chunk group is known (Python order is not the server's collation order). The keys are
+    sorted once and each chunk's bounds found by bisection: comparing every key with every
+    chunk's bounds cost a group of 100 chunks 200 passes over its rows."""
     if len(chunks) == 1:
         return [table.num_rows]
     if schema.column(chunks[0].key).data_type not in INTEGER_TYPES:
         return [None] * len(chunks)
-    keys = table.column(chunks[0].key)
-    out = []
-    for ch in chunks:
-        mask = pa.array([True] * table.num_rows) if ch.lo is None else pc.greater_equal(keys, ch.lo)
-        if ch.hi is not None:
-            mask = pc.and_(mask, pc.less(keys, ch.hi))
-        out.append(pc.sum(pc.cast(mask, pa.int64())).as_py() or 0)
-    return out
+    keys = np.sort(table.column(chunks[0].key).drop_null().to_numpy())
+
+    def below(bound: int | None, unbounded: int) -> int:
+        """How many keys are below ``bound`` (``unbounded`` for None)."""
+        if bound is None:
+            return unbounded
+        if not len(keys) or bound <= int(keys[0]):
+            return 0
+        if bound > int(keys[-1]):
+            return len(keys)
+        return int(np.searchsorted(keys, bound, side="left"))  # within the keys' range: fits their type
+
+    return [below(ch.hi, len(keys)) - below(ch.lo, 0) for ch in chunks]

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import os
 import sys
-
-from pyspark import SparkConf, SparkContext
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING
 
 from cdc_core.config import BinlakeConfig
+
+if TYPE_CHECKING:  # pyspark is imported where Spark starts: `binlake snapshot` on the local runner never does
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
 
 
 def spark_settings(master: str | None = None, conf: dict[str, str] | None = None) -> dict[str, str]:
@@ -43,6 +45,8 @@ def spark_settings(master: str | None = None, conf: dict[str, str] | None = None
 
 def get_spark(master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
     """Get or create the process's Spark session."""
+    from pyspark.sql import SparkSession
+
     builder = SparkSession.builder
     for k, v in spark_settings(master, conf).items():
         builder = builder.config(k, v)
@@ -54,6 +58,8 @@ def get_spark(master: str | None = None, conf: dict[str, str] | None = None) -> 
 def get_spark_context(master: str | None = None, conf: dict[str, str] | None = None) -> SparkContext:
     """Get or create the process's SparkContext, without starting a SQL session (a session
     built later in the process, e.g. by :func:`get_spark`, runs on this context)."""
+    from pyspark import SparkConf, SparkContext
+
     sc = SparkContext.getOrCreate(SparkConf().setAll(list(spark_settings(master, conf).items())))
     sc.setLogLevel("WARN")
     return sc
@@ -74,4 +80,6 @@ def snapshot_on_spark(cfg: BinlakeConfig, spark: SparkSession | SparkContext | N
 
 def context_of(spark: SparkSession | SparkContext) -> SparkContext:
     """The SparkContext of a session (Dagster's, the tests'), or the context itself."""
+    from pyspark import SparkContext  # imported already: ``spark`` is one of its objects
+
     return spark if isinstance(spark, SparkContext) else spark.sparkContext
