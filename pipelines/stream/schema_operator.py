@@ -29,6 +29,11 @@ tests/test_schema_registry.py):
   and when Delta already had rows of the table it is recorded as needing a backfill
   (``binlake status`` shows it) — existing rows may hold values MySQL changed in ways
   the binlog's rows do not show (a DEFAULT, a rename, a conversion).
+- A table's first table map (its schema unknown before) defines it without a commit of its own:
+  the baselines of every table a batch met first are recorded in one schema-history commit and
+  their Delta tables opened or created (in parallel) when the batch commits, before its data
+  (``open_new``); a crash before leaves nothing, one after finds the baselines, then the tables,
+  without rows of them (tests/test_many_tables.py).
 - Every error applying a change names the table, the statement and its position.
 """
 

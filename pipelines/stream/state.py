@@ -10,7 +10,8 @@ Invariants:
 - ``tables`` holds every source table the stream knows (cdc_core/schema/history.py:
   TableState); a table is applied to Delta only while ``streamed``.
 - The recorder writes each (table, position, change, status) once, also across
-  restarts (a change read again after a crash is not recorded twice).
+  restarts (a change read again after a crash is not recorded twice); entries it defers
+  are written, in order, with the next entry or flush, in one commit.
 """
 
 from __future__ import annotations
