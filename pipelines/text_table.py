@@ -20,8 +20,8 @@ def render(t: Table) -> str | None:
     """``t`` as rich prints it at an unbounded width, or None for a table this does not draw."""
     if not _simple(t):
         return None
-    header = [Text.from_markup(c.header).plain for c in t.columns]
-    rows = [[Text.from_markup(v).plain for v in c._cells] for c in t.columns]
+    header = [_plain(c.header) for c in t.columns]
+    rows = [[_plain(v) for v in c._cells] for c in t.columns]
     widths = [max([cell_len(header[i]), c.min_width or 0, *map(cell_len, rows[i])])
               for i, c in enumerate(t.columns)]
     b = box.HEAVY_HEAD
@@ -39,10 +39,15 @@ def render(t: Table) -> str | None:
     out += [line([r[i] for r in rows], b.mid_left, b.mid_vertical, b.mid_right) for i in range(t.row_count)]
     out.append(rule(b.bottom_left, b.bottom, b.bottom_divider, b.bottom_right))
     if t.title:
-        title, width = Text.from_markup(t.title).plain, cell_len(out[0])
+        title, width = _plain(t.title), cell_len(out[0])
         left = (width - cell_len(title)) // 2
         out.insert(0, " " * left + title + " " * (width - left - cell_len(title)))
     return "\n".join(out) + "\n"
+
+
+def _plain(markup: str) -> str:
+    """The text ``markup`` shows (its tags, escapes and emoji codes resolved as rich does)."""
+    return Text.from_markup(markup).plain if "[" in markup or ":" in markup else markup
 
 
 def _justify(value: str, width: int, how: str) -> str:

@@ -27,7 +27,7 @@ def _snapshot_like(rows: int, title: str | None = "snapshot of p (1.2s)") -> Tab
     for i in range(rows):
         t.add_row(f"db.t{i:04d}" + "x" * (i % 7), "streamed" if i % 5 == 0 else str(i), str(i * 3), f"{i * 1234567:,}",
                   "[green]match[/green]" if i % 3 else "[yellow]differs[/yellow]",
-                  escape(f"[{i}, {i + 1}) a → b") if i % 2 else "-")
+                  escape(f"[{i}, {i + 1}) a → b") if i % 2 else ":thumbs_up: 12:00:00" if i % 4 == 2 else "-")
     return t
 
 
