@@ -10,6 +10,9 @@ The points, each a step where a crash leaves the lake half-way:
 
 - ``batch_read``: stream, a micro-batch is read and none of its tables is committed yet
   (the start of ``Committer.apply`` with a batch holding rows);
+- ``baselines_recorded``: stream, the schema-history baselines of the tables a batch met first
+  (by their first table map) are recorded in one commit, their Delta tables not opened or created
+  yet (the start of ``Sinks.open_all`` with a table not open; n counts such calls);
 - ``table_commit``: stream, one table's commit of a micro-batch is about to start while the
   batch's other tables commit in parallel threads (the start of ``Committer._commit``; n counts
   table commits);
@@ -108,10 +111,13 @@ def install(point: str, n: int) -> None:
     from pipelines.snapshot.driver import SnapshotJob
     from pipelines.stream.commit import Committer
     from pipelines.stream.online_backfill import Backfills
+    from pipelines.stream.sinks import Sinks
 
     pause = _Pause(point, n)
     points = {
         "batch_read": lambda: _before(Committer, "apply", pause, lambda _self, batch, _offset: bool(batch.tables)),
+        "baselines_recorded": lambda: _before(Sinks, "open_all", pause, lambda self, sources, _members: any(
+            self.router.sink(n) not in self.tables for n in sources)),
         "table_commit": lambda: _before(Committer, "_commit", pause, lambda *_: True),
         "tables_committed": lambda: _after(Committer, "apply", pause, lambda commits, *_: bool(commits)),
         "schema_applied": lambda: _after(registry, "apply_schema_change", pause,

@@ -7,7 +7,13 @@
   (pipelines/stream/commit.py), the stream SIGKILLed while one table's commit has not
   started and the others' have landed; after a restart Delta equals MySQL row by row for
   every table, and each table's committed changes equal the binlog's (nothing applied
-  twice, nothing lost: tests/change_count.py).
+  twice, nothing lost: tests/change_count.py);
+- a first batch over 40 tables Delta has none of (their CREATE TABLE before the stream's start
+  position: each table's first table map defines it): their baselines are recorded in one
+  schema-history commit and their Delta tables created in parallel before the batch's data
+  (pipelines/stream/schema_operator.py: ``open_new``). The stream SIGKILLed after the
+  baselines, before any table is created; again after the tables are created, before any data
+  commit: each restart ends with Delta equal to MySQL row by row for every table.
 
 Exactness only, never wall-clock time: bench/many_tables.py measures the cost per table.
 """
@@ -16,9 +22,10 @@ from __future__ import annotations
 
 from deltalake import DeltaTable
 
+from cdc_core.offset.position import master_position
 from cdc_core.offset.stream_offset import app_id
 from pipelines.lake.control_store import ControlStore
-from pipelines.lake.tables import table_uri
+from pipelines.lake.tables import open_table, table_uri
 from tests.change_count import assert_changes_counted
 from tests.helpers import assert_equal, write_config_file
 from tests.pause_points import MARKER
@@ -81,3 +88,52 @@ def test_transaction_touching_many_tables_killed_mid_batch(mariadb, db, make_con
     assert_equal(cfg, names)
     assert _stream_committed(cfg, names) == names
     assert_changes_counted(cfg, names)
+
+
+NEW_TABLES = 40
+
+
+def test_first_batch_over_many_new_tables_killed_between_its_steps(mariadb, db, make_config, tmp_path):
+    name, conn = db
+    names = [f"{name}.n{i:02d}" for i in range(NEW_TABLES)]
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")  # the stream starts after the tables exist: unknown to it
+        for n in names:
+            cur.execute(f"CREATE TABLE `{n.split('.', 1)[1]}` (id INT PRIMARY KEY, v VARCHAR(20))")
+        cur.execute("SET SESSION sql_log_bin = 1")
+        at = master_position(cur)
+        for k in range(3):  # three transactions, each a row in every table
+            cur.execute("BEGIN")
+            for n in names:
+                cur.execute(f"INSERT INTO `{n.split('.', 1)[1]}` VALUES ({k + 1}, 'v{k}')")
+            cur.execute("COMMIT")
+    cfg = make_config(name, source={"startup": {"mode": "specific", "file": at.file, "pos": at.pos}},
+                      stream={"max_batch_seconds": 600})
+    config = write_config_file(cfg, tmp_path / "binlake.yaml")
+    logs = tmp_path / "logs"
+
+    def killed_at(point: str) -> None:
+        s = Stream(config, logs, "--until", "now", password=mariadb.password, pause=point)
+        try:
+            wait_for(lambda: MARKER in s.stderr or not s.alive(), 180, f"the stream to reach {point}")
+            assert s.alive() and MARKER in s.stderr, s.describe()
+        finally:
+            s.kill()
+
+    # Killed after the baselines' one commit, before any Delta table is created.
+    killed_at("baselines_recorded")
+    baselines = {e.table for e in ControlStore.of(cfg).schema_history() if e.kind == "baseline"}
+    assert baselines == set(names)
+    assert not [n for n in names if open_table(table_uri(cfg.sink.path, n)) is not None]
+
+    # Restarted, killed again once the tables exist, before any of their data is committed.
+    killed_at("batch_read")
+    assert all(open_table(table_uri(cfg.sink.path, n)) is not None for n in names)
+    assert _stream_committed(cfg, names) == []
+
+    final = run_stream(config, logs, "--until", "now", password=mariadb.password)
+    assert final.proc.returncode == 0, final.describe()
+    assert "Traceback" not in final.stdout + final.stderr
+    assert_equal(cfg, names)
+    assert _stream_committed(cfg, names) == names
+    assert_changes_counted(cfg, names, start=at)  # each change committed once, from the start position

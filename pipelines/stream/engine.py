@@ -211,10 +211,8 @@ class StreamEngine:
         s.summary.start = plan.start
         history = self.store.schema_history()
         self.recorder = HistoryRecorder(self.store, history)
-        for entry in plan.baselines:
-            self.recorder.record(entry)
-        for name, schema in s.streamed().items():
-            self.sinks.open(name, schema, s.streamed())
+        self.recorder.record(*plan.baselines)
+        self.sinks.open_all(s.streamed(), s.streamed())
         s.skip = self.sinks.skip_filter(plan.applied)
         self.changes = SchemaChanges(self.cfg, self.router, s, self.sinks, self.store, self.recorder, self.conn)
         self.backfills = Backfills(self.cfg, s, self.sinks, self.store, self.recorder, self.router, self.key_orders,
@@ -514,6 +512,9 @@ class StreamEngine:
 
     def _row_key(self, sink: str) -> tuple[str, ...] | None:
         """The row key of the Delta table ``sink`` (a route's: ``(_cdc_source, key)``), None without one."""
+        own = self.state.tables.get(sink)  # a table not routed is its own sink: found without a scan
+        if own is not None and own.streamed and own.schema is not None and not self.router.routed(sink):
+            return own.schema.row_key or None
         for name, schema in self.state.streamed().items():
             if self.router.sink(name) == sink and schema.row_key:
                 return sink_key(schema) if self.router.routed(name) else schema.row_key
@@ -605,6 +606,7 @@ class StreamEngine:
     def _commit(self) -> None:
         """Apply the batch (tables in parallel), then advance the checkpoint past it."""
         s = self.state
+        self.changes.open_new()  # the tables met first in this batch: in the history and in Delta before its data
         b, s.batch = s.batch, MicroBatch()
         if s.position <= s.offset.applied and not b.tables:
             return

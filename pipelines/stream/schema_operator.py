@@ -29,6 +29,11 @@ tests/test_schema_registry.py):
   and when Delta already had rows of the table it is recorded as needing a backfill
   (``binlake status`` shows it) — existing rows may hold values MySQL changed in ways
   the binlog's rows do not show (a DEFAULT, a rename, a conversion).
+- A table's first table map (its schema unknown before) defines it without a commit of its own:
+  the baselines of every table a batch met first are recorded in one schema-history commit and
+  their Delta tables opened or created (in parallel) when the batch commits, before its data
+  (``open_new``); a crash before leaves nothing, one after finds the baselines, then the tables,
+  without rows of them (tests/test_many_tables.py).
 - Every error applying a change names the table, the statement and its position.
 """
 
@@ -47,7 +52,7 @@ from cdc_core.offset.position import BinlogPosition
 from cdc_core.offset.stream_offset import StreamOffset
 from cdc_core.routes import RouteError, Router, sink_schema
 from cdc_core.schema.change import SchemaChange, UnparsedDDL, evolve_all, evolve_schema, parse_ddl
-from cdc_core.schema.history import Divergence, Status, TableState, conversion_schema
+from cdc_core.schema.history import Divergence, HistoryEntry, Status, TableState, conversion_schema
 from cdc_core.schema.modes import TableMode, position_text
 from cdc_core.schema.output import delta_name, output_schema
 from cdc_core.schema.statements import parse_statement
@@ -142,6 +147,9 @@ class SchemaChanges:
         self.recorder = recorder
         self.conn = conn  # the source, for a CREATE TABLE … LIKE a table not streamed
         self._polled = 0.0
+        # Tables whose first table map was read since the last commit, not opened in Delta yet:
+        # their schema and the offset before their first row (open_new).
+        self._new: dict[str, tuple[TableSchema, StreamOffset]] = {}
 
     # --- statements -----------------------------------------------------------------------------
 
@@ -450,16 +458,34 @@ class SchemaChanges:
             self.recorder.entry(name, s.position, 0, "baseline", Status.RECORDED, detail=f"not streamed: {problem}")
             return None
         s.set_schema(name, schema)
-        self.recorder.entry(name, s.position, 0, "baseline", Status.BASELINE, schema=schema,
-                            description="schema from the table's first table map")
+        baseline = HistoryEntry(name, s.position, 0, "baseline", Status.BASELINE, schema=schema,
+                                description="schema from the table's first table map")
         if self.router.routed(name):
+            self.recorder.record(baseline)
             self.sinks.open(name, schema, s.streamed())
             sink = self.router.sink(name)
             widen_to(self.sinks.tables[sink], sink_schema([schema], base=self.sinks.schemas[sink], sink=sink))
             self.sinks.refresh(sink)
-        else:
-            self._reconcile(name, schema)
+        else:  # its baseline and its Delta table wait for the batch's commit (open_new)
+            self.recorder.defer(baseline)
+            self.sinks.expect(name, schema)
+            self._new[name] = (schema, s.offset_here())
         return schema
+
+    def open_new(self) -> None:
+        """Before a batch commits (the engine asks, also with nothing to commit): the baselines of the
+        tables whose first table map it read, in one commit to the schema history, then their Delta
+        tables opened (created where missing, in parallel) and made to hold their columns. A crash
+        before this leaves no trace of them (the stream reads their table maps again); one after it
+        finds what a restart expects: the baselines, then the tables, before any of their rows."""
+        self.recorder.flush()
+        if not self._new:
+            return
+        # (forgotten only once done: after a fault that passes, the next commit does it again)
+        self.sinks.open_all({n: schema for n, (schema, _) in self._new.items()}, self.state.streamed())
+        for name, (schema, offset) in self._new.items():
+            self._reconcile(name, schema, offset)
+        self._new = {}
 
     def live_divergences(self, live: dict[str, TableSchema], position: BinlogPosition) -> list[Diverged]:
         """At the position the live schemas were described at: each streamed table whose schema
@@ -494,8 +520,9 @@ class SchemaChanges:
         s.tables[name].needs_backfill = s.tables[name].needs_backfill or backfill
         log.warning("%s%s", d.describe(), ": needs a backfill" if backfill else "")
 
-    def _reconcile(self, name: str, schema: TableSchema) -> None:
-        """Make the Delta table of ``name`` hold ``schema``'s columns, by name, under the behaviour."""
+    def _reconcile(self, name: str, schema: TableSchema, offset: StreamOffset | None = None) -> None:
+        """Make the Delta table of ``name`` hold ``schema``'s columns, by name, under the behaviour; a
+        change committed with ``offset`` (default: the offset of everything read so far)."""
         s = self.state
         sink = self.router.sink(name)
         if sink not in self.sinks:
@@ -504,7 +531,7 @@ class SchemaChanges:
             widen_to(self.sinks.tables[sink], sink_schema([schema], base=self.sinks.schemas[sink], sink=sink))
             self.sinks.refresh(sink)
             return
-        props = stream_commit_properties(self.cfg.pipeline.name, s.offset_here())
+        props = stream_commit_properties(self.cfg.pipeline.name, offset or s.offset_here())
         current = self.sinks.schemas[sink]
         for col, field in zip(schema.columns, output_schema(schema)):
             have = delta_name(current.names, col.name)

@@ -16,6 +16,8 @@ Invariants (tests/test_routes.py, tests/test_stream_crash.py):
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pyarrow as pa
 
 from cdc_core.config import BinlakeConfig
@@ -38,6 +40,10 @@ from pipelines.lake.tables import (
     table_uri,
 )
 
+# Delta tables opened or created at once (:meth:`Sinks.open_all`), as many as the stream commits
+# at once (pipelines/stream/commit.py: COMMIT_THREADS).
+OPEN_THREADS = 16
+
 
 class Sinks:
     """Open Delta tables and their schemas, by sink name."""
@@ -59,8 +65,7 @@ class Sinks:
         route's sink with the widest schema of ``members``, its known sources)."""
         sink = self.router.sink(name)
         routed = self.router.routed(name)
-        if not routed and sink not in self._columns:
-            self._columns[sink] = SinkColumns.of(self.cfg.sink, sink).applied(schema, routed=False)
+        self.expect(name, schema)
         dt = self.tables.get(sink)
         if dt is not None:
             if not routed and sink not in self._held:
@@ -77,6 +82,26 @@ class Sinks:
         self.tables[sink] = dt
         self.schemas[sink] = delta_schema(dt)
         return dt
+
+    def expect(self, name: str, schema: TableSchema) -> None:
+        """Note the mode and metadata columns of source ``name``'s Delta table (:meth:`columns`)
+        before it is opened: its batch is built with them."""
+        sink = self.router.sink(name)
+        if not self.router.routed(name) and sink not in self._columns:
+            self._columns[sink] = SinkColumns.of(self.cfg.sink, sink).applied(schema, routed=False)
+
+    def open_all(self, sources: dict[str, TableSchema], members: dict[str, TableSchema]) -> None:
+        """:meth:`open` each of ``sources`` (name -> schema), the Delta tables not open yet in
+        parallel: a table's creation or first load is mostly waiting on the store, and a stream that
+        meets many new tables at once would otherwise wait for each in turn (bench/many_tables.py)."""
+        # (a route's sources share a sink: they are opened one after another, below)
+        fresh = sorted(n for n in sources if not self.router.routed(n) and self.router.sink(n) not in self.tables)
+        if len(fresh) > 1:
+            with ThreadPoolExecutor(min(len(fresh), OPEN_THREADS), thread_name_prefix="open") as pool:
+                for f in [pool.submit(self.open, n, sources[n], members) for n in fresh]:
+                    f.result()
+        for name, schema in sources.items():  # the rest, and those open already (their mode checked)
+            self.open(name, schema, members)
 
     def columns(self, sink: str) -> SinkColumns:
         """The mode and metadata columns of Delta table ``sink`` as opened (cdc_core/schema/modes.py:

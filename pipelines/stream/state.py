@@ -10,7 +10,8 @@ Invariants:
 - ``tables`` holds every source table the stream knows (cdc_core/schema/history.py:
   TableState); a table is applied to Delta only while ``streamed``.
 - The recorder writes each (table, position, change, status) once, also across
-  restarts (a change read again after a crash is not recorded twice).
+  restarts (a change read again after a crash is not recorded twice); entries it defers
+  are written, in order, with the next entry or flush, in one commit.
 """
 
 from __future__ import annotations
@@ -133,20 +134,42 @@ class EngineState:
 
 
 class HistoryRecorder:
-    """Writes schema-history entries once each (see the module invariants)."""
+    """Writes schema-history entries once each (see the module invariants); entries deferred
+    with :meth:`defer` are written with the next one recorded, or by :meth:`flush`, in one commit."""
 
     def __init__(self, store: ControlStore, history: list[HistoryEntry]):
         self.store = store
         self.keys = {(*e.key, e.status) for e in history}
+        self._deferred: list[HistoryEntry] = []
 
-    def record(self, entry: HistoryEntry) -> bool:
-        """Record ``entry`` unless it was recorded before; whether it was written now."""
-        key = (*entry.key, entry.status)
-        if key in self.keys:
+    def record(self, *entries: HistoryEntry) -> bool:
+        """Record ``entries`` (with any deferred before them) in one commit, leaving out those recorded
+        before; whether any was written now."""
+        fresh = self._unrecorded(entries)
+        self._deferred += fresh  # kept until written: after a failed write, the next one makes it again
+        if not self._deferred:
             return False
-        self.keys.add(key)
-        self.store.record_schema(entry)
-        return True
+        self.store.record_schema(*self._deferred)
+        self._deferred = []
+        return bool(fresh)
+
+    def defer(self, entry: HistoryEntry) -> None:
+        """Record ``entry`` with the next commit to the schema history (a table's first table map:
+        the batch commit writes every one of them at once, before the batch's data)."""
+        self._deferred.extend(self._unrecorded((entry,)))
+
+    def flush(self) -> None:
+        """Write the deferred entries, if any, in one commit."""
+        self.record()
+
+    def _unrecorded(self, entries) -> list[HistoryEntry]:
+        fresh = []
+        for entry in entries:
+            key = (*entry.key, entry.status)
+            if key not in self.keys:
+                self.keys.add(key)
+                fresh.append(entry)
+        return fresh
 
     def entry(self, table: str, position: BinlogPosition, index: int, kind: str, status, **fields) -> bool:
         """Record a new entry built from its fields."""
