@@ -195,7 +195,7 @@ class Backfills:
         self.inflight: list[InFlight] = []  # read groups of one request, in the plan's order
         self._candidates: dict[str, dict[int, Candidates]] = {}  # request id -> chunk index -> Delta's keys
         self._control = None  # pymysql connection for watermarks, made on first use
-        self._reads = GroupReads(cfg)  # Spark started by the first large request only
+        self._reads = GroupReads(cfg)  # Spark (its runner only) started by the first large request
         # Delta's rows of a group's range, read from a snapshot of the table taken at the group's
         # start, while its chunks are read: the stream thread only lists the files.
         self._scans = ThreadPoolExecutor(1, thread_name_prefix="backfill-scan")
