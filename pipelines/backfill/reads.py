@@ -16,6 +16,8 @@ Invariants (tests/test_backfill.py):
   SELECT, so each chunk's window is reconciled by the stream as cdc_core/chunks/incremental.py
   states, whatever the order the reads end in; a group's results come back in the plan's
   order (tests/test_backfill.py::test_chunks_read_at_once_land_exactly_under_writes).
+- While the stream lags (pipelines/stream/online_backfill.py ``LAG_YIELD_SECONDS``) the local
+  runner reads one chunk at a time: the reads go on without taking every core from the stream.
 - The stream keeps its one binlog reader: a read only queries the source (watermarks and one
   SELECT), never reads the binlog.
 - A task never fails: transient source faults and errors come back as values
@@ -29,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -113,6 +115,9 @@ class GroupReads:
         self._lock = threading.Lock()
         self._local: bool | None = None  # decided on the first call of slots()
         self._pending: list[Future] = []  # the local runner's chunk reads of the group being read
+        # Set by the stream while it lags (pipelines/stream/online_backfill.py): the local runner
+        # then reads one chunk at a time, as the stream process's one reader thread would.
+        self.behind = False
         self._session: Future | None = None
         self._owned = False  # started here (stopped at close), not found in the process
         self._broken = False
@@ -187,20 +192,34 @@ class GroupReads:
     def _in_threads(self, tasks: list[ChunkTask]) -> list[ChunkResult]:
         """The local runner: the chunks read ``pipeline.parallelism`` at a time, each in a reader
         thread on that thread's own connection."""
+        slots = self.cfg.pipeline.parallelism
         with self._lock:
             if self._chunks is None:
-                self._chunks = ThreadPoolExecutor(self.cfg.pipeline.parallelism, thread_name_prefix="backfill-chunk",
+                self._chunks = ThreadPoolExecutor(slots, thread_name_prefix="backfill-chunk",
                                                   initializer=self._thread_connections)
-            self._pending = [self._chunks.submit(select_chunk, t) for t in tasks]
-            pending = self._pending
-        # A fault ends the group (read again whole); chunks not started yet are not read then.
-        answers = []
-        for f in pending:
-            answers.append(f.result())
-            if isinstance(answers[-1], TaskFault):
-                self._drop(pending)
+            pending = self._pending = []
+        answers: list[ChunkResult | TaskFault] = []
+        for t in tasks:  # in the plan's order; at most one in flight while the stream lags
+            while len(pending) - len(answers) >= (1 if self.behind else slots):
+                if self._answered(pending, answers):
+                    return _results(tasks[:len(answers)], answers)
+            with self._lock:
+                if pending is not self._pending:  # the group was dropped: nothing more is read
+                    raise CancelledError
+                pending.append(self._chunks.submit(select_chunk, t))
+        while len(answers) < len(pending):
+            if self._answered(pending, answers):
                 break
         return _results(tasks[:len(answers)], answers)
+
+    def _answered(self, pending: list[Future], answers: list) -> bool:
+        """The next chunk's answer, once here, appended to ``answers``; whether it is a fault (it
+        ends the group, read again whole: chunks not started are not read)."""
+        answers.append(pending[len(answers)].result())
+        if isinstance(answers[-1], TaskFault):
+            self._drop(pending)
+            return True
+        return False
 
     def _thread_connections(self) -> None:
         conns: Connections = {}
@@ -217,6 +236,7 @@ class GroupReads:
         running Spark job is cancelled; the local runner's chunks not started are not read."""
         with self._lock:
             self._drop(self._pending)
+            self._pending = []
         session, group = self._session, self._group
         if session is not None and session.done() and session.exception() is None and group is not None:
             session.result().sparkContext.cancelJobGroup(group)

@@ -121,7 +121,7 @@ GROUPS_IN_FLIGHT = 2
 # may differ), no read group starts (a group's reads take CPU and the GIL from the stream, so a
 # backfill could push the stream's lag up without bound on a busy host); past the second limit
 # without a group started, one starts anyway, so a backfill goes on behind a stream that never
-# catches up.
+# catches up. Meanwhile the local runner reads one chunk at a time (pipelines/backfill/reads.py).
 LAG_YIELD_SECONDS = 2.0
 YIELD_AT_MOST_SECONDS = 10.0
 
@@ -297,12 +297,13 @@ class Backfills:
         s = self.state
         if s.holds or time.monotonic() < self._retry_at:
             return None
-        behind = False
+        behind = lagging = False
         if streaming and s.event_time:
             delay = time.time() - s.event_time
             self._least_delay = min(self._least_delay, delay)
-            behind = delay - self._least_delay > LAG_YIELD_SECONDS \
-                and time.monotonic() - self._group_started < YIELD_AT_MOST_SECONDS
+            lagging = delay - self._least_delay > LAG_YIELD_SECONDS
+            behind = lagging and time.monotonic() - self._group_started < YIELD_AT_MOST_SECONDS
+        self._reads.behind = lagging  # the local runner then reads one chunk at a time
         req = self.inflight[0].request if self.inflight else next((r for r in self.requests if r.active), None)
         if req is None:
             return None
