@@ -12,7 +12,7 @@ One run starts a throwaway MariaDB (devtools.local_mariadb), loads bench/snapsho
 7-column table (N rows, default 1,000,000) and bench/stream.py's latency table, and:
 
 1. Throughput (whole processes, as a user runs them): ``binlake snapshot`` on a fresh lake
-   (Spark starts, every chunk read) is the baseline; after ``binlake stream --until now``,
+   (every chunk read where ``source.snapshot.runner`` puts it) is the baseline; after ``binlake stream --until now``,
    ``binlake backfill --table bench.t`` (no stream running: it streams until the backfill is
    done) reads the same table again: Delta already holds every row, so nothing is written.
    Then the case with every row written: a second pipeline that captured only the latency

@@ -72,20 +72,20 @@ class SnapshotConfig(_Strict):
     max_rows_per_task: int = Field(250_000, ge=1)
     chunk_key_columns: dict[str, str] = {}
     # binlake extension: an online backfill of at least this many chunks reads them in groups
-    # while the stream goes on, several chunks at once on Spark (the stream process starts its
-    # session then, in the background; until it is up, in a reader thread); 0: always one
-    # chunk at a time in the stream process. High by default: on a small host Spark's start
-    # (JVM, Python workers) costs more CPU than a backfill of a million rows takes (bench/backfill.py).
+    # while the stream goes on, several chunks at once where ``runner`` puts the snapshot's
+    # groups: in threads of the stream process (local), or on Spark (the stream process starts
+    # its session then, in the background; until it is up, in a reader thread); 0: always one
+    # chunk at a time in the stream process (bench/backfill.py).
     backfill_spark_min_chunks: int = Field(64, ge=0)
     # binlake extension: rows of chunks (at least one chunk) a read group of such a backfill
-    # holds per Spark task slot (or for the reader thread): the group's fixed cost (a commit,
-    # a scan of Delta's rows of its range, a Spark job) is shared by this many rows whatever
-    # the chunk size (bench/backfill.py); the driver holds one group's rows at a time.
+    # holds per read slot (a local runner's thread, a Spark task slot, or the reader thread):
+    # the group's fixed cost (a commit, a scan of Delta's rows of its range, a Spark job) is
+    # shared by this many rows whatever the chunk size (bench/backfill.py); the driver holds one group's rows at a time.
     backfill_group_rows: int = Field(100_000, ge=1)
-    # binlake extension: where the snapshot's chunk groups run: "spark" as Spark tasks, "local"
-    # in threads of the binlake process (Spark is not started), "auto" Spark on a cluster
-    # master and local on ``local[...]``, where Spark adds a JVM and Python workers on the
-    # same cores, not cores (bench/snapshot.py --whole-process).
+    # binlake extension: where the snapshot's chunk groups (and a large online backfill's chunk
+    # reads) run: "spark" as Spark tasks, "local" in threads of the binlake process (Spark is
+    # not started), "auto" Spark on a cluster master and local on ``local[...]``, where Spark
+    # adds a JVM and Python workers on the same cores, not cores (bench/snapshot.py --whole-process).
     runner: Literal["auto", "spark", "local"] = "auto"
 
 

@@ -10,9 +10,10 @@
 - SIGKILL of the stream at random points of a backfill (chunk reads, between a chunk
   and its merge, the merge commit), restarted each time: nothing lost or doubled (the
   stream commits' changes, counted, equal the binlog's: tests/change_count.py);
-- a request with many chunks reads them in groups on Spark, the next group read while the
-  one before waits and merges, while the stream runs under writes in the ranges being
-  read; a SIGKILL between a group's read and its merges, and
+- a request with many chunks reads them in groups, several chunks at once (in threads of the
+  stream process, or on Spark), the next group read while the one before waits and merges,
+  while the stream runs under writes in the ranges being read; a SIGKILL between a group's
+  read and its merges, and
   one among a group's merges, lose and double nothing; a group's chunks merge several per
   Delta commit (runs bounded by rows);
 - the CLI: requests listed, paused, resumed, cancelled; bad input refused with exit 2.
@@ -33,6 +34,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 from cdc_core.chunks.incremental import BackfillState
+from cdc_core.chunks.reader import ChunkReader
 from cdc_core.source.connection import connect, connection_settings
 from pipelines.backfill.requests import change_state, request_backfill
 from pipelines.lake.control_store import ControlStore
@@ -459,14 +461,16 @@ def test_sigkill_during_backfills_loses_and_doubles_nothing(db, spark, make_conf
     assert_changes_counted(cfg, [table])
 
 
-def _damaged_acct(db, spark, make_config, rows: int, group_rows: int):
+def _damaged_acct(db, spark, make_config, rows: int, group_rows: int, runner: str = "auto"):
     """A snapshotted table ``acct`` of ``rows`` rows damaged in Delta, under a config whose
-    backfills read groups of 1,000-row chunks (``group_rows`` rows per task slot)."""
+    backfills read groups of 1,000-row chunks (``group_rows`` rows per read slot) where
+    ``runner`` puts them (auto: threads of the stream process, on the tests' local master)."""
     name, conn = db
     with conn.cursor() as cur:
         _table(cur, "acct", rows)
     cfg = make_config(name, source={"snapshot": {"chunk_size": 1000, "backfill_spark_min_chunks": 4,
-                                                                  "backfill_group_rows": group_rows}},
+                                                                  "backfill_group_rows": group_rows,
+                                                                  "runner": runner}},
                       stream={"max_batch_rows": 500, "max_batch_seconds": 0.3})
     snapshot(cfg, spark)
     table = f"{name}.acct"
@@ -500,7 +504,7 @@ def test_large_backfill_reads_groups_of_chunks_on_spark_under_writes(db, spark, 
     the running stream while a writer updates, deletes and inserts rows in the very ranges
     being read: Delta equals MySQL, and the writer's changes made while the backfill ran (it
     stops when the backfill is done: many rows' last change is one) are not reverted."""
-    name, cfg, table = _damaged_acct(db, spark, make_config, 24_000, 2000)
+    name, cfg, table = _damaged_acct(db, spark, make_config, 24_000, 2000, runner="spark")
     stream = StreamEngine(cfg)
     in_flight: list[int] = []  # read groups in flight after each step
     start = stream._start
@@ -530,6 +534,36 @@ def test_large_backfill_reads_groups_of_chunks_on_spark_under_writes(db, spark, 
         assert len({json.dumps(m["high_watermark"]) for m in ms}) == 1, ms
     assert sum(m["left_to_stream"] for m in merges) > 0, merges  # the writer hit the windows
     assert max(in_flight) == 2  # the next group read while the one before waited for its merges
+
+
+def test_chunks_read_at_once_land_exactly_under_writes(db, spark, make_config, monkeypatch):
+    """With the local runner (auto on the tests' local master: Spark is never started for it),
+    a large request's chunks are read several at once in threads of the stream process, each
+    between its own watermarks, while a writer updates, deletes and inserts rows in the very
+    ranges being read: reads overlap in time, every chunk merges exactly once in the plan's
+    order, the writer's changes inside the chunks' windows are left to the stream, and Delta
+    equals MySQL row by row."""
+    name, cfg, table = _damaged_acct(db, spark, make_config, 24_000, 2000)
+    reads: list[tuple[float, float]] = []  # each chunk SELECT's start and end, as it ran
+    select = ChunkReader.select
+
+    def timed(self, schema, chunk):
+        began = time.monotonic()
+        try:
+            return select(self, schema, chunk)
+        finally:
+            reads.append((began, time.monotonic()))
+    monkeypatch.setattr(ChunkReader, "select", timed)
+    stream = StreamEngine(cfg)
+    done = _backfilled_under_writes(cfg, stream, name, "acct", 24_000, 17)
+    assert stream.backfills._reads.local and stream.backfills._reads._session is None  # no Spark started
+    planned = len(done.chunks)
+    merges = _merges(cfg, table)
+    assert planned > 20 and _chunks_merged(merges) == list(range(planned)), merges  # each once, in order
+    assert not any(m["on_spark"] for m in merges) and max(m["group_chunks"] for m in merges) == 4, merges
+    at_once = max(sum(1 for b, e in reads if b <= t < e) for t, _ in reads)
+    assert at_once >= 2, reads  # parallelism 2: chunk SELECTs overlapped
+    assert sum(m["left_to_stream"] for m in merges) > 0, merges  # the writer hit the windows
 
 
 def test_a_read_group_merges_several_chunks_per_commit(db, spark, make_config):
@@ -565,7 +599,7 @@ def _paused(config: str, logs, password: str, point: str) -> None:
 
 
 def test_sigkill_between_a_group_read_and_its_merges_loses_and_doubles_nothing(db, spark, make_config, tmp_path):
-    """``binlake stream`` processes (each starting its own Spark in the background) SIGKILLed once
+    """``binlake stream`` processes (reading several chunks at once in threads) SIGKILLed once
     when a read group is back and none of it is merged, once when the next group is being read
     while the one before waits for its merges, then at a later merge; a last run finishes the
     backfill."""
@@ -600,7 +634,7 @@ def test_a_paused_request_drops_the_group_spark_is_reading(db, spark, make_confi
     with conn.cursor() as cur:
         _table(cur, "acct", 8000)
     cfg = make_config(name, source={"snapshot": {"chunk_size": 1000, "backfill_spark_min_chunks": 4,
-                                                                  "backfill_group_rows": 2000}})
+                                                                  "backfill_group_rows": 2000, "runner": "spark"}})
     snapshot(cfg, spark)
     StreamEngine(cfg, until_now=True).run()
     table = f"{name}.acct"

@@ -379,3 +379,26 @@ def test_the_arrow_merge_decides_as_a_row_by_row_compare_on_random_chunks(seed):
         got = (w.append.to_pylist(), w.upsert.to_pylist(), {(r["a"], r["b"]) for r in w.delete.to_pylist()},
                {(r["a"], r["b"]) for r in w.twice.to_pylist()})
         assert got == _reference(chunk, key, touched, held, columns)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_merge_without_joins_decides_as_a_row_by_row_compare(seed):
+    """Delta holding none of a chunk's range, or exactly its keys in its order (a range read
+    again), is decided without joins: the same (append, upsert, delete, twice) as comparing
+    Python values row by row, with touched keys in and out of the chunk; a chunk whose
+    declared key repeats, or Delta's rows in another order, take the joins and decide alike."""
+    rng = random.Random(seed)
+    ids = sorted(rng.sample(range(40), rng.randrange(1, 20)))
+    chunk_rows = [_random_row(rng, (a, b"")) for a in ids]
+    same_keys = [dict(r) if rng.random() < 0.6 else _random_row(rng, (r["a"], b"")) for r in chunk_rows]
+    repeated = chunk_rows + chunk_rows[:1]  # a declared key MySQL holds twice
+    touched = {(a,) for a in rng.sample(range(40), rng.randrange(4))}
+    cases = [(chunk_rows, []), (chunk_rows, same_keys), (chunk_rows, list(reversed(same_keys))),
+             (repeated, repeated)]
+    for chunk_rows_, held_rows in cases:
+        chunk, held = pa.Table.from_pylist(chunk_rows_, SCHEMA), pa.Table.from_pylist(held_rows, SCHEMA)
+        keys = ChunkMerge(touched).keys(chunk.select(["a"]).schema)
+        w = merge_writes(chunk, ["a"], keys, held, SCHEMA.names)
+        got = (w.append.to_pylist(), w.upsert.to_pylist(), {(r["a"],) for r in w.delete.to_pylist()},
+               {(r["a"],) for r in w.twice.to_pylist()})
+        assert got == _reference(chunk, ["a"], touched, held, SCHEMA.names)

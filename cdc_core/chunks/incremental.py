@@ -6,16 +6,20 @@ binlog positions as watermarks: nothing is written to the source).
 The request's chunks are read in order, in *read groups*, by the stream process (the only
 writer of the pipeline, pipelines/stream/online_backfill.py): one chunk, or, for a request of
 many chunks (``source.snapshot.backfill_spark_min_chunks``), a group of about
-``source.snapshot.backfill_group_rows`` rows of chunks per Spark task slot read in parallel
-on Spark, or, until the stream process's Spark is up, that many rows of chunks read one
-after another in a thread (:func:`read_group_size`), the next group's read starting once
-the group before it is read, while that one waits for its HW and merges; either way the
-stream goes on meanwhile:
+``source.snapshot.backfill_group_rows`` rows of chunks per read slot, read several chunks at
+once where the snapshot's groups run (``source.snapshot.runner``): in
+``pipeline.parallelism`` threads of the stream process (the local runner, Spark never
+started), or on Spark, one task per chunk, and until the stream process's Spark is up one
+chunk after another in a thread (:func:`read_group_size`; pipelines/backfill/reads.py), the
+next group's read starting once the group before it is read, while that one waits for its HW
+and merges; either way the stream goes on meanwhile, with its one binlog reader:
   1. between two micro-batches: S := the stream's position; then, per chunk C of the group
-     (in parallel on Spark): LW := binlog end, once every transaction up to it is visible
-     (cdc_core/offset/position.py); rows(C) := SELECT the rows of C (one statement: its read view
-     holds every transaction up to LW and none past HW); HW := binlog end;
-  2. the stream goes on (also while Spark reads); every change of the table after S marks
+     (several chunks at once, each on a connection of its own, in any order): LW := binlog
+     end, once every transaction up to it is visible (cdc_core/offset/position.py); rows(C)
+     := SELECT the rows of C (one statement: its read view holds every transaction up to LW
+     and none past HW); HW := binlog end. Each chunk has its own window [LW, HW]; reads at
+     once only make the windows overlap, and every step below holds per chunk;
+  2. the stream goes on (also while the chunks are read); every change of the table after S marks
      its row keys (before and after images) as *touched*;
   3. once the group's rows are known and the stream has applied every change up to a
      position P at or past H (the highest HW of the group) and nothing after it (the next
@@ -44,13 +48,16 @@ applies every change of the table from the backfill's start on, so its row is My
 row (updates are applied as whole after-images, inserted when missing).
 
 Invariants (tests/test_backfill_parts.py, tests/test_backfill.py; several chunks in one
-merge commit: tests/test_backfill.py::test_a_read_group_merges_several_chunks_per_commit):
+merge commit: tests/test_backfill.py::test_a_read_group_merges_several_chunks_per_commit;
+chunks read at once: tests/test_backfill.py::test_chunks_read_at_once_land_exactly_under_writes):
 - After C's merge at P, C's range in Delta equals C's range in MySQL as of P, for any P
   at or past C's HW: S <= LW, so an untouched key had no change in (LW, P] and has the
   same row at the SELECT and at P (so rows(C)'s row, or its absence, is right), a
   touched key's last change up to P was applied by the stream, and a key the stream
-  never wrote is a candidate. So a group's chunks, whose HWs differ, all merge past the
-  highest, a merge commit at a time wherever the stream then is (in the plan's order:
+  never wrote is a candidate. This needs only S <= LW(C) <= HW(C) <= P for each chunk C,
+  not any order between the chunks' windows: chunks read at once, whose windows overlap
+  and end in any order, are each exact. So a group's chunks, whose HWs differ, all merge
+  past the highest, a merge commit at a time wherever the stream then is (in the plan's order:
   progress stays a count of chunks merged), and a group Spark returns after the stream
   went past H merges where the stream is then. Chunks merged in one commit, over
   disjoint ranges, at the same P: the commit holds exactly the writes each chunk's own
@@ -275,11 +282,18 @@ def merge_writes(chunk: pa.Table, key: Sequence[str], touched: pa.Table, held: p
     Untouched candidates missing from the chunk are deleted. Untouched chunk rows are
     upserted; when exact, rows whose key Delta does not hold are appended instead, and rows
     Delta holds once with equal ``columns`` (NULL equals NULL; NaN equals nothing) are not
-    written. Indexes come in the chunk's order."""
+    written. Indexes come in the chunk's order.
+
+    Exact rows that need no join are decided without one (the same writes,
+    tests/test_backfill_parts.py): Delta holding none of the range (every untouched row is
+    appended), or holding exactly the chunk's keys in the chunk's order (a range read again
+    unchanged: row i is compared with Delta's row i)."""
     k = list(key)
     n = chunk.num_rows
     rows = chunk.select(k).append_column(_ROW, pa.array(np.arange(n, dtype=np.int64)))
-    untouched = rows.join(touched.select(k), k, join_type="left anti")
+    untouched = rows.join(touched.select(k), k, join_type="left anti") if touched.num_rows else rows
+    if columns is not None and (held.num_rows == 0 or _aligned(chunk, held, k)):
+        return _aligned_writes(chunk, held, k, untouched[_ROW], columns)
     counts = held.select(k).append_column(_HELD, pa.array(np.arange(held.num_rows, dtype=np.int64))) \
         .group_by(k).aggregate([(_HELD, "max"), (_HELD, "count")]) \
         .rename_columns({f"{_HELD}_max": _HELD, f"{_HELD}_count": _COUNT})  # held twice: any copy (upserted)
@@ -298,6 +312,30 @@ def merge_writes(chunk: pa.Table, key: Sequence[str], touched: pa.Table, held: p
     for c in columns:
         same = pc.and_(same, _same(mine[c], theirs[c]))
     return Writes(_sorted(append), _sorted(found.filter(pc.invert(same))[_ROW]), delete, twice)
+
+
+def _aligned(chunk: pa.Table, held: pa.Table, key: list[str]) -> bool:
+    """Whether ``held`` holds exactly ``chunk``'s keys, row by row in the same order, each once
+    (a one-column key, distinct in the chunk: a declared key could repeat)."""
+    if len(key) != 1 or chunk.num_rows != held.num_rows:
+        return False
+    mine, theirs = chunk[key[0]], held[key[0]]
+    return pc.all(pc.equal(mine, theirs)).as_py() is True and pc.count_distinct(mine).as_py() == chunk.num_rows
+
+
+def _aligned_writes(chunk: pa.Table, held: pa.Table, key: list[str], untouched: pa.ChunkedArray,
+                    columns: Sequence[str]) -> Writes:
+    """:func:`merge_writes` of exact ``held`` rows that are none, or the chunk's keys in its
+    order, each once (:func:`_aligned`): new rows appended, rows
+    that differ from Delta's row at the same place upserted, nothing deleted."""
+    none = held.select(key).slice(0, 0)
+    if held.num_rows == 0:
+        return Writes(_sorted(untouched), pa.array([], pa.int64()), none, none)
+    same = pa.array(np.ones(chunk.num_rows, dtype=bool))
+    for c in columns:
+        same = pc.and_(same, _same(chunk[c], held[c]))
+    differs = pc.invert(same).take(untouched)
+    return Writes(pa.array([], pa.int64()), _sorted(untouched.filter(differs)), none, none)
 
 
 def _sorted(indexes: pa.ChunkedArray) -> pa.Array:
@@ -319,7 +357,7 @@ def _same(a: pa.Array | pa.ChunkedArray, b: pa.Array | pa.ChunkedArray) -> pa.Ar
 
 
 def large(chunks: int, min_chunks: int) -> bool:
-    """Whether a request of ``chunks`` chunks reads in groups on Spark (``min_chunks`` > 0 of them
+    """Whether a request of ``chunks`` chunks reads in groups, several chunks at once (``min_chunks`` > 0 of them
     or more; the whole plan counts, so a request whose first chunks were read one at a time while
     Spark started goes on in groups)."""
     return 0 < min_chunks <= chunks
@@ -329,10 +367,11 @@ def read_group_size(chunks: int, pending: int, slots: int | None, min_chunks: in
                     group_rows: int) -> int:
     """How many of the ``pending`` chunks left of a request of ``chunks`` (of ``chunk_rows``
     rows each, as planned) the next read group holds: one for a request that is not
-    :func:`large`; else ``group_rows`` rows of chunks (at least one) per task slot of Spark's
-    (``slots``), or for the one reader thread of the stream process while Spark is not up
-    (None), at most ``pending``. A group's fixed cost (a commit, a scan of Delta's rows of its
-    range, a Spark job) is so shared by as many rows whatever the chunk size."""
+    :func:`large`; else ``group_rows`` rows of chunks (at least one) per read slot (``slots``:
+    the local runner's threads, or Spark's task slots), or for the one reader thread of the
+    stream process while Spark is not up (None), at most ``pending``. A group's fixed cost (a
+    commit, a scan of Delta's rows of its range, a Spark job) is so shared by as many rows
+    whatever the chunk size."""
     if not large(chunks, min_chunks):
         return 1
     per_slot = max(1, group_rows // chunk_rows)

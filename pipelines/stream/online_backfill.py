@@ -2,7 +2,8 @@
 between watermarks between micro-batches, merged when the stream reaches their high
 watermark (the algorithm and its invariants: cdc_core/chunks/incremental.py).
 
-Read groups (one chunk, or several read in the background: pipelines/backfill/reads.py) are
+Read groups (one chunk, or several read in the background, several chunks at once in
+threads of this process or on Spark: pipelines/backfill/reads.py) are
 in flight for the oldest active request: one, or for a large request up to ``GROUPS_IN_FLIGHT``
 (the next group is read while the one before waits for its high watermark and merges). The
 engine asks, this part answers; it never commits itself. The engine calls:
@@ -12,7 +13,9 @@ engine asks, this part answers; it never commits itself. The engine calls:
   the stream lags, ``LAG_YIELD_SECONDS``). The engine commits its open batch first when the
   group says ``flush`` (Delta's rows of its range are read exactly as of the stream's
   position, cdc_core/chunks/incremental.py), then calls ``start()``: one chunk read at once
-  in this process, or several in the background while the stream goes on;
+  in this process, or several in the background while the stream goes on (each chunk
+  between its own watermarks, whichever ends first; the stream's one binlog reader reconciles
+  each chunk's window);
 - ``on_rows()`` for every row event it applies: keys of the groups' table changed since
   each group's start are touched;
 - ``due(record)`` before handling a record, and ``ready()`` between records: once the
@@ -118,7 +121,7 @@ GROUPS_IN_FLIGHT = 2
 # may differ), no read group starts (a group's reads take CPU and the GIL from the stream, so a
 # backfill could push the stream's lag up without bound on a busy host); past the second limit
 # without a group started, one starts anyway, so a backfill goes on behind a stream that never
-# catches up.
+# catches up. Meanwhile the local runner reads one chunk at a time (pipelines/backfill/reads.py).
 LAG_YIELD_SECONDS = 2.0
 YIELD_AT_MOST_SECONDS = 10.0
 
@@ -192,7 +195,7 @@ class Backfills:
         self.inflight: list[InFlight] = []  # read groups of one request, in the plan's order
         self._candidates: dict[str, dict[int, Candidates]] = {}  # request id -> chunk index -> Delta's keys
         self._control = None  # pymysql connection for watermarks, made on first use
-        self._reads = GroupReads(cfg)  # Spark started by the first large request only
+        self._reads = GroupReads(cfg)  # Spark (its runner only) started by the first large request
         # Delta's rows of a group's range, read from a snapshot of the table taken at the group's
         # start, while its chunks are read: the stream thread only lists the files.
         self._scans = ThreadPoolExecutor(1, thread_name_prefix="backfill-scan")
@@ -294,12 +297,13 @@ class Backfills:
         s = self.state
         if s.holds or time.monotonic() < self._retry_at:
             return None
-        behind = False
+        behind = lagging = False
         if streaming and s.event_time:
             delay = time.time() - s.event_time
             self._least_delay = min(self._least_delay, delay)
-            behind = delay - self._least_delay > LAG_YIELD_SECONDS \
-                and time.monotonic() - self._group_started < YIELD_AT_MOST_SECONDS
+            lagging = delay - self._least_delay > LAG_YIELD_SECONDS
+            behind = lagging and time.monotonic() - self._group_started < YIELD_AT_MOST_SECONDS
+        self._reads.behind = lagging  # the local runner then reads one chunk at a time
         req = self.inflight[0].request if self.inflight else next((r for r in self.requests if r.active), None)
         if req is None:
             return None
@@ -413,8 +417,9 @@ class Backfills:
 
     def _read_next(self, group: NextGroup) -> None:
         """Start ``group``'s read (cdc_core/chunks/incremental.py): for a large request several
-        chunks, read while the stream goes on (on Spark once it is up, in a thread here until
-        then); else one chunk, read here and now."""
+        chunks, read while the stream goes on (several at once in threads here with the local
+        runner; else on Spark once it is up, in a thread here until then); else one chunk, read
+        here and now."""
         s, req, first = self.state, group.request, group.first
         schema = s.tables[req.table].schema
         pending = req.chunks[first:]
@@ -432,15 +437,15 @@ class Backfills:
             scan = self._rows_in(req, schema, chunks)
         elif req.id not in self._candidates:
             self._candidates[req.id] = self._find_candidates(req, schema)
-        f = InFlight(req, schema, chunks, s.position, started, on_spark=slots is not None)
+        f = InFlight(req, schema, chunks, s.position, started, on_spark=slots is not None and not self._reads.local)
         if big:
             if scan is not None:
                 f.scanning = self._scans.submit(scan)
             f.reading = self._reads.submit([ChunkTask(self.conn, self.cfg.source.server_id + 1, schema, c,
                                                       s.position.base) for c in chunks], f.on_spark)
             self.inflight.append(f)  # keys are touched from now on, while the group is read
-            log.info("backfill %s of %s: %s of %d being read %s", req.id, req.table, f.describe(),
-                     len(req.chunks), "on Spark" if f.on_spark else "in the background")
+            log.info("backfill %s of %s: %s of %d being read %s", req.id, req.table, f.describe(), len(req.chunks),
+                     "on Spark" if f.on_spark else f"{slots} at a time" if slots else "in the background")
             return
         if self._control is None:
             self._control = connect(self.conn)
