@@ -5,7 +5,8 @@
 One run starts a throwaway MariaDB (devtools.local_mariadb) and writes a backlog of N
 inserts with bench/stream.py's generator (tables ``bench.t1..t3``, 7 columns, multi-row
 INSERTs of 100-1000 rows). Then for each worker count W, ``binlake stream -c FILE --until
-now`` from the backlog's start into a fresh lake (bench/catchup.py's configuration) runs twice:
+now`` from the backlog's start into a fresh lake (bench/catchup.py's configuration) runs twice,
+with the code of each checkout ``--code`` names (PYTHONPATH; default this one) in turn:
 
   (1) plain: the CPU seconds of the binlake process tree (wait4) and of mariadbd, wall seconds;
   (2) under py-spy (``record --subprocesses --threads --gil``: a thread holding the GIL), a sampling profiler in a
@@ -103,7 +104,7 @@ def parse_raw(path: Path) -> tuple[Counter, Counter]:
 
 
 def run_stream(server: LocalMariaDB, backlog, work: Path, workers: int, tag: str,
-               profiler: list[str] | None) -> dict:
+               profiler: list[str] | None, checkout: Path) -> dict:
     lake, name = work / f"lake-{tag}", f"bench_profile_{tag}"
     raw = stream_config(server, lake, name, SERVER_ID + 10 * len(list(work.iterdir())), DB, backlog.start,
                         argparse.Namespace(max_batch_rows=None, max_batch_seconds=None, catchup_batch_rows=None))
@@ -116,7 +117,7 @@ def run_stream(server: LocalMariaDB, backlog, work: Path, workers: int, tag: str
     with open(log_path, "wb") as log_file:
         proc = subprocess.Popen([*(profiler or []), *binlake_command(), "stream", "-c", str(config), "--until", "now"],
                                 stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO,
-                                env={**os.environ, PASSWORD_ENV: server.password})
+                                env={**os.environ, PASSWORD_ENV: server.password, "PYTHONPATH": str(checkout)})
         code, usage = wait_reaping(proc)
     seconds = time.perf_counter() - t0
     cpu = cpu_delta(cpu0, cpu_snapshot(server))
@@ -130,12 +131,13 @@ def run_stream(server: LocalMariaDB, backlog, work: Path, workers: int, tag: str
             "load": [round(x, 2) for x in os.getloadavg()]}
 
 
-def profile(server: LocalMariaDB, backlog, work: Path, workers: int, args: argparse.Namespace) -> dict:
-    plain = run_stream(server, backlog, work, workers, f"w{workers}-plain", None)
-    raw_out = work / f"w{workers}.txt"
+def profile(server: LocalMariaDB, backlog, work: Path, workers: int, checkout: Path, args: argparse.Namespace) -> dict:
+    tag = f"{checkout.name}-w{workers}"
+    plain = run_stream(server, backlog, work, workers, f"{tag}-plain", None, checkout)
+    raw_out = work / f"{tag}.txt"
     spy = [args.py_spy, "record", "--subprocesses", "--threads", "--gil", "--format", "raw",
            "-r", str(args.rate), "-o", str(raw_out), "--"]
-    profiled = run_stream(server, backlog, work, workers, f"w{workers}-spy", spy)
+    profiled = run_stream(server, backlog, work, workers, f"{tag}-spy", spy, checkout)
     by_stage, by_process = parse_raw(raw_out)
     sampled = sum(by_stage.values())
     sampled_s = sampled / args.rate
@@ -144,7 +146,7 @@ def profile(server: LocalMariaDB, backlog, work: Path, workers: int, args: argpa
     python_share = min(1.0, sampled_s / plain["binlake_cpu_s"]) if plain["binlake_cpu_s"] else 0.0
     stages = {s: plain["binlake_cpu_s"] * python_share * n / sampled * per_m for s, n in by_stage.most_common()}
     stages["not in a Python thread (Rust/Arrow pools)"] = plain["binlake_cpu_s"] * (1 - python_share) * per_m
-    return {"workers": workers, "plain": plain, "profiled": profiled, "samples": sampled,
+    return {"checkout": str(checkout), "workers": workers, "plain": plain, "profiled": profiled, "samples": sampled,
             "sampled_cpu_s": sampled_s, "cpu_s_per_million_rows": stages,
             "binlake_cpu_s_per_million_rows": plain["binlake_cpu_s"] * per_m,
             "mariadbd_cpu_s_per_million_rows": plain["mariadbd_cpu_s"] * per_m,
@@ -158,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--py-spy", default=shutil.which("py-spy") or "py-spy", help="the py-spy executable")
     ap.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    ap.add_argument("--code", default=str(REPO),
+                    help="checkouts whose binlake runs (their PYTHONPATH), comma-separated: each profiled in turn")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     print(f"load average {os.getloadavg()}", flush=True)
@@ -168,10 +172,12 @@ def main(argv: list[str] | None = None) -> int:
         create_tables(server)
         backlog = generate_backlog(server, args.rows, (1.0, 0.0, 0.0))
         print(f"{backlog.changes:,} inserts, {backlog.binlog_bytes / 2**20:,.1f} MiB of binlog", flush=True)
-        results = [profile(server, backlog, work, int(w), args) for w in args.workers.split(",")]
+        results = [profile(server, backlog, work, int(w), Path(c), args)
+                   for w in args.workers.split(",") for c in args.code.split(",")]
         names = list(dict.fromkeys(s for r in results for s in r["cpu_s_per_million_rows"]))
         print("\nCPU seconds per million rows by stage (binlake process tree; run (1)'s CPU, run (2)'s shares):")
-        print(f"  {'stage':<45}" + "".join(f"{'workers ' + str(r['workers']):>12}" for r in results))
+        print(f"  {'stage':<45}" + "".join(f"{Path(r['checkout']).name[:8] + ' w' + str(r['workers']):>12}"
+                                            for r in results))
         for s in names:
             print(f"  {s:<45}" + "".join(f"{r['cpu_s_per_million_rows'].get(s, 0.0):>12.2f}" for r in results))
         print(f"  {'binlake total':<45}" + "".join(f"{r['binlake_cpu_s_per_million_rows']:>12.2f}" for r in results))
@@ -182,8 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"rows": backlog.changes, "results": results}, indent=2, default=str) + "\n")
         if os.environ.get("BINLAKE_PROFILE_KEEP"):
-            for p in work.glob("w*.txt"):
-                shutil.copy(p, args.out.parent / f"stream_profile_{p.name}")
+            for p in work.glob("*.txt"):
+                shutil.copy(p, args.out.parent / f"{args.out.stem}_{p.name}")
         return 0
     finally:
         server.cleanup()
