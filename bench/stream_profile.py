@@ -25,10 +25,8 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -36,24 +34,11 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.stream import (  # noqa: E402
-    DB,
-    PASSWORD_ENV,
-    binlake_command,
-    cpu_delta,
-    cpu_snapshot,
-    create_tables,
-    delta_counts,
-    generate_backlog,
-    stream_config,
-    tail,
-    wait_reaping,
-    write_config_file,
-)
+from bench.catchup import run_stream as catchup_run  # noqa: E402
+from bench.stream import create_tables, generate_backlog  # noqa: E402
 from devtools.local_mariadb import LocalMariaDB  # noqa: E402
 
 OUT = REPO / "bench" / "out" / "stream_profile.json"
-SERVER_ID = 7500
 
 # (stage, substrings of a frame "function (file:line)"): a sample goes to the stage of its
 # innermost frame that one of these names; the first rule a frame matches wins.
@@ -105,30 +90,11 @@ def parse_raw(path: Path) -> tuple[Counter, Counter]:
 
 def run_stream(server: LocalMariaDB, backlog, work: Path, workers: int, tag: str,
                profiler: list[str] | None, checkout: Path) -> dict:
-    lake, name = work / f"lake-{tag}", f"bench_profile_{tag}"
-    raw = stream_config(server, lake, name, SERVER_ID + 10 * len(list(work.iterdir())), DB, backlog.start,
-                        argparse.Namespace(max_batch_rows=None, max_batch_seconds=None, catchup_batch_rows=None))
-    raw["source"]["parallel_decode"] = {"workers": workers, "min_backlog_mb": 0, "chunk_mb": 16.0}
-    config = work / f"{name}.yaml"
-    write_config_file(config, raw)
-    log_path = work / f"{name}.log"
-    cpu0 = cpu_snapshot(server)
-    t0 = time.perf_counter()
-    with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen([*(profiler or []), *binlake_command(), "stream", "-c", str(config), "--until", "now"],
-                                stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO,
-                                env={**os.environ, PASSWORD_ENV: server.password, "PYTHONPATH": str(checkout)})
-        code, usage = wait_reaping(proc)
-    seconds = time.perf_counter() - t0
-    cpu = cpu_delta(cpu0, cpu_snapshot(server))
-    if code:
-        raise AssertionError(f"binlake stream ({tag}) exited {code}:\n{tail(log_path, 20)}")
-    counts = delta_counts(lake, DB, backlog.tables)
-    if counts != backlog.mysql_rows:
-        raise AssertionError(f"{tag}: Delta rows {counts} != MySQL rows {backlog.mysql_rows}")
-    shutil.rmtree(lake, ignore_errors=True)
-    return {"seconds": seconds, "binlake_cpu_s": usage.ru_utime + usage.ru_stime, "mariadbd_cpu_s": cpu["mariadbd"],
-            "load": [round(x, 2) for x in os.getloadavg()]}
+    """bench/catchup.py's run of ``binlake stream --until now`` with ``checkout``'s code, under ``profiler``."""
+    r = catchup_run(server, backlog, work, workers, 0, argparse.Namespace(chunk_mb=16.0), tuple(profiler or ()),
+                    {"PYTHONPATH": str(checkout)}, f"-{tag}")
+    return {"seconds": r["seconds"], "binlake_cpu_s": r["cpu_s"]["binlake process tree"],
+            "mariadbd_cpu_s": r["cpu_s"]["mariadbd"], "load": r["load_after"]}
 
 
 def profile(server: LocalMariaDB, backlog, work: Path, workers: int, checkout: Path, args: argparse.Namespace) -> dict:
