@@ -7,7 +7,7 @@
   CHAR)``, again without ZEROFILL); text in Delta already when p > 38.
 - Key order: a p > 38 key (text) compares as ``Decimal``.
 - Row images: MySQL's packed decimal (groups of 9 digits in 4 bytes, the sign in the first
-  bit), built into the same text the library builds.
+  bit), read into the same Decimal the library builds from its text.
 - A DEFAULT rounds half away from zero to ``s`` digits.
 
 Tested by tests/test_types.py (type matrix), tests/test_binlog_decoder.py,
