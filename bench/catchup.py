@@ -71,9 +71,11 @@ def _load() -> list[float]:
 
 
 def run_stream(server: LocalMariaDB, backlog: Backlog, work: Path, workers: int, run: int,
-               args: argparse.Namespace) -> dict:
-    """(b) ``binlake stream --until now`` over the backlog into a fresh lake with ``workers``."""
-    lake, name = work / f"lake-w{workers}-{run}", f"bench_catchup_w{workers}_{run}"
+               args: argparse.Namespace, prefix: tuple[str, ...] = (), env: dict[str, str] | None = None,
+               tag: str = "") -> dict:
+    """(b) ``binlake stream --until now`` over the backlog into a fresh lake with ``workers``; its
+    command after ``prefix`` (a profiler), with ``env`` added to the environment (bench/stream_profile.py)."""
+    lake, name = work / f"lake-w{workers}-{run}{tag}", f"bench_catchup_w{workers}_{run}{tag}"
     raw = stream_config(server, lake, name, SERVER_ID_STREAM + 10 * run + workers, DB, backlog.start,
                         argparse.Namespace(max_batch_rows=None, max_batch_seconds=None,
                                            catchup_batch_rows=None))
@@ -85,9 +87,9 @@ def run_stream(server: LocalMariaDB, backlog: Backlog, work: Path, workers: int,
     cpu0 = cpu_snapshot(server)
     t0 = time.perf_counter()
     with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen([*binlake_command(), "stream", "-c", str(config), "--until", "now"],
+        proc = subprocess.Popen([*prefix, *binlake_command(), "stream", "-c", str(config), "--until", "now"],
                                 stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO,
-                                env={**os.environ, PASSWORD_ENV: server.password})
+                                env={**os.environ, **(env or {}), PASSWORD_ENV: server.password})
         code, usage = wait_reaping(proc)
     seconds = time.perf_counter() - t0
     cpu = cpu_delta(cpu0, cpu_snapshot(server))

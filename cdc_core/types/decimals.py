@@ -7,7 +7,7 @@
   CHAR)``, again without ZEROFILL); text in Delta already when p > 38.
 - Key order: a p > 38 key (text) compares as ``Decimal``.
 - Row images: MySQL's packed decimal (groups of 9 digits in 4 bytes, the sign in the first
-  bit), built into the same text the library builds.
+  bit), read into the same Decimal the library builds from its text.
 - A DEFAULT rounds half away from zero to ``s`` digits.
 
 Tested by tests/test_types.py (type matrix), tests/test_binlog_decoder.py,
@@ -46,35 +46,41 @@ def _plain(v) -> str:
 
 
 def packed(precision: int, scale: int) -> Reader:
-    """MySQL's packed DECIMAL, built into the same text the library builds (its __read_new_decimal);
-    also the binary of a DECIMAL inside MySQL's binary JSON (cdc_core/types/mysql_json.py)."""
+    """MySQL's packed DECIMAL, read into the same value the library builds from its text (its
+    __read_new_decimal: the groups' digits, zero-padded, around a point); also the binary of a
+    DECIMAL inside MySQL's binary JSON (cdc_core/types/mysql_json.py).
+
+    The whole value is read as one unsigned integer (sign bit flipped; every bit inverted for a
+    negative value, as the library's ``^ mask`` does group by group), its groups taken apart
+    by shifts into the digits' integer, and the Decimal built from ``<digits>e-<scale>``: the
+    same sign, digits and exponent as the library's text (its leading zeros drop alike)."""
     integral = precision - scale
     whole_int, whole_frac = integral // _DECIMAL_DIGITS, scale // _DECIMAL_DIGITS
     lead, tail_digits = _DECIMAL_BYTES[integral % _DECIMAL_DIGITS], scale % _DECIMAL_DIGITS
     tail = _DECIMAL_BYTES[tail_digits]
     size = lead + 4 * (whole_int + whole_frac) + tail
+    top, full = 1 << (8 * size - 1), (1 << (8 * size)) - 1
+    # (shift, multiplier) of each part after the leading one, most significant first
+    parts = tuple((8 * tail + 32 * (whole_int + whole_frac - 1 - g), 10 ** _DECIMAL_DIGITS)
+                  for g in range(whole_int + whole_frac))
+    lead_shift = 8 * (size - lead)
+    tail_mask, tail_scale = (1 << (8 * tail)) - 1, 10 ** tail_digits
+    exponent = f"e-{scale}"
     Decimal = decimal.Decimal
 
     def read(buf: bytes, pos: int) -> tuple[object, int]:
-        raw = bytearray(buf[pos:pos + size])
-        if raw[0] & 0x80:
-            text, mask = "", 0
-        else:
-            text, mask = "-", -1
-        raw[0] ^= 0x80
-        at = lead
-        if lead:
-            text += str(int.from_bytes(raw[:lead], "big", signed=True) ^ mask)
-        for _ in range(whole_int):
-            text += f"{int.from_bytes(raw[at:at + 4], 'big', signed=True) ^ mask:09d}"
-            at += 4
-        text += "."
-        for _ in range(whole_frac):
-            text += f"{int.from_bytes(raw[at:at + 4], 'big', signed=True) ^ mask:09d}"
-            at += 4
+        end = pos + size
+        u = int.from_bytes(buf[pos:end], "big") ^ top
+        sign = ""
+        if u & top:  # the sign bit was clear (now set): a negative value, stored inverted
+            u ^= full
+            sign = "-"
+        n = u >> lead_shift if lead else 0
+        for shift, m in parts:
+            n = n * m + (u >> shift & 0xFFFFFFFF)
         if tail:
-            text += f"{int.from_bytes(raw[at:at + tail], 'big', signed=True) ^ mask:0{tail_digits}d}"
-        return Decimal(text), pos + size
+            n = n * tail_scale + (u & tail_mask)
+        return Decimal(f"{sign}{n}{exponent}"), end
 
     return read
 

@@ -115,6 +115,12 @@ def _fraction(fsp: int, head: int, make: Callable[[bytes], object]) -> Reader:
     """A DATETIME2 or TIMESTAMP2 row-image reader: ``head`` bytes that ``make`` turns into a time
     (None as the library gives it), then the fraction's bytes, as the library's __read_fsp reads them."""
     size, scale = (fsp + 1) // 2, 10 ** (6 - fsp)
+    if not size:
+        def whole(buf: bytes, pos: int) -> tuple[object, int]:
+            end = pos + head
+            return make(buf[pos:end]), end
+
+        return whole
 
     def read(buf: bytes, pos: int) -> tuple[object, int]:
         end = pos + head + size
