@@ -1,0 +1,43 @@
+"""The stream's memory probe (pipelines/stream/memory_probe.py): off without its environment
+variable; with it, a JSON record per period on the ``binlake.memory`` logger, only reading."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import pyarrow as pa
+
+from pipelines.lake.tables import ensure_table
+from pipelines.stream import memory_probe
+from pipelines.stream.memory_probe import ENV_FRAMES, ENV_SECONDS, MemoryProbe
+
+
+def test_the_probe_is_off_without_its_environment_variable(monkeypatch):
+    monkeypatch.delenv(ENV_SECONDS, raising=False)
+    assert MemoryProbe.from_env(dict) is None
+
+
+def test_the_probe_logs_the_memory_and_the_handles_versions_each_period(tmp_path, monkeypatch, caplog):
+    dt = ensure_table(str(tmp_path / "t"), pa.schema([("id", pa.int64())]))
+    monkeypatch.setenv(ENV_SECONDS, "0.05")
+    monkeypatch.setenv(ENV_FRAMES, "1")
+    probe = MemoryProbe.from_env(lambda: {"d.t": dt})
+    try:
+        with caplog.at_level(logging.INFO, logger=memory_probe.logger.name):
+            probe.step()  # not due yet
+            assert not caplog.records
+            for _ in range(2):
+                time.sleep(0.06)
+                probe.step()
+        looks = [json.loads(r.getMessage().split(": ", 1)[1]) for r in caplog.records]
+        assert len(looks) == 2
+        last = looks[-1]
+        assert last["rss_mib"] > 0 and last["pyarrow_mib"] >= 0 and last["handles"] == {"d.t": dt.version()}
+        assert last["python_objects"] > 0 and isinstance(last["types_grown"], dict)
+        assert "lines_grown" in last and last["traced_mib"] > 0
+    finally:
+        import tracemalloc
+
+        tracemalloc.stop()
