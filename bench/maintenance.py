@@ -32,7 +32,9 @@ One run starts a throwaway MariaDB (devtools.local_mariadb, server_id 1).
    p99 ≤ 1.5 s.
 4. ``rss``: the maintained stream of 2. for ``--rss-seconds`` (default 3,600), then 10 s for it
    to read the last changes (not the idle part); the stream's RSS at 5 minutes and at the end of
-   the writes. Goal: within 1.2 ×.
+   the writes. Goal: within 1.2 ×. The RSS (the stream process's, its reader's) is printed every
+   5 minutes as it goes; the stream runs with its memory probe (pipelines/stream/memory_probe.py,
+   one look a minute: what grows), whose records go to the figures' ``memory_probe``.
 5. ``vacuum``: two tables of ``--vacuum-files`` files (default 2,500, as the one-hour run's
    vacuums met; each a copy of one file of ``--vacuum-file-rows`` rows), every file removed by a
    second commit; one vacuumed as the stream did before (delta-rs's vacuum, its checkpoint and

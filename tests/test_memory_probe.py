@@ -1,5 +1,6 @@
 """The stream's memory probe (pipelines/stream/memory_probe.py): off without its environment
-variable; with it, a JSON record per period on the ``binlake.memory`` logger, only reading."""
+variable; with it, a JSON record per period on the ``binlake.memory`` logger, only reading. The
+C heap's trim (pipelines/stream/malloc_trim.py): freed memory goes back, once per period."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import logging
 import time
 
 import pyarrow as pa
+import pytest
 
 from pipelines.lake.tables import ensure_table
 from pipelines.stream import memory_probe
+from pipelines.stream.malloc_trim import MallocTrim
 from pipelines.stream.memory_probe import ENV_FRAMES, ENV_SECONDS, MemoryProbe
 
 
@@ -41,3 +44,25 @@ def test_the_probe_logs_the_memory_and_the_handles_versions_each_period(tmp_path
         import tracemalloc
 
         tracemalloc.stop()
+
+
+def test_a_trim_gives_the_c_heaps_freed_memory_back_once_per_period():
+    now = [0.0]
+    trim = MallocTrim(every=60.0, clock=lambda: now[0])
+    if trim._trim is None:  # noqa: SLF001
+        pytest.skip("not glibc")
+    blocks = [bytearray(50_000) for _ in range(2_000)]  # 100 MB in the C heap (below mmap's threshold)
+    pin = bytearray(50_000)  # after them: the heap's top cannot shrink by itself
+    del blocks
+    before = memory_probe.rss_mib()
+    trim.now()
+    assert memory_probe.rss_mib() < before - 50, "the freed 100 MB stayed resident"
+    del pin
+    now[0] = 30.0
+    trim.step()
+    assert trim.trims == 1  # within the period: no trim
+    now[0] = 61.0
+    trim.step()
+    trim.step()
+    assert trim.trims == 2
+
