@@ -32,7 +32,9 @@ One run starts a throwaway MariaDB (devtools.local_mariadb, server_id 1).
    p99 ≤ 1.5 s.
 4. ``rss``: the maintained stream of 2. for ``--rss-seconds`` (default 3,600), then 10 s for it
    to read the last changes (not the idle part); the stream's RSS at 5 minutes and at the end of
-   the writes. Goal: within 1.2 ×.
+   the writes. Goal: within 1.2 ×. The RSS (the stream process's, its reader's) is printed every
+   5 minutes as it goes; the stream runs with its memory probe (pipelines/stream/memory_probe.py,
+   one look a minute: what grows), whose records go to the figures' ``memory_probe``.
 5. ``vacuum``: two tables of ``--vacuum-files`` files (default 2,500, as the one-hour run's
    vacuums met; each a copy of one file of ``--vacuum-file-rows`` rows), every file removed by a
    second commit; one vacuumed as the stream did before (delta-rs's vacuum, its checkpoint and
@@ -215,11 +217,12 @@ def measure_layout(work: Path, args: argparse.Namespace) -> dict:
 class Sampler:
     """The RSS of a process and its descendants, every ``every`` seconds: (seconds since start, bytes)."""
 
-    def __init__(self, pid: int, every: float = 5.0):
+    def __init__(self, pid: int, every: float = 5.0, say_every: float | None = None):
         import threading
 
-        self.pid, self.every = pid, every
+        self.pid, self.every, self.say_every = pid, every, say_every
         self.samples: list[tuple[float, int]] = []
+        self.main: list[tuple[float, int]] = []  # the process alone (its children: the binlog reader)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -227,12 +230,20 @@ class Sampler:
     def _run(self) -> None:
         t0 = time.monotonic()
         root = psutil.Process(self.pid)
+        said = 0
         while not self._stop.is_set():
             try:
                 procs = [root, *root.children(recursive=True)]
-                self.samples.append((time.monotonic() - t0, sum(p.memory_info().rss for p in procs)))
+                t, own = time.monotonic() - t0, root.memory_info().rss
+                self.samples.append((t, own + sum(p.memory_info().rss for p in procs[1:])))
+                self.main.append((t, own))
             except psutil.Error:
                 return
+            if self.say_every and t >= (said + 1) * self.say_every:
+                said = int(t // self.say_every)
+                print(f"    RSS at {t / 60:.0f} min: {self.samples[-1][1] / 2**20:.0f} MiB (the stream process "
+                      f"{own / 2**20:.0f} MiB, its reader {(self.samples[-1][1] - own) / 2**20:.0f} MiB); load "
+                      f"{os.getloadavg()[0]:.2f}", flush=True)
             self._stop.wait(self.every)
 
     def stop(self) -> None:
@@ -324,6 +335,8 @@ def run_stream(server: LocalMariaDB, work: Path, mode: str, seconds: float, idle
     path = work / f"{mode}.yaml"
     path.write_text(yaml.safe_dump(cfg_raw, sort_keys=False))
     env = {**os.environ, PASSWORD_ENV: server.password}
+    if mode == "rss":  # the stream logs a look at its memory every minute (pipelines/stream/memory_probe.py)
+        env.setdefault("BINLAKE_MEMORY_PROBE_SECONDS", "60")
     snap = subprocess.run([*binlake_command(), "snapshot", "-c", str(path)], cwd=REPO, env=env,
                           capture_output=True, text=True)
     if snap.returncode != 0:
@@ -334,7 +347,7 @@ def run_stream(server: LocalMariaDB, work: Path, mode: str, seconds: float, idle
     with open(log_path, "wb") as logf:
         proc = subprocess.Popen([*binlake_command(), "stream", "-c", str(path)], stdout=logf, stderr=subprocess.STDOUT,
                                 cwd=REPO, env=env)
-    sampler = Sampler(proc.pid)
+    sampler = Sampler(proc.pid, say_every=300.0 if mode == "rss" else None)
     with server.connect(DB) as c, c.cursor() as cur:
         cur.execute(f"SELECT MAX(id) FROM `{TABLE}`")
         first_new = int(cur.fetchone()[0]) + 1 + SERVER_IDS[mode] * 1000
@@ -374,7 +387,9 @@ def run_stream(server: LocalMariaDB, work: Path, mode: str, seconds: float, idle
            "after_snapshot": after_snapshot, "versions": table.version(), "live_files": len(table.file_uris()),
            "live_bytes": live, **on_disk, "disk_over_live": on_disk["parquet_bytes"] / live,
            "compacted_copy_files": ref_files, "files_goal": GOAL_FILES_FACTOR * ref_files + GOAL_FILES_PLUS,
-           "reads": reads, "rss_mib": rss, "rss_series": sampler.samples[::12],
+           "reads": reads, "rss_mib": rss, "rss_series": sampler.samples[::12], "stream_rss_series": sampler.main[::12],
+           "memory_probe": [json.loads(line.split("memory probe: ", 1)[1]) for line in
+                            log_path.read_text(errors="replace").splitlines() if "memory probe: " in line],
            "delta_equals_mysql": diff.equal, "rows": diff.delta_rows, "compactions": compactions,
            "last_runs": {f"{k[1]}": v for k, v in runs.items() if k[0] == f"{DB}.{TABLE}"}}
     print(f"    {table.version()} Delta versions, {doc['live_files']} live files (a compacted copy: {ref_files}), "

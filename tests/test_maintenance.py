@@ -363,6 +363,65 @@ def test_a_vacuum_reopens_the_streams_handles_from_its_checkpoint(tmp_path):
     assert store.checkpoint().offset.applied == pos
 
 
+def test_a_worn_handle_is_opened_afresh_and_reads_the_same(tmp_path, monkeypatch):
+    """Between vacuums the stream's handles are opened afresh once they are ``RENEW_VERSIONS``
+    versions past where they were opened (delta-rs's incremental update keeps every commit's actions
+    in the handle): the data table's (Sinks.renew, the engine's step between batches) and the
+    control store's stream_checkpoint handle (a commit per batch); the fresh ones read the same."""
+    from cdc_core.routes import Router
+    from pipelines.lake import tables
+    from pipelines.lake.control_store import ControlStore
+    from pipelines.lake.files import commit_files, write_parquet
+    from pipelines.stream.sinks import Sinks
+
+    monkeypatch.setattr(tables, "RENEW_VERSIONS", 4)
+    cfg = parse_config({"pipeline": {"name": "p"}, "source": {"user": "u", "tables": ["d\\..*"]},
+                        "sink": {"path": str(tmp_path)}})
+    uri = tables.table_uri(cfg.sink.path, "d.t")
+    _streamed(uri, snapshot_rows=100, batches=0)  # versions 0 and 1
+    sinks = Sinks(cfg, Router([]))
+    kept = sinks.existing("d.t")
+    top = 100
+    for _ in range(3):
+        commit_files(kept, [write_parquet(uri, _rows(range(top, top + 10)))], SCHEMA, {})
+        top += 10
+    sinks.renew()
+    assert sinks.tables["d.t"] is kept and not tables.worn(kept)  # 3 versions past its opening
+    commit_files(kept, [write_parquet(uri, _rows(range(top, top + 10)))], SCHEMA, {})
+    top += 10
+    assert tables.worn(kept)
+    sinks.renew()
+    fresh = sinks.tables["d.t"]
+    assert fresh is not kept and not tables.worn(fresh)
+    assert fresh.version() == kept.version() == DeltaTable(uri).version()
+    assert _sorted(fresh).equals(_sorted(uri)) and _sorted(fresh).num_rows == top
+
+    store = ControlStore.of(cfg)
+    seen = []
+    for seq in range(1, 13):
+        pos = BinlogPosition("binlog.000001", 4 + seq)
+        store.save_checkpoint(StreamOffset(pos, pos), "streaming", seq)
+        if store._checkpoints is not None and all(h is not store._checkpoints for h in seen):  # noqa: SLF001
+            seen.append(store._checkpoints)  # noqa: SLF001
+    assert len(seen) >= 2, "the checkpoint handle was never opened afresh"
+    for reader in (store, ControlStore.of(cfg)):
+        cp = reader.checkpoint()
+        assert (cp.offset.applied, cp.seq, cp.rows_applied) == (pos, 12, 12)
+
+
+def test_a_handle_not_opened_by_the_lake_is_never_worn(tmp_path, monkeypatch):
+    from pipelines.lake import tables
+
+    monkeypatch.setattr(tables, "RENEW_VERSIONS", 1)
+    uri = str(tmp_path / "t")
+    _streamed(uri, snapshot_rows=10, batches=2)
+    assert not tables.worn(DeltaTable(uri)) and tables.worn(tables.open_table(uri)) is False
+    dt = tables.open_table(uri)
+    apply_changes(dt, ("id",), _rows(range(10, 12), seq=9), SCHEMA.empty_table(), SCHEMA.empty_table(),
+                  _props(9), uri)
+    assert tables.worn(dt)
+
+
 def test_the_streams_look_at_many_tables_reads_only_changed_ones_and_few_per_step(tmp_path, monkeypatch):
     """Each look at the tables (``CHECK_SECONDS``) reads a table's files from its handle again only
     when its version moved, at most ``CHECK_READS`` tables' per look, going on from there at the

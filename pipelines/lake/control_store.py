@@ -43,7 +43,7 @@ from cdc_core.retry import RetryPolicy, retrying
 from cdc_core.schema.history import HistoryEntry, Status
 from cdc_core.schema.table import TableSchema
 from pipelines.lake.files import SnapshotCommits, snapshot_commits
-from pipelines.lake.tables import commit_with_token, open_table, post_commit_hooks
+from pipelines.lake.tables import commit_with_token, open_table, post_commit_hooks, worn
 
 PLAN_SCHEMA = pa.schema([
     ("pipeline", pa.string()), ("table", pa.string()), ("chunk_index", pa.int32()), ("chunk_key", pa.string()),
@@ -135,7 +135,18 @@ class ControlStore:
         """The control store of a pipeline config (``cdc_core.config.BinlakeConfig``)."""
         return cls(cfg.sink.path, cfg.pipeline.name, cfg.sink.storage_options, retry)
 
+    def _renew(self, name: str) -> None:
+        """Reopen control table ``name`` when a handle this store keeps of it is worn
+        (pipelines/lake/tables.py: ``RENEW_VERSIONS``): a checkpoint per batch moves the
+        stream_checkpoint handle a version per batch."""
+        cached = self._cache.get(name)
+        held = [cached.table if cached else None, self._writers.get(name),
+                self._checkpoints if name == "stream_checkpoint" else None]
+        if any(t is not None and worn(t) for t in held):
+            self.reopen(name)
+
     def _read(self, name: str) -> list[dict]:
+        self._renew(name)
         cached = self._cache.get(name)
         if cached is not None:
             t = cached.table
@@ -174,6 +185,7 @@ class ControlStore:
                 cached.table = fresh
 
     def _append(self, name: str, rows: list[dict], schema: pa.Schema) -> None:
+        self._renew(name)
         data = pa.Table.from_pylist(rows, schema=schema)
         token = uuid.uuid4().hex
         uri = f"{self.root}/{name}"
@@ -394,8 +406,9 @@ class ControlStore:
                "applied_pos": offset.applied.pos, "gtid": offset.gtid, "event_time": offset.event_time,
                "rows_applied": rows_applied, "committed_at": dt.datetime.now(dt.UTC), "seq": self._checkpoint_seq,
                "offset": offset.to_json()}
-        # One handle for the stream's life: a checkpoint per batch must not replay the table's log each time.
-        # It is the one the checkpoint was read through, if any: the table is not opened twice.
+        # One handle kept (opened afresh once worn): a checkpoint per batch must not replay the table's log
+        # each time. It is the one the checkpoint was read through, if any: the table is not opened twice.
+        self._renew("stream_checkpoint")
         if self._checkpoints is None:
             cached = self._cache.get("stream_checkpoint")
             self._checkpoints = cached.table if cached else self._writer("stream_checkpoint") or (

@@ -17,6 +17,9 @@ Invariants:
   ``snapshot_commits``) need not read those commits back (tests/test_lake_requests.py).
 - A commit without data, a column addition and a rewrite leave their handle at the version they
   committed; the handle does not read the log back (tests/test_lake_requests.py).
+- A handle opened here is :func:`worn` once it is ``RENEW_VERSIONS`` versions past the version it
+  was opened at; the holders of long-lived handles (the stream's sinks, the control store, the
+  maintainer) then open it afresh, which reads the same rows (tests/test_maintenance.py).
 """
 
 from __future__ import annotations
@@ -41,6 +44,15 @@ TOKEN_WINDOW = 20
 MAINTENANCE_KEY = "binlake.maintenance"
 
 
+# A handle kept while its table is committed to is opened afresh once it is this many versions past
+# the version it was opened at: delta-rs's incremental update adds each new commit's file actions to
+# the handle's state and never folds them into a checkpoint, so a handle kept for a stream's life
+# grows with every commit it has seen, and the stream's memory with it (bench/maintenance.py --only
+# rss). A fresh open reads the latest checkpoint (written every ``delta.checkpointInterval``
+# commits) and the commits after it.
+RENEW_VERSIONS = 100
+
+
 def table_uri(sink_path: str, qualified_name: str) -> str:
     """``<sink.path>/<db>/<table>`` (docs/contracts.md)."""
     db, table = qualified_name.split(".", 1)
@@ -50,14 +62,31 @@ def table_uri(sink_path: str, qualified_name: str) -> str:
 def open_table(uri: str, storage_options: dict | None = None) -> DeltaTable | None:
     """The Delta table at ``uri``, or None when there is none yet."""
     try:
-        return DeltaTable(uri, storage_options=storage_options or None)
+        return _opened_now(DeltaTable(uri, storage_options=storage_options or None))
     except TableNotFoundError:
         return None
 
 
 def require_table(uri: str, storage_options: dict | None = None) -> DeltaTable:
     """The Delta table at ``uri``; raises delta-rs's TableNotFoundError when there is none."""
-    return DeltaTable(uri, storage_options=storage_options or None)
+    return _opened_now(DeltaTable(uri, storage_options=storage_options or None))
+
+
+# The version each handle opened here was opened at: {id(handle): version}, dropped with the handle.
+_opened_at: dict[int, int] = {}
+
+
+def _opened_now(dt: DeltaTable) -> DeltaTable:
+    weakref.finalize(dt, _opened_at.pop, id(dt), None)
+    _opened_at[id(dt)] = dt.version()
+    return dt
+
+
+def worn(dt: DeltaTable) -> bool:
+    """Whether ``dt`` is ``RENEW_VERSIONS`` or more versions past the version it was opened at (see
+    ``RENEW_VERSIONS``): its holder should open the table afresh. False for a handle not opened here."""
+    opened = _opened_at.get(id(dt))
+    return opened is not None and dt.version() - opened >= RENEW_VERSIONS
 
 
 def ensure_table(uri: str, schema: pa.Schema, storage_options: dict | None = None,
@@ -72,8 +101,10 @@ def ensure_table(uri: str, schema: pa.Schema, storage_options: dict | None = Non
         if dt is not None:
             return dt
         try:
-            dt = DeltaTable.create(uri, schema=schema, mode="error", storage_options=storage_options or None,
-                                   configuration=configuration or None, partition_by=list(partition_by) or None)
+            dt = _opened_now(DeltaTable.create(uri, schema=schema, mode="error",
+                                               storage_options=storage_options or None,
+                                               configuration=configuration or None,
+                                               partition_by=list(partition_by) or None))
         except DeltaError:
             dt = open_table(uri, storage_options)  # another writer created it meanwhile
             if dt is None:

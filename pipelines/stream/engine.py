@@ -98,6 +98,8 @@ from cdc_core.types.key_order import KeyOrders, ServerSql
 from pipelines.lake.control_store import ControlStore
 from pipelines.lake.maintenance.maintainer import Maintainer
 from pipelines.stream.commit import Committer
+from pipelines.stream.malloc_trim import MallocTrim
+from pipelines.stream.memory_probe import MemoryProbe
 from pipelines.stream.metrics import stream_observer
 from pipelines.stream.online_backfill import Backfills
 from pipelines.stream.reader import ParallelReader, ReaderProcess
@@ -156,6 +158,8 @@ class StreamEngine:
         self._summary = StreamSummary()
         self._report_as = f"binlake:{cfg.pipeline.name}"  # how the binlog connection registers (SHOW SLAVE HOSTS)
         self.metrics = stream_observer(self)  # Prometheus metrics when metrics.port is set (metrics.py)
+        self.probe = MemoryProbe.from_env(lambda: self.sinks.tables)  # None unless the environment asks
+        self.trim = MallocTrim()  # the C heap's free pages back to the system, once a minute (malloc_trim.py)
 
     @property
     def summary(self) -> StreamSummary:
@@ -335,6 +339,11 @@ class StreamEngine:
                     self.backfills.merge()
                 # Between batches: the last one is committed and checkpointed, the next not begun.
                 self.maintenance.step(may_commit=not s.holds, may_vacuum=not self.backfills.inflight)
+                if not s.holds:  # a held table's handle and schema stay as the schema change left them
+                    self.sinks.renew()
+                self.trim.step()
+                if self.probe is not None:
+                    self.probe.step()
                 records = []
                 if ended or s.held_rows() >= self.cfg.stream.max_held_rows:
                     self._stop.wait(0.05)  # the reader blocks on the full queue: memory stays bounded

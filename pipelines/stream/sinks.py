@@ -38,6 +38,7 @@ from pipelines.lake.tables import (
     open_table,
     refresh,
     table_uri,
+    worn,
 )
 
 # Delta tables opened or created at once (:meth:`Sinks.open_all`), as many as the stream commits
@@ -158,6 +159,16 @@ class Sinks:
         dt = open_table(table_uri(self.cfg.sink.path, sink), self.cfg.sink.storage_options)
         if dt is not None:
             self.tables[sink] = dt
+
+    def renew(self) -> None:
+        """Open afresh, from their latest checkpoint, the tables and changelog tables whose handles
+        are worn (pipelines/lake/tables.py: ``RENEW_VERSIONS`` says why); they read the same rows."""
+        for sink in [s for s, dt in self.tables.items() if worn(dt)]:
+            self.reopen(sink)
+        for sink in [s for s, dt in self.feeds.items() if worn(dt)]:
+            fresh = open_table(table_uri(self.cfg.sink.path, sink + FEED_SUFFIX), self.cfg.sink.storage_options)
+            if fresh is not None:
+                self.feeds[sink] = fresh
 
     def applied_key(self, sink: str) -> tuple[int, int] | None:
         """(file number, offset) of the last binlog event the stream committed to ``sink``."""

@@ -26,6 +26,7 @@ between batches; it never commits inside a batch):
   slice of deletes under way finish and leaves the rest to the next vacuum;
 - after a table's vacuum (which writes a checkpoint) its handles are opened afresh: a handle
   kept for the stream's life grows with every commit it has seen, the stream's memory with it;
+  between vacuums a handle is opened afresh once worn (pipelines/lake/tables.py: ``worn``);
 - ``binlake maintain`` requests (requests.py) are polled every ``REQUEST_POLL_SECONDS`` and
   carried out the same way, the asked tables first, then answered with what was done.
 
@@ -59,7 +60,7 @@ from pipelines.lake.control_store import ControlStore
 from pipelines.lake.maintenance import compaction, layout, policy, requests, vacuum
 from pipelines.lake.maintenance.requests import MaintenanceReport, RequestState, TableReport
 from pipelines.lake.storage import require_safe_commits
-from pipelines.lake.tables import DeltaTable, delta_schema, open_table, table_uri
+from pipelines.lake.tables import DeltaTable, delta_schema, open_table, table_uri, worn
 from pipelines.lake.writer_lock import WriterLockError, writer_lock
 
 log = logging.getLogger(__name__)
@@ -401,6 +402,8 @@ class Maintainer:
                 self._controls[key] = dt
                 self._states[key] = _State(TableMaintenance(self.cfg, key, None), now, now, now)
             if key in self._controls:
+                if worn(self._controls[key]):  # moved by update_incremental (its compactions and vacuums)
+                    self._reopen(key)
                 handles[key] = self._controls[key]
         return handles
 

@@ -1,0 +1,77 @@
+"""The stream's memory probe (pipelines/stream/memory_probe.py): off without its environment
+variable; with it, a JSON record per period on the ``binlake.memory`` logger, only reading. The
+C heap's trim (pipelines/stream/malloc_trim.py): freed memory goes back, once per period."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from pipelines.lake.tables import ensure_table
+from pipelines.stream import memory_probe
+from pipelines.stream.malloc_trim import MallocTrim
+from pipelines.stream.memory_probe import ENV_FRAMES, ENV_SECONDS, MemoryProbe
+
+
+def test_the_probe_is_off_without_its_environment_variable(monkeypatch):
+    monkeypatch.delenv(ENV_SECONDS, raising=False)
+    assert MemoryProbe.from_env(dict) is None
+
+
+def test_the_probe_logs_the_memory_and_the_handles_versions_each_period(tmp_path, monkeypatch, caplog):
+    dt = ensure_table(str(tmp_path / "t"), pa.schema([("id", pa.int64())]))
+    monkeypatch.setenv(ENV_SECONDS, "0.05")
+    monkeypatch.setenv(ENV_FRAMES, "1")
+    probe = MemoryProbe.from_env(lambda: {"d.t": dt})
+    try:
+        with caplog.at_level(logging.INFO, logger=memory_probe.logger.name):
+            probe.step()  # not due yet
+            assert not caplog.records
+            for _ in range(2):
+                time.sleep(0.06)
+                probe.step()
+        looks = [json.loads(r.getMessage().split(": ", 1)[1]) for r in caplog.records]
+        assert len(looks) == 2
+        last = looks[-1]
+        assert last["rss_mib"] > 0 and last["pyarrow_mib"] >= 0 and last["handles"] == {"d.t": dt.version()}
+        assert last["python_objects"] > 0 and isinstance(last["types_grown"], dict)
+        assert "lines_grown" in last and last["traced_mib"] > 0
+    finally:
+        import tracemalloc
+
+        tracemalloc.stop()
+
+
+def test_a_trim_gives_freed_memory_back_once_per_period():
+    now = [0.0]
+    trim = MallocTrim(every=60.0, clock=lambda: now[0])
+    if trim._trim is None:  # noqa: SLF001
+        pytest.skip("not glibc")
+    blocks = [bytearray(50_000) for _ in range(2_000)]  # 100 MB in the C heap (below mmap's threshold)
+    pin = bytearray(50_000)  # after them: the heap's top cannot shrink by itself
+    del blocks
+    before = memory_probe.rss_mib()
+    trim.now()
+    assert memory_probe.rss_mib() < before - 50, "the freed 100 MB stayed resident"
+    del pin
+    ids = pa.array(np.arange(131_072))
+    arrays = [pc.add(ids, i) for i in range(100)]  # 100 MiB from pyarrow's pool
+    del arrays
+    trim._trim(0)  # noqa: SLF001 - the C heap's part: what stays resident is pyarrow's
+    before = memory_probe.rss_mib()
+    trim.now()
+    assert memory_probe.rss_mib() < before - 50, "pyarrow's freed 100 MiB stayed resident"
+    now[0] = 30.0
+    trim.step()
+    assert trim.trims == 2  # within the period: no trim
+    now[0] = 61.0
+    trim.step()
+    trim.step()
+    assert trim.trims == 3
+
