@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
 import time
 
 import numpy as np
@@ -75,3 +76,23 @@ def test_a_trim_gives_freed_memory_back_once_per_period():
     trim.step()
     assert trim.trims == 3
 
+
+
+def test_a_stream_engine_allocates_arrow_memory_from_the_system_allocator(db, make_config):
+    """The pool the trim covers (malloc_trim.py), in the engine's process and the reader it forks."""
+    from pipelines.stream.engine import StreamEngine
+
+    before = pa.default_memory_pool()
+    pa.set_memory_pool(pa.mimalloc_memory_pool())
+    try:
+        StreamEngine(make_config(db[0]))
+        assert pa.default_memory_pool().backend_name == "system"
+        ctx = multiprocessing.get_context("fork")  # as pipelines/stream/reader.py starts its reader
+        with ctx.Pool(1) as pool:
+            assert pool.apply(_pool_backend) == "system"
+    finally:
+        pa.set_memory_pool(before)
+
+
+def _pool_backend() -> str:
+    return pa.default_memory_pool().backend_name

@@ -11,8 +11,14 @@ Measured (bench/maintenance.py --only rss, the stream's memory probe): glibc's m
 heap trimmed, pyarrow's mimalloc region held 118-132 MiB resident while pyarrow had ~0 bytes
 allocated (its peak: 14 MiB).
 
+The stream process allocates Arrow memory from the system allocator (:func:`use_system_pool`,
+called before the reader process is forked), so one trim covers Arrow's freed pages too: with
+mimalloc, pyarrow's default, the stream of the same benchmark started 70 MiB larger and its
+region grew with uptime although Arrow held nothing between batches.
+
 Invariants (tests/test_memory_probe.py): a trim gives freed C-heap memory back (the RSS falls);
-trims come at most once per period.
+trims come at most once per period; a stream engine's process allocates Arrow memory from the
+system allocator.
 """
 
 from __future__ import annotations
@@ -33,6 +39,12 @@ def _libc_trim() -> Callable[[int], int] | None:
         return None
     fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
     return fn
+
+
+def use_system_pool() -> None:
+    """Make the system allocator pyarrow's default pool in this process (and in the processes it
+    forks from now on): the C heap that :meth:`MallocTrim.now` trims (see the module docstring)."""
+    pa.set_memory_pool(pa.system_memory_pool())
 
 
 class MallocTrim:
