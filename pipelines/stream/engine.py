@@ -340,9 +340,11 @@ class StreamEngine:
                     self.backfills.merge()
                 # Between batches: the last one is committed and checkpointed, the next not begun.
                 self.maintenance.step(may_commit=not s.holds, may_vacuum=not self.backfills.inflight)
-                if not s.holds:  # a held table's handle and schema stay as the schema change left them
+                # Once a minute, with the trim: worn handles opened afresh (a scan of every table's
+                # handle each loop turn would cost the stream's hot path for nothing); a held table's
+                # handle and schema stay as the schema change left them.
+                if self.trim.step() and not s.holds:
                     self.sinks.renew()
-                self.trim.step()
                 if self.probe is not None:
                     self.probe.step()
                 records = []

@@ -56,12 +56,13 @@ class MallocTrim:
         self.trims = 0
         self._next = clock() + every
 
-    def step(self) -> None:
-        """Trim when a period has passed since the last trim."""
+    def step(self) -> bool:
+        """Trim when a period has passed since the last trim; whether it did."""
         if self.clock() < self._next:
-            return
+            return False
         self._next = self.clock() + self.every
         self.now()
+        return True
 
     def now(self) -> None:
         """Trim at once: free pages of every heap and of pyarrow's pool back to the system."""
