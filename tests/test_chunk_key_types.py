@@ -22,6 +22,7 @@ import time
 import pytest
 
 from cdc_core.chunks.planning import ChunkKeyError, check_bounds_order, plan_chunks
+from cdc_core.chunks.reader import ChunkReader
 from cdc_core.schema.table import describe_table
 from cdc_core.source.connection import connect, connection_settings
 from cdc_core.types.enum_set import Ordinal
@@ -118,12 +119,33 @@ def _writer(settings, database: str, tables: list[str], stop: threading.Event, c
             time.sleep(0.002)
 
 
-def test_key_types_hand_off_exactly_under_writes(db, spark, make_config):
+def _changed_in_every_window(monkeypatch, settings, database: str, every: int) -> None:
+    """Every ``every``-th chunk read gets a row of its range updated between its SELECT and its
+    high watermark: the writer's changes land in a window by chance (a window lasts a few
+    milliseconds), these by construction, so the fold is exercised on every run."""
+    fetch = ChunkReader._fetch
+    reads = iter(range(1_000_000))
+
+    def fetch_then_write(self, schema, chunk):
+        table = fetch(self, schema, chunk)
+        if next(reads) % every == 0:
+            cond, params = chunk.where()
+            with connect(settings, database=database) as conn, conn.cursor() as cur:
+                cur.execute(f"UPDATE {schema.table} SET v = v + 1 WHERE {cond} LIMIT 1", params)
+        return table
+
+    monkeypatch.setattr(ChunkReader, "_fetch", fetch_then_write)
+
+
+def test_key_types_hand_off_exactly_under_writes(db, spark, make_config, monkeypatch):
     name, conn = db
     tables = _tables(conn)
     # One chunk per task: every chunk has its own watermarks, so a key placed in the wrong
-    # chunk is judged against the wrong high watermark.
-    cfg = make_config(name, parallelism=2, source={"snapshot": {"chunk_size": 30, "max_rows_per_task": 30}})
+    # chunk is judged against the wrong high watermark. The groups run in this process's
+    # threads (the local runner), where the in-window writes below are made.
+    cfg = make_config(name, parallelism=2, source={"snapshot": {"chunk_size": 30, "max_rows_per_task": 30,
+                                                                "runner": "local"}})
+    _changed_in_every_window(monkeypatch, connection_settings(cfg), name, every=4)
     names = [f"{name}.{t}" for t in tables]
     stop, counts = threading.Event(), {"ops": 0}
     t = threading.Thread(target=_writer, args=(connection_settings(cfg), name, tables, stop, counts))
