@@ -202,7 +202,7 @@ def test_backfill_of_several_tables_in_one_launch_while_the_stream_runs_under_wr
                 instance=instance, run_config={"ops": {"backfill_table": {"config": {"tables": [
                     {"table": a}, {"table": b, "from_key": "400", "to_key": "900"}]}}}})
         assert len(touched["a"]) > 50 and any(400 <= k < 900 for k in touched["b"])
-        wait_for(lambda: all(d.equal for d in diff_tables(cfg, [a, b])), 60, "Delta to catch up with MySQL",
+        wait_for(lambda: all(d.equal for d in diff_tables(cfg, [a, b])), 180, "Delta to catch up with MySQL",
                  interval=0.5)
     finally:
         stream.stop()
