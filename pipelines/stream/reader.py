@@ -112,7 +112,7 @@ class Spool:
             self._fd = None
 
 
-def _undecoded_cut(records: list[ReaderRecord]) -> list[ReaderRecord]:
+def undecoded_cut(records: list[ReaderRecord]) -> list[ReaderRecord]:
     """``records`` up to the first row event whose packed rows failed to decode as they were
     unpickled (cdc_core/binlog/row_images.py), then the error the reader would have sent in its
     place: nothing follows it."""
@@ -159,12 +159,12 @@ class ReaderProcess:
     def take(self, timeout: float) -> list[ReaderRecord]:
         """The next records (a list, in binlog order), or [] if none came within ``timeout``."""
         try:
-            return _undecoded_cut(self._queue.get(timeout=timeout))
+            return undecoded_cut(self._queue.get(timeout=timeout))
         except queue_mod.Empty:
             if self.process.is_alive():
                 return []
         try:  # it may have put its last records just before it ended
-            return _undecoded_cut(self._queue.get(timeout=0.01))
+            return undecoded_cut(self._queue.get(timeout=0.01))
         except queue_mod.Empty:
             return [ReaderError(ReadFailure.TRANSIENT, f"reader process exited with code {self.process.exitcode}")]
 
