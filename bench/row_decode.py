@@ -98,7 +98,7 @@ def measure(port: int, password: str, start: dict, end: dict) -> dict:
             if isinstance(event, ROW_EVENTS):
                 t0 = clock()
                 d, _ = decoder.decoding(event)
-                rows = RowDecoder.rows(event, d)
+                rows = decoder.rows(event, d)
                 t1 = clock()
                 cols = d.layout.schema.columns
                 images = [img for r in rows for img in (r if isinstance(r, tuple) and isinstance(r[0], tuple)

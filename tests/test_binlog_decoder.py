@@ -5,25 +5,30 @@ change; rows are decoded with the columns they were written with, however late."
 from __future__ import annotations
 
 import dataclasses
+import pickle
+from decimal import Decimal
 
 from pymysqlreplication.event import QueryEvent, XidEvent
 from pymysqlreplication.row_event import WriteRowsEvent
 
 from cdc_core.binlog.decoder import ROW_EVENTS, RowDecoder
 from cdc_core.binlog.event_source import open_binlog
-from cdc_core.offset.position import master_position
+from cdc_core.binlog.events import Op, ReaderError, ReadFailure, RowsEvent, TransactionEnd
+from cdc_core.binlog.row_images import PackedRows
+from cdc_core.offset.position import BinlogPosition, master_position
 from cdc_core.schema.history import storage_class
 from cdc_core.schema.table import describe_table
 from cdc_core.source.connection import connection_settings
 from cdc_core.types.mapping import arrow_type
+from pipelines.stream.reader import undecoded_cut
 from tests.test_types import COLUMNS, load_type_matrix
 
 
-def _read(cfg, start, end, table: str):
+def _read(cfg, start, end, table: str, packed: bool = False):
     """(layout, is new, rows) for each row event of ``table`` in (start, end]."""
     reader = open_binlog(connection_settings(cfg), cfg.source.server_id + 77, start,
                          only_events=[*ROW_EVENTS, XidEvent, QueryEvent])
-    decoder = RowDecoder()
+    decoder = RowDecoder(packed=packed)
     out = []
     try:
         for event in reader:
@@ -84,7 +89,8 @@ def test_fast_images_equal_the_library(db, mariadb, make_config):
     """Every type of the matrix, alone beside the key, and every type row_images.py decodes together in
     one wide table (NULLs spread over a many-byte null bitmap): the row images cdc_core/binlog/row_images.py
     decodes are the library's (with binlog_columns.py's corrections), value for value and type for type,
-    for inserts, updates (both images) and deletes; the types it leaves to the library are the ones it names."""
+    for inserts, updates (both images) and deletes, and so are its packed rows once pickled and unpickled (as
+    the reader process hands them to the engine); the types it leaves to the library are the ones it names."""
     name, conn = db
     load_type_matrix(mariadb, conn, name)
     columns = [c for c, (t, _) in COLUMNS.items() if c != "id" and " AS (" not in t]
@@ -106,16 +112,21 @@ def test_fast_images_equal_the_library(db, mariadb, make_config):
     settings = connection_settings(cfg)
     decoded: dict[str, list] = {}
     fast: set[str] = set()  # the tables whose rows row_images.py decoded
-    for library in (False, True):
-        reader = open_binlog(settings, cfg.source.server_id + 78 + library, start, only_events=[*ROW_EVENTS, XidEvent])
-        decoder = RowDecoder()
+    passes = ("fast", "packed", "library")  # packed: the reader process's rows, decoded as the engine unpickles them
+    for i, how in enumerate(passes):
+        reader = open_binlog(settings, cfg.source.server_id + 78 + i, start, only_events=[*ROW_EVENTS, XidEvent])
+        decoder = RowDecoder(packed=how == "packed")
         try:
             for event in reader:
                 if isinstance(event, ROW_EVENTS) and event.table in tables:
                     d, _ = decoder.decoding(event)
                     if d.images is not None:
                         fast.add(event.table)
-                    rows = decoder.rows(event, dataclasses.replace(d, images=None) if library else d)
+                    rows = decoder.rows(event, dataclasses.replace(d, images=None) if how == "library" else d)
+                    if how == "packed":
+                        assert (type(rows) is PackedRows) == (d.images is not None and bool(rows))
+                        rows = pickle.loads(pickle.dumps([rows], pickle.HIGHEST_PROTOCOL))[0]
+                    assert type(rows) is list
                     decoded.setdefault(event.table, []).append([rows, type(event).__name__])
                 if (reader.log_file, reader.log_pos) >= (end.file, end.pos):
                     break
@@ -125,8 +136,13 @@ def test_fast_images_equal_the_library(db, mariadb, make_config):
     def typed(v):
         return [typed(x) for x in v] if isinstance(v, list | tuple) else (type(v).__name__, str(v))
 
-    wrong = [(tables[t], typed(events[0]), typed(events[len(events) // 2])) for t, events in decoded.items()
-             if typed(events[:len(events) // 2]) != typed(events[len(events) // 2:])]
+    def third(events, i):
+        n = len(events) // len(passes)
+        return events[i * n:(i + 1) * n]
+
+    wrong = [(tables[t], how, typed(third(events, 0)[0]), typed(third(events, i)[0]))
+             for t, events in decoded.items() for i, how in enumerate(passes)
+             if typed(third(events, 0)) != typed(third(events, i))]
     assert not wrong, f"fast images differ from the library's: {wrong}"
     assert decoded.keys() == tables.keys()
     assert {kind for events in decoded.values() for _, kind in events} == {"WriteRowsEvent", "UpdateRowsEvent",
@@ -134,3 +150,26 @@ def test_fast_images_equal_the_library(db, mariadb, make_config):
     assert "wide" in fast and {c for t in fast for c in tables[t]} == set(columns) - library_only
     assert {"bi_u", "dec65", "dt6", "ts6", "d", "yr", "vc", "bl", "bn", "en", "enl1", "l1", "i6", "uu"} <= set(
         tables["wide"])
+
+
+def test_packed_rows_that_fail_to_decode_end_the_taken_records_with_a_fatal_error(db, make_config):
+    """Packed rows (the reader process's) are decoded as the engine unpickles them: an event whose data
+    does not decode (here cut inside its first key) unpickles as ``Undecoded``, and the taker keeps the
+    records before it, then a fatal ``ReaderError`` naming the table and position, and nothing after."""
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, d DECIMAL(12,2))")
+        start = master_position(cur)
+        cur.execute("INSERT INTO t VALUES (1, 10.25), (2, -3.5)")
+        end = master_position(cur)
+    ((layout, _, rows, _),) = _read(make_config(name), start, end, f"{name}.t", packed=True)
+    assert type(rows) is PackedRows
+    at = BinlogPosition("binlog.000001", 4)
+    good = RowsEvent(layout.table, Op.INSERT, at, layout.id, rows, 0, 100)
+    bad = dataclasses.replace(good, rows=PackedRows(rows.images, rows.data[:2], False))  # cut in its key
+    after = TransactionEnd(at, None, 0)
+    taken = undecoded_cut(pickle.loads(pickle.dumps([layout, good, bad, after], pickle.HIGHEST_PROTOCOL)))
+    assert taken[:2] == [layout, dataclasses.replace(good, rows=[(1, Decimal("10.25")), (2, Decimal("-3.50"))])]
+    assert len(taken) == 3 and type(taken[2]) is ReaderError and taken[2].kind == ReadFailure.FATAL
+    assert f"{layout.table}'s rows at {at}" in taken[2].message
+    assert undecoded_cut(pickle.loads(pickle.dumps([good, after]))) == [taken[1], after]

@@ -23,6 +23,8 @@ Invariants (tests/test_binlog_decoder.py, tests/test_types.py):
 - A table map whose every column has a simple binlog format is decoded by
   cdc_core/binlog/row_images.py instead of the library, into the very same values (a fraction of
   the library's CPU: the reader's largest cost); any other, by the library.
+- With ``packed`` (the stream's reader process), such a table map's rows are handed out undecoded
+  (``PackedRows``): they unpickle into the same value tuples in the process that takes them.
 - Columns ``keep`` rejects (``source.exclude_columns``) are in neither the layout nor the
   value tuples.
 - A MySQL partial JSON update (PARTIAL_UPDATE_ROWS) is an update whose after images binlake
@@ -41,7 +43,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, PartialUpdateRowsEvent
 from cdc_core.binlog import columns as binlog_columns
 from cdc_core.binlog.events import Op, TableLayout
 from cdc_core.binlog.json_diff import partial_rows
-from cdc_core.binlog.row_images import RowImages, column_key, compile_images
+from cdc_core.binlog.row_images import PackedRows, RowImages, column_key, compile_images
 from cdc_core.schema.table import Column, TableSchema
 from cdc_core.types.registry import table_map_codec
 
@@ -101,10 +103,13 @@ class _Decoding:
 class RowDecoder:
     """Decodes row events into value tuples and reports each table's layout once per change;
     ``keep("db.table", column)`` says which columns are captured (all when None). Layout ids
-    count up from ``first_id`` (decoders of one stream get disjoint id ranges)."""
+    count up from ``first_id`` (decoders of one stream get disjoint id ranges). With ``packed``, rows
+    row_images.py decodes are left for the process that unpickles them (``PackedRows``)."""
 
-    def __init__(self, keep: Callable[[str, str], bool] | None = None, first_id: int = 1) -> None:
+    def __init__(self, keep: Callable[[str, str], bool] | None = None, first_id: int = 1,
+                 packed: bool = False) -> None:
         self._keep = keep
+        self._packed = packed
         self._by_map: dict[tuple, _Decoding] = {}  # (table id, column_key of each column) -> decoding
         self._last: dict[str, TableLayout] = {}  # "db.table" -> the layout last reported
         self._next_id = first_id - 1  # the ids this decoder hands out: first_id, first_id + 1, ...
@@ -136,12 +141,11 @@ class RowDecoder:
         d = self._by_map[key] = _Decoding(last, names, fixes, images)
         return d, new
 
-    @staticmethod
-    def rows(event, d: _Decoding) -> list:
-        """The event's rows as value tuples in layout order (updates: (before, after) pairs);
-        :meth:`decoding` prepared the event."""
+    def rows(self, event, d: _Decoding) -> list | PackedRows:
+        """The event's rows as value tuples in layout order (updates: (before, after) pairs), or
+        packed (see the class doc); :meth:`decoding` prepared the event."""
         if d.images is not None and d.images.applies(event):
-            return d.images.rows(event)
+            return d.images.packed(event) if self._packed else d.images.rows(event)
         names, fixes = d.names, d.fixes
 
         def image(values: dict, none_sources: dict) -> tuple:

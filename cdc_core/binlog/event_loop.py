@@ -357,7 +357,8 @@ def _numbered(events: list[RowsEvent], end: TransactionEnd, commit_us: int) -> t
     numbering its rows on from the events before it (``RowsEvent.first_row``)."""
     out, first = [], 0
     for ev in events:
+        rows = ev.rows if type(ev.rows) is list else ev.rows.decoded()  # packed: counted here
         out.append(dataclasses.replace(ev, position=end.position, gtid=end.gtid, timestamp=end.timestamp,
-                                       commit_us=commit_us, first_row=first))
-        first += len(ev.rows)
+                                       commit_us=commit_us, first_row=first, rows=rows))
+        first += len(rows)
     return tuple(out)

@@ -47,7 +47,8 @@ class TableLayout:
 @dataclass(frozen=True, slots=True)
 class RowsEvent:
     """One row event of a captured table. ``rows`` are value tuples in the layout's column
-    order; for updates, ``(before, after)`` pairs. ``size`` is the event's size in bytes;
+    order; for updates, ``(before, after)`` pairs (in the stream's reader process, until they
+    cross the queue, they may be ``PackedRows``: cdc_core/binlog/row_images.py). ``size`` is the event's size in bytes;
     ``gtid`` its transaction's GTID (None on a server without GTIDs): MariaDB's ``d-s-n``,
     MySQL's ``uuid:n`` or ``uuid:tag:n``; ``timestamp`` its header's (whole seconds),
     ``commit_us`` its transaction's original commit time (MySQL 8's GTID event). A ``partial``

@@ -19,9 +19,13 @@ Invariants:
   decided inside python-mysql-replication too), without ``source.exclude_columns``.
 - An XA COMMIT whose XA PREPARE lies before ``start`` finds its rows by looking back
   (cdc_core/binlog/xa_lookup.py).
-- The queue is bounded (``QUEUE_ITEMS`` puts of at most ``FLUSH_ROWS`` rows or
-  ``FLUSH_BYTES`` of events each): when the apply side is slow the reader blocks,
-  so memory stays bounded however large the backlog.
+- The queue is bounded (``QUEUE_ITEMS`` puts of at most ``FLUSH_ROWS`` decoded rows or
+  ``FLUSH_BYTES`` of events each; packed rows, which the engine decodes, count by their
+  bytes only): when the apply side is slow the reader blocks, so memory stays bounded
+  however large the backlog.
+- Rows of the table maps cdc_core/binlog/row_images.py decodes cross the queue packed (their
+  row data, decoded as the engine unpickles them); pickling decoded per-row values cost
+  the two processes as much as decoding them.
 """
 
 from __future__ import annotations
@@ -171,16 +175,16 @@ def run_reader(spec: ReaderSpec, queue, parent: int) -> None:
     flusher.join()
 
 
-def stream_loop(spec: ReaderSpec, opener: Opener) -> EventLoop:
+def stream_loop(spec: ReaderSpec, opener: Opener, packed: bool = False) -> EventLoop:
     """The event loop (cdc_core/binlog/event_loop.py) that reads what ``spec`` says from the
-    source ``opener`` opens."""
+    source ``opener`` opens; ``packed``: rows left for the process that unpickles them."""
     return EventLoop(
         opener, spec.start, end=spec.until, skip_through=spec.skip_through,
         # capture by regex inside python-mysql-replication too: row events of other tables are never
         # decoded, and tables created later are captured
         capture=TableFilter(lambda db, table: captures(spec.tables, spec.exclude, f"{db}.{table}")),
         decoder=RowDecoder(lambda table, column: not excludes_column(spec.exclude_columns, f"{table}.{column}"),
-                           spec.first_layout_id),
+                           spec.first_layout_id, packed),
         unread_commit=XaLookBack(spec.conn, spec.server_id),
     )
 
@@ -191,10 +195,11 @@ def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
     source = server_source(spec.conn, spec.server_id, slave_heartbeat=HEARTBEAT_SECONDS, report_slave=spec.report_as,
                            enable_logging=False)
     add = buffer.add
-    for record in stream_loop(spec, source).records():
+    for record in stream_loop(spec, source, packed=True).records():
         kind = type(record)
         if kind is RowsEvent:
-            add(record, len(record.rows), record.size)
+            rows = record.rows
+            add(record, len(rows) if type(rows) is list else 0, record.size)
         elif kind is PreparedCommit:
             add(record, sum(len(ev.rows) for ev in record.events), sum(ev.size for ev in record.events))
         else:

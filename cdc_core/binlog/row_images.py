@@ -22,12 +22,22 @@ matrices of tests/test_types.py, which go through this path for the types below)
   FULL) or a partial JSON update is decoded by the library: :func:`compile_images` returns
   None, or :meth:`RowImages.applies` says no.
 - Reading the rows consumes the event's row data: ``event.rows`` is not read after.
+
+Packed rows (the stream's reader process, ``RowDecoder(packed=True)``; tests/test_binlog_decoder.py:
+test_fast_images_equal_the_library, tests/test_stream.py): instead of its value tuples, a row event
+of such a table map carries its row data as bytes (``PackedRows``) across the queue to the engine,
+which decodes them as it unpickles them, with the same readers (compiled once per table map in its
+own process: ``images_of``). Pickling per-row tuples of Python values, and unpickling them, cost
+about as much as decoding them; bytes pickle for nothing.
+- A packed event unpickles into the very list of value tuples the reader would have sent.
+- An image that fails to decode unpickles into ``Undecoded`` (the error's text) instead of a list;
+  the engine's taker reports it as the reader would have (pipelines/stream/reader.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from pymysqlreplication.constants import BINLOG
@@ -55,12 +65,17 @@ def column_key(col) -> tuple:
 
 @dataclass(frozen=True)
 class RowImages:
-    """A table map's row-image decoder: the kept columns' values of each image, in table-map order."""
+    """A table map's row-image decoder: the kept columns' values of each image, in table-map order.
+    It pickles as its table map's columns (``images_of`` compiles them again where it is unpickled)."""
 
     readers: tuple[Reader, ...]
     keep: tuple[int, ...] | None  # indexes of the kept columns; None: all of them
     full: bytes  # a column bitmap naming every column (unused bits clear)
     mask: int  # ``full`` as an integer
+    columns: tuple = field(compare=False)  # the table map's columns it was compiled from
+
+    def __reduce__(self):
+        return images_of, (self.columns, self.keep)
 
     def applies(self, event) -> bool:
         """Whether ``event``'s images hold every column (binlog_row_image=FULL), as the readers expect
@@ -74,13 +89,18 @@ class RowImages:
 
     def rows(self, event) -> list:
         """The event's rows as value tuples (updates: (before, after) pairs); consumes its row data."""
-        if not event.complete:
-            return []
-        packet = event.packet
-        buf = bytes(packet.read(event.event_size - packet.read_bytes))
+        return self.decode(_row_data(event), isinstance(event, UpdateRowsEvent))
+
+    def packed(self, event) -> PackedRows | list:
+        """The event's rows undecoded, to be decoded where they are unpickled; consumes its row data."""
+        buf = _row_data(event)
+        return PackedRows(self, buf, isinstance(event, UpdateRowsEvent)) if buf else []
+
+    def decode(self, buf: bytes, update: bool) -> list:
+        """The rows of a row event's row data ``buf`` (updates: (before, after) pairs)."""
         pos, n, out = 0, len(buf), []
         image = self._image
-        if isinstance(event, UpdateRowsEvent):
+        if update:
             while pos < n:
                 before, pos = image(buf, pos)
                 after, pos = image(buf, pos)
@@ -131,6 +151,61 @@ class RowImages:
         return (tuple(values) if keep is None else tuple([values[i] for i in keep])), pos
 
 
+def _row_data(event) -> bytes:
+    """A complete row event's row data (its images), b"" for an incomplete one; consumes it."""
+    if not event.complete:
+        return b""
+    packet = event.packet
+    return bytes(packet.read(event.event_size - packet.read_bytes))
+
+
+@dataclass(frozen=True, slots=True)
+class Undecoded:
+    """A packed event whose images failed to decode where they were unpickled: the error's text."""
+
+    error: str
+
+
+class PackedRows:
+    """A row event's row data with its decoder: unpickles into its rows (see the module doc)."""
+
+    __slots__ = ("images", "data", "update")
+
+    def __init__(self, images: RowImages, data: bytes, update: bool):
+        self.images = images
+        self.data = data
+        self.update = update
+
+    def __reduce__(self):
+        return _unpacked, (self.images, self.data, self.update)
+
+    def decoded(self) -> list:
+        """The rows, decoded here."""
+        return self.images.decode(self.data, self.update)
+
+
+def _unpacked(images: RowImages, data: bytes, update: bool) -> list | Undecoded:
+    try:
+        return images.decode(data, update)
+    except Exception as e:  # noqa: BLE001 - reported by the taker, as the reader reports its errors
+        return Undecoded(f"{type(e).__name__}: {e}")
+
+
+_COMPILED: dict[tuple, RowImages] = {}  # (column keys, keep) -> the decoder, in the process that unpickles
+_COMPILED_MAX = 1024  # distinct table maps kept; forgotten all at once beyond (recompiled on use)
+
+
+def images_of(columns: tuple, keep: tuple[int, ...] | None) -> RowImages:
+    """The decoder of ``columns`` keeping ``keep``, compiled once per process (unpickling a ``RowImages``)."""
+    key = (tuple(map(column_key, columns)), keep)
+    hit = _COMPILED.get(key)
+    if hit is None:
+        if len(_COMPILED) >= _COMPILED_MAX:
+            _COMPILED.clear()
+        hit = _COMPILED[key] = compile_images(list(columns), keep)
+    return hit
+
+
 def compile_images(columns: list, keep: tuple[int, ...] | None) -> RowImages | None:
     """The decoder of a table map's ``columns`` (prepared by binlog_columns.prepare) keeping the
     columns at ``keep`` (None: all), or None when a column needs the library (see the module doc)."""
@@ -142,4 +217,4 @@ def compile_images(columns: list, keep: tuple[int, ...] | None) -> RowImages | N
         readers.append(r)
     n = len(columns)
     mask = (1 << n) - 1
-    return RowImages(tuple(readers), keep, mask.to_bytes((n + 7) // 8, "little"), mask)
+    return RowImages(tuple(readers), keep, mask.to_bytes((n + 7) // 8, "little"), mask, tuple(columns))

@@ -9,6 +9,8 @@ Invariants (tests/test_stream_crash.py, tests/test_stream_signals.py):
   then ends the reader). It ignores both from the instant it is forked.
 - A reader that exits without an end or an error record (killed, crashed) is reported
   as a transient ``ReaderError``.
+- Packed rows that fail to decode as they are taken end the records there with a fatal
+  ``ReaderError``, as the reader process ends on a value it cannot decode.
 
 Parallel decoding (``ParallelReader``, ``source.parallel_decode``; tests/test_parallel_decode.py):
 a backlog at a (re)start is cut at transaction ends (cdc_core/binlog/ranges.py) into chunks,
@@ -50,9 +52,10 @@ from collections import deque
 
 import pymysql
 
-from cdc_core.binlog.events import ReaderEnd, ReaderError, ReaderRecord, ReadFailure
+from cdc_core.binlog.events import ReaderEnd, ReaderError, ReaderRecord, ReadFailure, RowsEvent
 from cdc_core.binlog.ranges import backlog_bytes, cuts
 from cdc_core.binlog.reader import QUEUE_ITEMS, STOP_SIGNALS, ReaderSpec, run_reader
+from cdc_core.binlog.row_images import Undecoded
 from cdc_core.config import ParallelDecodeConfig
 from cdc_core.offset.position import BinlogPosition, master_position
 from cdc_core.offset.startup import connected_replicas
@@ -109,6 +112,17 @@ class Spool:
             self._fd = None
 
 
+def undecoded_cut(records: list[ReaderRecord]) -> list[ReaderRecord]:
+    """``records`` up to the first row event whose packed rows failed to decode as they were
+    unpickled (cdc_core/binlog/row_images.py), then the error the reader would have sent in its
+    place: nothing follows it."""
+    for i, record in enumerate(records):
+        if type(record) is RowsEvent and type(record.rows) is Undecoded:
+            return [*records[:i], ReaderError(ReadFailure.FATAL, f"{record.rows.error} (decoding {record.table}'s "
+                                                                  f"rows at {record.position})")]
+    return records
+
+
 class ReaderProcess:
     """One binlog reader process at a time, feeding a bounded queue (or, with ``spool``, a
     spool file)."""
@@ -145,12 +159,12 @@ class ReaderProcess:
     def take(self, timeout: float) -> list[ReaderRecord]:
         """The next records (a list, in binlog order), or [] if none came within ``timeout``."""
         try:
-            return self._queue.get(timeout=timeout)
+            return undecoded_cut(self._queue.get(timeout=timeout))
         except queue_mod.Empty:
             if self.process.is_alive():
                 return []
         try:  # it may have put its last records just before it ended
-            return self._queue.get(timeout=0.01)
+            return undecoded_cut(self._queue.get(timeout=0.01))
         except queue_mod.Empty:
             return [ReaderError(ReadFailure.TRANSIENT, f"reader process exited with code {self.process.exitcode}")]
 
