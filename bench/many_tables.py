@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
 import tempfile
 import threading
@@ -53,7 +52,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO), os.environ.g
 import yaml  # noqa: E402
 from deltalake import DeltaTable  # noqa: E402
 
-from bench.snapshot import DDL, VALUES, timed_process  # noqa: E402
+from bench.snapshot import DDL, VALUES, children_cpu_s, timed_process  # noqa: E402
 from cdc_core.config import parse_config  # noqa: E402
 from devtools.local_mariadb import LocalMariaDB  # noqa: E402
 from pipelines.source_catalog import discover  # noqa: E402
@@ -131,22 +130,15 @@ def profiled(cmd: list[str], profile: Path | None, name: str) -> list[str]:
     return [cmd[0], "-m", "cProfile", "-o", out, *cmd[1:]]
 
 
-def child_cpu() -> float:
-    """CPU seconds (user + system) of this process's finished children so far: a subprocess's
-    CPU is the difference around it, less sensitive than its wall time to a shared machine's load."""
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
 def measure_snapshot(server: LocalMariaDB, work: Path, n: int, args) -> dict:
     out = {}
     for what, db in (("one", ONE), ("many", MANY)):
         config = write_config(server, work / f"snap-{what}.yaml", f"bench_many_snap_{what}", work / f"lake-{what}", db)
         cmd = profiled([sys.executable, "-m", "pipelines.cli", "snapshot", "-c", str(config)], args.profile,
                        f"snapshot-{what}")
-        cpu0 = child_cpu()
+        cpu0 = children_cpu_s()
         seconds, stdout, rss = timed_process(cmd, server.password, f"binlake snapshot ({what})")
-        cpu = child_cpu() - cpu0
+        cpu = children_cpu_s() - cpu0
         if stdout.count("match") < (n if what == "many" else 1) or "differs" in stdout:
             raise AssertionError(f"binlake snapshot ({what}) did not report Delta = MySQL for every table:\n{stdout}")
         out[what] = {"seconds": seconds, "cpu_s": cpu, "peak_rss_mb": rss, "load": os.getloadavg()[0]}
@@ -290,9 +282,9 @@ def measure_defs(server: LocalMariaDB, work: Path, n: int, args) -> dict:
         script = work / "defs.py"
         script.write_text(DEFS_SCRIPT)
         cmd = profiled([sys.executable, str(script), str(config), str(catalog)], args.profile, f"defs-{what}")
-        cpu0 = child_cpu()
+        cpu0 = children_cpu_s()
         seconds, stdout, rss = timed_process(cmd, server.password, f"definitions ({what})")
-        cpu = child_cpu() - cpu0
+        cpu = children_cpu_s() - cpu0
         assets = int(stdout.split()[0])
         if assets != count:
             raise AssertionError(f"definitions ({what}): {assets} table assets, expected {count}")

@@ -119,10 +119,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{args.rounds}); a round of {args.tables} tables {walls} s; load {rounds[-1]['load']:.1f}",
                   flush=True)
     doc["ratio"] = doc["transaction"]["cpu_ms_per_table"] / doc["write"]["cpu_ms_per_table"]
-    print(f"  transaction API / write_deltalake CPU: {doc['ratio']:.2f}")
     doc["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"  transaction API / write_deltalake CPU: {doc['ratio']:.2f}")
     return 0
 
 
