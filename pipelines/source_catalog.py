@@ -122,13 +122,15 @@ def lake_columns(cfg: BinlakeConfig, schema: TableSchema) -> list[LakeColumn]:
     snapshot will write while there is none."""
     router = Router(cfg.routes)
     name = schema.qualified_name
-    arrow = output_schema(schema, SinkColumns.of(cfg.sink, router.sink(name)).applied(schema, router.routed(name))
-                          .fields())
     try:
         # from the Delta log, not an open of the table: the definitions read every table's columns
-        arrow = table_schema(table_uri(cfg.sink.path, router.sink(name)), cfg.sink.storage_options) or arrow
+        arrow = table_schema(table_uri(cfg.sink.path, router.sink(name)), cfg.sink.storage_options)
     except Exception as e:  # noqa: BLE001 - see current_tables
         log.warning("binlake: Delta table of %s not readable (%s)", schema.qualified_name, e)
+        arrow = None
+    if arrow is None:  # the snapshot's columns, built only then (the definitions ask for every table)
+        arrow = output_schema(schema, SinkColumns.of(cfg.sink, router.sink(name)).applied(schema, router.routed(name))
+                              .fields())
     source = {c.name: c for c in schema.columns}
     return [LakeColumn(c.name, c.delta_type, c.nullable, source[c.name].column_type if c.name in source else None,
                        c.name in schema.primary_key) for c in delta_columns(arrow)]

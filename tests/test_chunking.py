@@ -91,12 +91,14 @@ def test_boundaries_round_trip_through_json():
 
 
 @pytest.mark.parametrize("parallelism", [1, 3])
-def test_snapshot_row_count_over_plan_spans_equals_count_star(db, mariadb, parallelism):
+def test_snapshot_row_count_over_plan_spans_equals_count_star(db, mariadb, parallelism, monkeypatch):
     """The snapshot's MySQL row count (COUNT(*) per span of consecutive chunks, at once) is the
     table's COUNT(*), also for rows written after planning beyond the old MIN/MAX and for
-    string keys in a case-insensitive collation; a table without a plan is counted whole."""
+    string keys in a case-insensitive collation; a table without a plan is counted whole.
+    Tables of one span counted together (one statement for several, or for each) count the same."""
     from cdc_core.source.connection import ConnectionSettings, connect
-    from pipelines.snapshot.verify import mysql_rows
+    from pipelines.snapshot import verify
+    from pipelines.snapshot.verify import count_single_spans, count_spans, mysql_rows
 
     name, conn = db
     with conn.cursor() as cur:
@@ -118,3 +120,8 @@ def test_snapshot_row_count_over_plan_spans_equals_count_star(db, mariadb, paral
     assert mysql_rows(opened, f"{name}.n%t", ints, parallelism) == 1004
     assert mysql_rows(opened, f"{name}.s", strings, parallelism) == 244
     assert mysql_rows(opened, f"{name}.s", [], parallelism) == 244
+    one_span = {f"{name}.n%t": count_spans(f"{name}.n%t", [], parallelism)[0], f"{name}.s": Chunk.span(strings)}
+    for batch in (verify.COUNT_BATCH, 1):
+        monkeypatch.setattr(verify, "COUNT_BATCH", batch)
+        with opened() as c, c.cursor() as cur:
+            assert count_single_spans(cur, one_span) == {f"{name}.n%t": 1004, f"{name}.s": 244}

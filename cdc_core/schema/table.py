@@ -34,6 +34,9 @@ class Column:
         return tuple(m.replace("''", "'") for m in re.findall(r"'((?:[^']|'')*)'", inner))
 
 
+_COLUMN_FIELDS = tuple(f.name for f in dataclasses.fields(Column))
+
+
 @dataclass(frozen=True)
 class TableSchema:
     """Columns in ordinal order and the primary key (empty when there is none); for a table
@@ -57,7 +60,12 @@ class TableSchema:
         return self.primary_key or self.unique_key
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self))
+        """The schema as JSON (what :meth:`from_json` reads): ``dataclasses.asdict``'s document,
+        built directly; asdict deep-copies every field and cost the snapshot of 2,000 tables 1.8 ms
+        a table (bench/many_tables.py)."""
+        return json.dumps({"database": self.database, "table": self.table,
+                           "columns": [{n: getattr(c, n) for n in _COLUMN_FIELDS} for c in self.columns],
+                           "primary_key": list(self.primary_key), "unique_key": list(self.unique_key)})
 
     @classmethod
     def from_json(cls, text: str) -> TableSchema:

@@ -105,9 +105,14 @@ def counted(cfg: BinlakeConfig, summary: SnapshotSummary, tables: dict[str, Delt
     # New connections: a run's planning one may have been dropped during the reads.
     with opened() as control, control.cursor() as cur:
         existing = set(captured_tables(cfg, cur))
+        present = [s for s in summary.tables if s.table in existing]  # not dropped meanwhile
+        spans = {s.table: count_spans(s.table, plans.get(s.table, []), cfg.pipeline.parallelism) for s in present}
+        single = [s.table for s in present if len(spans[s.table]) == 1]
+        counts = count_single_spans(cur, {t: spans[t][0] for t in single})
+        for s in present:
+            s.mysql_rows = counts[s.table] if s.table in counts else \
+                mysql_rows(opened, s.table, plans.get(s.table, []), cfg.pipeline.parallelism)
         for s in summary.tables:
-            if s.table in existing:  # not dropped meanwhile
-                s.mysql_rows = mysql_rows(opened, s.table, plans.get(s.table, []), cfg.pipeline.parallelism, cur)
             sink = router.sink(s.table)
             dt_ = tables.get(sink) or open_table(table_uri(cfg.sink.path, sink), cfg.sink.storage_options)
             s.delta_rows = count_rows(dt_, s.table if router.routed(s.table) else None)
@@ -117,18 +122,14 @@ def counted(cfg: BinlakeConfig, summary: SnapshotSummary, tables: dict[str, Delt
 
 
 def mysql_rows(opened: Callable[[], pymysql.connections.Connection], table: str, chunks: list[Chunk],
-               parallelism: int, cur=None) -> int:
+               parallelism: int) -> int:
     """Rows of MySQL ``table`` now: a COUNT(*) per span of consecutive ``chunks`` (its plan, which
     covers the whole key space), ``parallelism`` spans at once on connections of their own. A
     single COUNT(*) is one server thread scanning the whole index (5 s for 20M rows of
     bench/snapshot.py's table); a table without a plan is counted whole. A table of one span
-    (a plan of one chunk) is counted on ``cur`` when given: a connection and a thread per small
-    table dominated the check of many small tables (bench/many_tables.py)."""
-    db, t = table.split(".", 1)
-    sql = pyformat(f"SELECT COUNT(*) FROM {quote_ident(db)}.{quote_ident(t)} WHERE ")
-    ordered = sorted(chunks, key=lambda c: c.index)
-    spans = [Chunk.span(g) for g in chunk_groups(ordered, math.ceil(len(ordered) / parallelism))] if ordered \
-        else [Chunk(table, 0, WHOLE_TABLE)]
+    (a plan of one chunk) is better counted with others (:func:`count_single_spans`)."""
+    sql = _count_sql(table)
+    spans = count_spans(table, chunks, parallelism)
 
     def count_on(c, span: Chunk) -> int:
         where, params = span.where()
@@ -139,7 +140,40 @@ def mysql_rows(opened: Callable[[], pymysql.connections.Connection], table: str,
         with opened() as conn, conn.cursor() as c:
             return count_on(c, span)
 
-    if cur is not None and len(spans) == 1:
-        return count_on(cur, spans[0])
     with ThreadPoolExecutor(len(spans), thread_name_prefix="count") as pool:
         return sum(pool.map(count, spans))
+
+
+def _count_sql(table: str) -> str:
+    """``SELECT COUNT(*) FROM`` the table ``WHERE`` (a span's condition follows), in pymysql's form."""
+    db, t = table.split(".", 1)
+    return pyformat(f"SELECT COUNT(*) FROM {quote_ident(db)}.{quote_ident(t)} WHERE ")
+
+
+def count_spans(table: str, chunks: list[Chunk], parallelism: int) -> list[Chunk]:
+    """The spans :func:`mysql_rows` counts ``table`` by: ``parallelism`` spans of consecutive
+    ``chunks`` (its plan), or the whole table without a plan."""
+    ordered = sorted(chunks, key=lambda c: c.index)
+    return [Chunk.span(g) for g in chunk_groups(ordered, math.ceil(len(ordered) / parallelism))] if ordered \
+        else [Chunk(table, 0, WHOLE_TABLE)]
+
+
+COUNT_BATCH = 100  # tables of one span counted by one statement (count_single_spans)
+
+
+def count_single_spans(cur, spans: dict[str, Chunk]) -> dict[str, int]:
+    """Rows of each table of ``spans`` (table -> its one span), ``COUNT_BATCH`` tables to a
+    statement (their COUNTs joined by UNION ALL) on ``cur``: a statement per small table was a
+    round trip each, most of the check of many small tables (bench/many_tables.py)."""
+    out: dict[str, int] = {}
+    tables = list(spans)
+    for i in range(0, len(tables), COUNT_BATCH):
+        batch, parts, params = tables[i:i + COUNT_BATCH], [], []
+        for n, table in enumerate(batch):
+            where, p = spans[table].where()
+            parts.append(f"SELECT {n}, ({_count_sql(table)}{where})")
+            params.extend(p)
+        cur.execute(" UNION ALL ".join(parts), params)
+        for n, rows in cur.fetchall():
+            out[batch[n]] = rows
+    return out
