@@ -139,17 +139,21 @@ class SnapshotJob:
         again from what is committed, with backoff, until it outlasts the retry budget with no
         commit in between."""
         retry = Retry(self.retry)
-        while True:
-            committed = self._committed
-            try:
-                return self._run()
-            except Exception as e:
-                if not is_transient(e):
-                    raise
-                if self._committed > committed:
-                    retry.succeeded()  # it went on between the faults: a new one
-                time.sleep(next_attempt_in(retry, "snapshot", fault_line(e)))
-                self._reconnects += 1
+        try:
+            while True:
+                committed = self._committed
+                try:
+                    return self._run()
+                except Exception as e:
+                    if not is_transient(e):
+                        raise
+                    if self._committed > committed:
+                        retry.succeeded()  # it went on between the faults: a new one
+                    time.sleep(next_attempt_in(retry, "snapshot", fault_line(e)))
+                    self._reconnects += 1
+        except BaseException:
+            self._flush_mirror()  # records committed and not mirrored yet (a run that ends well mirrors them all)
+            raise
 
     def _run(self) -> SnapshotSummary:
         start = time.monotonic()
@@ -196,10 +200,11 @@ class SnapshotJob:
         else:
             raise TerminalError(f"DDL kept changing {', '.join(sorted(dirty))} while it was being snapshotted "
                                 f"({MAX_PASSES} attempts): run the snapshot again when no DDL runs on it")
-        # The verification commits go to the lake while MySQL counts the tables' rows; Delta's rows
-        # are counted once they are made (a commit without files: the handles' rows stay the same).
-        # The last pass's handles are current: no need to read their logs again.
-        verifying = _verify_pool().submit(self._commit_verified, self._verified(completed, plans), tables)
+        # The last lake writes (chunk records mirrored, verification commits) are made while MySQL
+        # counts the tables' rows; Delta's rows are counted once they are made (a commit without
+        # files: the handles' rows stay the same). The last pass's handles are current: no need
+        # to read their logs again.
+        verifying = _verify_pool().submit(self._finish_in_lake, self._verified(completed, plans), tables)
         try:
             summary = counted(self.cfg, summary, tables, start, plans, self._connect, source_counted=verifying.result)
         finally:
@@ -284,7 +289,6 @@ class SnapshotJob:
                     if self.progress:
                         self.progress(done_chunks, total, summary.rows_read)
         finally:
-            self._flush_mirror()
             summary.retries = self.retries
 
     def _batches(self, running: set[Future]) -> Iterator[list[Future]]:
@@ -445,7 +449,7 @@ class SnapshotJob:
     def _verified(self, completed: dict[str, dict[int, ChunkRecord]], plans: dict[str, list[Chunk]]
                   ) -> dict[str, list[str]]:
         """The checked source tables of ``completed`` (completed chunks of the tables not verified
-        yet) whose every planned chunk is done, by sink table: :meth:`_commit_verified` marks them
+        yet) whose every planned chunk is done, by sink table: :meth:`_finish_in_lake` marks them
         verified (a no-op re-run need not read their binlog again)."""
         by_sink: dict[str, list[str]] = {}
         for name, done in completed.items():
@@ -453,8 +457,11 @@ class SnapshotJob:
                 by_sink.setdefault(self.router.sink(name), []).append(name)
         return by_sink
 
-    def _commit_verified(self, by_sink: dict[str, list[str]], tables: dict) -> None:
-        """One commit per sink table of ``by_sink`` marking its source tables verified."""
+    def _finish_in_lake(self, by_sink: dict[str, list[str]], tables: dict) -> None:
+        """The run's last lake writes: the chunk records not mirrored yet (the DDL check read the
+        data tables' commits, which carry them all), then one commit per sink table of ``by_sink``
+        marking its source tables verified."""
+        self._flush_mirror()
         each_sink(lambda sink: commit_files(tables[sink], [], delta_schema(tables[sink]),
                                             {SNAPSHOT_VERIFIED_KEY: by_sink[sink]}, self.retry), list(by_sink))
 
@@ -496,7 +503,8 @@ def each_sink(fn: Callable[[str], T], sinks: list[str]) -> list[T]:
 
 @functools.cache
 def _verify_pool() -> ThreadPoolExecutor:
-    """The thread the verification commits run in (they call :func:`each_sink` themselves)."""
+    """The thread a run's last lake writes are made in (:meth:`SnapshotJob._finish_in_lake`; its
+    commits go through :func:`each_sink`)."""
     return ThreadPoolExecutor(1, thread_name_prefix="verify")
 
 
