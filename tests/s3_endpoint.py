@@ -8,7 +8,8 @@ A thin WSGI layer in front of moto counts requests by kind (read over HTTP at
 ``/_requests``) and, when asked, acts as a gateway that drops the conditional-write
 headers (``If-None-Match``/``If-Match``), as an S3-compatible store without conditional
 writes does. With ``BINLAKE_S3_TRACE=<file>`` in its environment it appends every request
-to that file, to read what a run asks of the store, in order. Credentials are random per
+to that file with the seconds moto took to answer it, to read what a run asks of the store,
+in order. Credentials are random per
 server, so tests can search every output for them; moto accepts any.
 """
 
@@ -35,7 +36,7 @@ REGION = "us-east-1"
 REPO = Path(__file__).resolve().parents[1]
 logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one INFO line per request otherwise
 COUNTS_PATH = "/_requests"
-TRACE = os.environ.get("BINLAKE_S3_TRACE")  # a file: each request appended (time, method, path, query)
+TRACE = os.environ.get("BINLAKE_S3_TRACE")  # a file: each request appended (start, seconds, method, path, query)
 
 
 def request_kind(method: str, path: str, query: str) -> str:
@@ -77,13 +78,16 @@ class S3Endpoint:
             return [body]
         with self._lock:
             self.requests[request_kind(method, path, query)] += 1
-            if TRACE:
-                with open(TRACE, "a") as f:
-                    f.write(f"{time.time():.4f} {method} {path} {query}\n")
         if self.drop_conditions:
             environ.pop("HTTP_IF_NONE_MATCH", None)
             environ.pop("HTTP_IF_MATCH", None)
-        return self._moto(environ, start_response)
+        if not TRACE:
+            return self._moto(environ, start_response)
+        t0 = time.time()
+        body = list(self._moto(environ, start_response))
+        with self._lock, open(TRACE, "a") as f:
+            f.write(f"{t0:.4f} {time.time() - t0:.4f} {method} {path} {query}\n")
+        return body
 
     def serve_forever(self) -> None:
         self._server.serve_forever()

@@ -49,6 +49,7 @@ import pyarrow as pa
 import pymysql
 
 from cdc_core.binlog.range_reads import read_statements
+from cdc_core.chunks.planning import Chunk
 from cdc_core.chunks.record import ChunkRecord
 from cdc_core.config import BinlakeConfig
 from cdc_core.errors import TerminalError, is_transient, transient_cause
@@ -138,27 +139,34 @@ class SnapshotJob:
         again from what is committed, with backoff, until it outlasts the retry budget with no
         commit in between."""
         retry = Retry(self.retry)
-        while True:
-            committed = self._committed
-            try:
-                return self._run()
-            except Exception as e:
-                if not is_transient(e):
-                    raise
-                if self._committed > committed:
-                    retry.succeeded()  # it went on between the faults: a new one
-                time.sleep(next_attempt_in(retry, "snapshot", fault_line(e)))
-                self._reconnects += 1
+        try:
+            while True:
+                committed = self._committed
+                try:
+                    return self._run()
+                except Exception as e:
+                    if not is_transient(e):
+                        raise
+                    if self._committed > committed:
+                        retry.succeeded()  # it went on between the faults: a new one
+                    time.sleep(next_attempt_in(retry, "snapshot", fault_line(e)))
+                    self._reconnects += 1
+        except BaseException:
+            self._flush_mirror()  # records committed and not mirrored yet (a run that ends well mirrors them all)
+            raise
 
     def _run(self) -> SnapshotSummary:
         start = time.monotonic()
-        self.base = self.store.position_base()
         summary = SnapshotSummary()
-        require_safe_commits(self.cfg.sink.path, self.cfg.sink.storage_options)
-        with self._connect() as control, control.cursor() as cur:
-            captured = captured_tables(self.cfg, cur)
+        # The lake's first reads and its commit check do not depend on the source: they run while
+        # the driver connects to it and lists its tables (on an object store, about 7 requests).
+        lake = _sink_pool().submit(self._lake_at_start)
+        try:
+            with self._connect() as control, control.cursor() as cur:
+                captured = captured_tables(self.cfg, cur)
+        finally:
+            plans = lake.result()  # an unsafe sink stops the run before any work, as before
         names = [n for n in captured if self.only is None or n in self.only]
-        plans = self.store.load_plans()
         # Only a table without a plan can be the stream's: planned ones are not opened here.
         streamed = {n for n in names if n not in plans and streamed_already(self.router, n, plans, open_table(
             table_uri(self.sink, self.router.sink(n)), self.cfg.sink.storage_options))}
@@ -173,33 +181,48 @@ class SnapshotJob:
             # A connection per pass and per reset: a fault during the reads may have dropped the last one.
             with self._connect() as control, control.cursor() as cur:
                 try:
-                    self._pass(cur, captured, names, tables, by_table, summary)
+                    self._pass(cur, captured, names, tables, by_table, summary, plans)
                     failure = None
                 except RetryBudgetExceeded:
                     raise  # the source is unreachable: whether a DDL ran cannot be read either
                 except Exception as e:  # noqa: BLE001 - a chunk read may fail because a DDL changed its table
                     failure = e
-            dirty = self._changed_during_snapshot(names, tables)
+            plans = self.store.load_plans()  # with this pass's new plans; the same until the run ends if clean
+            dirty, completed = self._changed_during_snapshot(names, tables, plans)
             if failure is not None and not dirty:
                 raise failure
             if not dirty:
-                self._verified(names, tables)
                 break
             with self._connect() as control, control.cursor() as cur:
                 for name in dirty:
                     self._reset(cur, name, tables, by_table[name])
+            plans = self.store.load_plans()
         else:
             raise TerminalError(f"DDL kept changing {', '.join(sorted(dirty))} while it was being snapshotted "
                                 f"({MAX_PASSES} attempts): run the snapshot again when no DDL runs on it")
-        # The last pass's handles are current: no need to read their logs again.
-        summary = counted(self.cfg, summary, tables, start, self.store.load_plans(), self._connect)
+        # The last lake writes (chunk records mirrored, verification commits) are made while MySQL
+        # counts the tables' rows; Delta's rows are counted once they are made (a commit without
+        # files: the handles' rows stay the same). The last pass's handles are current: no need
+        # to read their logs again.
+        verifying = _verify_pool().submit(self._finish_in_lake, self._verified(completed, plans), tables)
+        try:
+            summary = counted(self.cfg, summary, tables, start, plans, self._connect, source_counted=verifying.result)
+        finally:
+            verifying.result()  # made (or its failure raised) before the run returns
         summary.retries = self.retries  # also the driver's own reconnects after the reads
         return summary
 
+    def _lake_at_start(self) -> dict[str, list[Chunk]]:
+        """The pipeline's position base (kept), the commit check of the sink, and the stored
+        chunk plans (returned)."""
+        self.base = self.store.position_base()
+        require_safe_commits(self.cfg.sink.path, self.cfg.sink.storage_options)
+        return self.store.load_plans()
+
     def _pass(self, cur, captured: list[str], names: list[str], tables: dict, by_table: dict[str, TableSummary],
-              summary: SnapshotSummary) -> None:
-        """Plan what has no plan (recording its baseline schema first), then read every chunk
-        of ``names`` that has no record."""
+              summary: SnapshotSummary, plans: dict[str, list[Chunk]]) -> None:
+        """Plan what has no plan in ``plans`` (the stored plans; recording its baseline schema
+        first, the new plans added to ``plans``), then read every chunk of ``names`` that has no record."""
         at = master_position(cur, self.base)  # before describing: a DDL after it is found by _changed_during_snapshot
         # A routed sink is shaped by all its sources, also those outside an `only` subset.
         sinks = {self.router.sink(n) for n in names}
@@ -207,7 +230,6 @@ class SnapshotJob:
         schemas = describe_captured(cur, sorted({*names, *routed}), self.cfg.source)
         self.router.check(schemas)
         names = [n for n in names if n in schemas]  # a table dropped since it was listed is not read
-        plans = self.store.load_plans()
         plans.update(plan_tables(self.cfg, self.store, cur, [schemas[n] for n in names if n not in plans], at))
         work: list[tuple] = []
         targets: dict[str, pa.Schema | None] = {}
@@ -267,7 +289,6 @@ class SnapshotJob:
                     if self.progress:
                         self.progress(done_chunks, total, summary.rows_read)
         finally:
-            self._flush_mirror()
             summary.retries = self.retries
 
     def _batches(self, running: set[Future]) -> Iterator[list[Future]]:
@@ -389,9 +410,12 @@ class SnapshotJob:
         commits = self._commits[table.table_uri] = snapshot_commits(table, self._commits.get(table.table_uri))
         return commits
 
-    def _changed_during_snapshot(self, names: list[str], tables: dict) -> set[str]:
+    def _changed_during_snapshot(self, names: list[str], tables: dict, plans: dict[str, list[Chunk]]
+                                 ) -> tuple[set[str], dict[str, dict[int, ChunkRecord]]]:
         """Tables a statement changed between their baseline and their last chunk's high
-        watermark: their chunks do not all hold the same columns (or rows a TRUNCATE removed)."""
+        watermark: their chunks do not all hold the same columns (or rows a TRUNCATE removed);
+        and the completed chunks of the tables of ``names`` not verified yet (what
+        :meth:`_verified` needs when none changed: the same until the run ends)."""
         baselines = {}
         for e in self.store.schema_history():
             if e.status == Status.BASELINE and e.table in names:
@@ -399,7 +423,6 @@ class SnapshotJob:
         with self._connect() as c, c.cursor() as cur:
             end = master_position(cur, self.base)
         windows = {}
-        plans = self.store.load_plans()
         commits_of = {n: self._commits_of(tables.get(self.router.sink(n))) for n in names}
         unverified = {n: c for n, c in commits_of.items() if c is None or not c.is_verified(n)}
         completed = self.store.completed_of({n: c for n, c in unverified.items() if c is not None})
@@ -410,7 +433,7 @@ class SnapshotJob:
             if name in baselines:
                 windows[name] = (baselines[name], max(hws) if plan_done else end)
         if not windows:
-            return set()
+            return set(), completed
         dirty = set()
         server_id = self.cfg.source.server_id + 1 + self.slots  # the chunk readers use +1 … +slots
         for st in read_statements(self.conn, server_id, min(w[0] for w in windows.values()),
@@ -421,18 +444,24 @@ class SnapshotJob:
                     log.warning("snapshot: %s changed at %s while it was being read (%s): reading it again",
                                 name, st.position, st.sql)
                     dirty.add(name)
-        return dirty
+        return dirty, completed
 
-    def _verified(self, names: list[str], tables: dict) -> None:
-        """Mark complete, checked tables verified (a no-op re-run need not read their binlog again)."""
-        plans = self.store.load_plans()
+    def _verified(self, completed: dict[str, dict[int, ChunkRecord]], plans: dict[str, list[Chunk]]
+                  ) -> dict[str, list[str]]:
+        """The checked source tables of ``completed`` (completed chunks of the tables not verified
+        yet) whose every planned chunk is done, by sink table: :meth:`_finish_in_lake` marks them
+        verified (a no-op re-run need not read their binlog again)."""
         by_sink: dict[str, list[str]] = {}
-        commits_of = {n: self._commits_of(tables.get(self.router.sink(n))) for n in names}
-        completed = self.store.completed_of({n: c for n, c in commits_of.items()
-                                             if c is not None and not c.is_verified(n)})
         for name, done in completed.items():
             if len(done) == len(plans.get(name, ())):
                 by_sink.setdefault(self.router.sink(name), []).append(name)
+        return by_sink
+
+    def _finish_in_lake(self, by_sink: dict[str, list[str]], tables: dict) -> None:
+        """The run's last lake writes: the chunk records not mirrored yet (the DDL check read the
+        data tables' commits, which carry them all), then one commit per sink table of ``by_sink``
+        marking its source tables verified."""
+        self._flush_mirror()
         each_sink(lambda sink: commit_files(tables[sink], [], delta_schema(tables[sink]),
                                             {SNAPSHOT_VERIFIED_KEY: by_sink[sink]}, self.retry), list(by_sink))
 
@@ -470,6 +499,13 @@ def each_sink(fn: Callable[[str], T], sinks: list[str]) -> list[T]:
     futures = [_sink_pool().submit(fn, s) for s in sinks]
     wait(futures)
     return [f.result() for f in futures]
+
+
+@functools.cache
+def _verify_pool() -> ThreadPoolExecutor:
+    """The thread a run's last lake writes are made in (:meth:`SnapshotJob._finish_in_lake`; its
+    commits go through :func:`each_sink`)."""
+    return ThreadPoolExecutor(1, thread_name_prefix="verify")
 
 
 @functools.cache

@@ -94,12 +94,13 @@ def finished_snapshot(cfg: BinlakeConfig, only: set[str] | None = None) -> Snaps
 
 
 def counted(cfg: BinlakeConfig, summary: SnapshotSummary, tables: dict[str, DeltaTable | None], start: float,
-            plans: dict[str, list[Chunk]], opened: Callable[[], pymysql.connections.Connection] | None = None
-            ) -> SnapshotSummary:
+            plans: dict[str, list[Chunk]], opened: Callable[[], pymysql.connections.Connection] | None = None,
+            source_counted: Callable[[], object] | None = None) -> SnapshotSummary:
     """``summary`` with each table's rows in MySQL (:func:`mysql_rows` over its ``plans``) and
     in Delta (``tables``: open sink tables by name, others opened here), its time since
     ``start`` and the driver's peak RSS. ``opened``: how to get a connection (default: one
-    plain connect)."""
+    plain connect). ``source_counted``: called once MySQL is counted, before Delta is (the
+    driver waits there for work on the same table handles)."""
     router = Router(cfg.routes)
     opened = opened or (lambda: connect(connection_settings(cfg)))
     # New connections: a run's planning one may have been dropped during the reads.
@@ -112,10 +113,12 @@ def counted(cfg: BinlakeConfig, summary: SnapshotSummary, tables: dict[str, Delt
         for s in present:
             s.mysql_rows = counts[s.table] if s.table in counts else \
                 mysql_rows(opened, s.table, plans.get(s.table, []), cfg.pipeline.parallelism)
-        for s in summary.tables:
-            sink = router.sink(s.table)
-            dt_ = tables.get(sink) or open_table(table_uri(cfg.sink.path, sink), cfg.sink.storage_options)
-            s.delta_rows = count_rows(dt_, s.table if router.routed(s.table) else None)
+    if source_counted is not None:
+        source_counted()
+    for s in summary.tables:
+        sink = router.sink(s.table)
+        dt_ = tables.get(sink) or open_table(table_uri(cfg.sink.path, sink), cfg.sink.storage_options)
+        s.delta_rows = count_rows(dt_, s.table if router.routed(s.table) else None)
     summary.seconds = time.monotonic() - start
     summary.driver_peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return summary
