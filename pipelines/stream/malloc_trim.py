@@ -14,7 +14,10 @@ allocated (its peak: 14 MiB).
 The stream process allocates Arrow memory from the system allocator (:func:`use_system_pool`,
 called before the reader process is forked), so one trim covers Arrow's freed pages too: with
 mimalloc, pyarrow's default, the stream of the same benchmark started 70 MiB larger and its
-region grew with uptime although Arrow held nothing between batches.
+region grew with uptime although Arrow held nothing between batches. ``set_memory_pool`` sets
+the pool of pyarrow's Python calls only: Arrow's C++ code that takes its own default (the
+Parquet writer's buffers) still allocates from mimalloc, which ``release_unused`` is not asked
+to trim (doing so made no difference over 30 minutes of the benchmark).
 
 Invariants (tests/test_memory_probe.py): a trim gives freed C-heap memory back (the RSS falls);
 trims come at most once per period; a stream engine's process allocates Arrow memory from the
