@@ -15,6 +15,7 @@ tests/test_handoff_collations.py::test_filter_places_non_string_keys_without_the
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 import time
@@ -124,7 +125,7 @@ def _changed_in_every_window(monkeypatch, settings, database: str, every: int) -
     high watermark: the writer's changes land in a window by chance (a window lasts a few
     milliseconds), these by construction, so the fold is exercised on every run."""
     fetch = ChunkReader._fetch
-    reads = iter(range(1_000_000))
+    reads = itertools.count()
 
     def fetch_then_write(self, schema, chunk):
         table = fetch(self, schema, chunk)
