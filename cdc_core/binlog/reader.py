@@ -19,10 +19,11 @@ Invariants:
   decided inside python-mysql-replication too), without ``source.exclude_columns``.
 - An XA COMMIT whose XA PREPARE lies before ``start`` finds its rows by looking back
   (cdc_core/binlog/xa_lookup.py).
-- The queue is bounded (``QUEUE_ITEMS`` puts of at most ``FLUSH_ROWS`` decoded rows or
-  ``FLUSH_BYTES`` of events each; packed rows, which the engine decodes, count by their
-  bytes only): when the apply side is slow the reader blocks, so memory stays bounded
-  however large the backlog.
+- The queue is bounded (``QUEUE_ITEMS`` puts of at most ``FLUSH_ROWS`` rows or
+  ``FLUSH_BYTES`` of events each; packed rows, whose count only the engine learns, count
+  one per ``PACKED_ROW_BYTES``): when the apply side is slow the reader blocks, so memory
+  stays bounded however large the backlog, and the reader stays at most a few puts ahead
+  of the engine (its connection open until the engine nears the end).
 - Rows of the table maps cdc_core/binlog/row_images.py decodes cross the queue packed (their
   row data, decoded as the engine unpickles them); pickling decoded per-row values cost
   the two processes as much as decoding them.
@@ -55,6 +56,7 @@ log = logging.getLogger(__name__)
 QUEUE_ITEMS = 8
 FLUSH_ROWS = 2000
 FLUSH_BYTES = 4 << 20
+PACKED_ROW_BYTES = 128  # a packed event's rows, estimated from its bytes for the row bound
 FLUSH_SECONDS = 0.02
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})  # a stop of the stream, handled by the engine
 HEARTBEAT_SECONDS = 0.25  # the server sends one when idle: wakes the reader and shows progress
@@ -199,7 +201,7 @@ def _read(spec: ReaderSpec, buffer: _Buffer) -> None:
         kind = type(record)
         if kind is RowsEvent:
             rows = record.rows
-            add(record, len(rows) if type(rows) is list else 0, record.size)
+            add(record, len(rows) if type(rows) is list else record.size // PACKED_ROW_BYTES + 1, record.size)
         elif kind is PreparedCommit:
             add(record, sum(len(ev.rows) for ev in record.events), sum(ev.size for ev in record.events))
         else:
