@@ -47,7 +47,7 @@ def _record(index: int) -> ChunkRecord:
 
 def _commit_chunk(table: DeltaTable, index: int) -> int:
     written = write_parquet(table.table_uri, pa.Table.from_pylist([{"id": index, "_cdc_op": "r"}], schema=SCHEMA))
-    return commit_files(table, [written], SCHEMA, {SNAPSHOT_CHUNKS_KEY: [_record(index).to_json_row()]})
+    return commit_files(table, [written], SCHEMA, {SNAPSHOT_CHUNKS_KEY: [_record(index).to_json_row()]}).version
 
 
 def _no_reads(*_args, **_kwargs):

@@ -30,8 +30,9 @@ from urllib.parse import quote, unquote
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable
-from deltalake.transaction import AddAction
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Schema
+from deltalake.exceptions import DeltaError
+from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from cdc_core.chunks.record import ChunkRecord
 from cdc_core.retry import RetryPolicy, retrying
@@ -41,10 +42,12 @@ from pipelines.lake.storage import write_file
 from pipelines.lake.tables import (
     commit_with_token,
     metadata_properties,
+    open_table,
     own_commits,
     post_commit_hooks,
     record_own_commit,
     refresh,
+    require_table,
 )
 
 SNAPSHOT_CHUNKS_KEY = "binlake.snapshot.chunks"
@@ -159,15 +162,43 @@ def file_stats(table: pa.Table) -> str:
     return json.dumps(stats)
 
 
-def commit_files(dt: DeltaTable, files: list[WrittenFile], schema: pa.Schema, metadata: dict,
-                 retry: RetryPolicy | None = None) -> int:
-    """Append ``files`` to ``dt`` in one Delta commit carrying ``metadata``; returns the new version
-    (a write transaction, unlike write and merge, does not move ``dt`` to the version it committed).
+@dataclass(frozen=True)
+class NewTable:
+    """A data table not created yet, as it is to be created: the first :func:`commit_files` to it
+    creates it with its files, in one commit (not a creation, then an append)."""
+
+    uri: str
+    schema: pa.Schema
+    configuration: dict[str, str] = field(default_factory=dict)  # its table properties
+    partition_by: tuple[str, ...] = ()
+    storage_options: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A commit made by :func:`commit_files`: its version, and the table's handle at it (for a
+    table the commit created, a new handle)."""
+
+    table: DeltaTable
+    version: int
+
+
+def commit_files(dt: DeltaTable | NewTable, files: list[WrittenFile], schema: pa.Schema, metadata: dict,
+                 retry: RetryPolicy | None = None) -> Committed:
+    """Append ``files`` to ``dt`` in one Delta commit carrying ``metadata``; for a :class:`NewTable`
+    the commit creates it (version 0, with its schema, properties and partition columns; another
+    writer's creation found first is appended to instead). A write transaction, unlike write and
+    merge, does not move ``dt`` to the version it committed: the handle returned is moved there.
     A fault that passes is retried under ``retry``; a commit that landed although its call failed
     (its answer lost) is found by its token (``binlake.commit``) and not made again."""
-    before = dt.version()
     token = uuid.uuid4().hex
     custom = {**{k: json.dumps(v) for k, v in metadata.items()}, COMMIT_KEY: token}
+    if isinstance(dt, NewTable):
+        created = _create_with_files(dt, files, custom, token, retry or RetryPolicy())
+        if created is not None:
+            return Committed(created, 0)
+        dt = require_table(dt.uri, dt.storage_options)  # created by another writer meanwhile
+    before = dt.version()
 
     def attempt() -> int:
         dt.create_write_transaction(
@@ -186,7 +217,39 @@ def commit_files(dt: DeltaTable, files: list[WrittenFile], schema: pa.Schema, me
                        landed=landed)
     if version == before + 1:  # no other commit came between the handle's version and this one's: it is this one
         record_own_commit(dt, version, custom)
-    return version
+    return Committed(dt, version)
+
+
+def _create_with_files(new: NewTable, files: list[WrittenFile], custom: dict[str, str], token: str,
+                       retry: RetryPolicy) -> DeltaTable | None:
+    """The table ``new`` created with ``files`` in one commit carrying ``custom`` (holding ``token``),
+    opened; None when another writer created it first. A creation that landed although its call
+    failed is found by its token."""
+    def ours() -> DeltaTable | None:
+        """The table, if its creation is the commit holding ``token``; else None."""
+        dt = open_table(new.uri, new.storage_options)
+        return dt if dt is not None and commit_with_token(dt, COMMIT_KEY, token, None) is not None else None
+
+    def attempt() -> DeltaTable | bool:
+        try:
+            # No log cleanup: a new log has nothing to clean up, and listing it is a request more.
+            create_table_with_add_actions(
+                new.uri, Schema.from_arrow(new.schema), [f.add_action() for f in files], mode="error",
+                partition_by=list(new.partition_by) or None, configuration=new.configuration or None,
+                storage_options=new.storage_options or None, commit_properties=metadata_properties(custom),
+                post_commithook_properties=PostCommitHookProperties(create_checkpoint=False,
+                                                                    cleanup_expired_logs=False))
+        except DeltaError:
+            if open_table(new.uri, new.storage_options) is None:
+                raise
+            return ours() or False  # it exists: by this creation (an answer lost within delta-rs) or another's
+        return require_table(new.uri, new.storage_options)
+
+    found = retrying(f"creating {new.uri} with {len(files)} files", attempt, retry, landed=ours)
+    if found is False:
+        return None
+    record_own_commit(found, 0, custom)  # snapshot_commits need not read it back
+    return found
 
 
 def snapshot_reset_properties(tables: list[str]) -> CommitProperties:
