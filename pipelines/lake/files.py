@@ -270,9 +270,14 @@ class SnapshotCommits:
     version: int = -1
 
     def is_verified(self, table: str) -> bool:
-        """Whether ``table``'s snapshot was checked after its last chunk and reset."""
-        last = max([self.resets.get(table, -1)] + [r.delta_version for r in self.records if r.table == table])
-        return self.verified.get(table, -1) > last
+        """Whether ``table``'s snapshot was checked after its last chunk and reset: by a later
+        commit, or by the commit of its last chunks itself (a table read in a window without
+        binlog events: pipelines/snapshot/driver.py, ``_quiet_tables``)."""
+        verified = self.verified.get(table)
+        if verified is None:
+            return False
+        last_chunk = max((r.delta_version for r in self.records if r.table == table), default=-1)
+        return verified > self.resets.get(table, -1) and verified >= last_chunk
 
 
 def snapshot_commits(dt: DeltaTable, known: SnapshotCommits | None = None) -> SnapshotCommits:
