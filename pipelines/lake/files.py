@@ -7,7 +7,8 @@ those commits.
 Invariants:
 - A chunk record is committed in the same commit as the chunk's rows, so a chunk with a
   record has its rows in Delta, and files of a group never committed are never read
-  (tests/test_snapshot_resume.py). A commit is made once: after a fault its token is looked
+  (tests/test_snapshot_resume.py). The first commit to a table not created yet creates it
+  with its files (tests/test_lake_requests.py). A commit is made once: after a fault its token is looked
   for before it is made again; delta-rs, retrying the put of a log entry whose answer was
   lost, may commit it again at the next version, which adds the same files (a Delta table
   holds a file once) and records the same chunks (tests/test_lake_faults.py).

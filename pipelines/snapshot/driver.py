@@ -10,6 +10,14 @@ Invariants:
   record; files of an interrupted group are never committed (no duplicates), and a re-run
   reads only chunks without a record. After success a re-run is a no-op
   (tests/test_snapshot_resume.py).
+- A table of one source that does not exist yet is created by the commit of its first
+  files (its properties and partition columns as ``create_table`` gives them); one none of
+  whose chunks a run read is created empty at the end of its pass (tests/test_lake_requests.py,
+  tests/test_snapshot_resume.py).
+- A table's verification (``SNAPSHOT_VERIFIED_KEY``) follows the DDL check after its last
+  chunk is committed, in a commit without files; a commit holding every chunk of a table's
+  plan, each read in a window ending at or before the table's baseline (no binlog event after
+  it, so no DDL), carries the mark itself (tests/test_snapshot_resume.py).
 - Only the driver commits, one commit per sink table at a time (different sink tables in
   parallel threads, ``each_sink``), so commits never race, also those of several routed
   sources into one sink table (cdc_core/routes.py: each source's chunks go to its route's
