@@ -55,8 +55,10 @@ SNAPSHOT_CHUNKS_KEY = "binlake.snapshot.chunks"
 # A snapshot commit that removed a source table's rows to read it again (a DDL ran during its
 # snapshot): chunk records of that table in earlier versions no longer count.
 SNAPSHOT_RESET_KEY = "binlake.snapshot.reset"
-# A commit without files: no DDL changed these source tables between their baseline and their
-# last chunk (their snapshot is consistent), checked once.
+# No DDL changed these source tables between their baseline and their last chunk (their
+# snapshot is consistent), checked once: a commit without files after the last chunk, or the
+# commit of a table's chunks when their read windows held no binlog event
+# (pipelines/snapshot/driver.py).
 SNAPSHOT_VERIFIED_KEY = "binlake.snapshot.verified"
 # Every snapshot commit's own token: a commit whose answer was lost is found again by it.
 COMMIT_KEY = "binlake.commit"
