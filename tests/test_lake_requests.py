@@ -3,6 +3,9 @@
 - ``snapshot_commits`` takes the commits ``ensure_table`` and ``commit_files`` made through the
   same handle from memory instead of reading them back; with a commit by anyone else in between it reads the
   log: either way it equals a fresh read of the whole log.
+- The first ``commit_files`` to a table not created yet (``NewTable``) creates it with its files,
+  its properties and its commit metadata in one commit (version 0), read back from memory; a
+  table another writer created first is appended to instead.
 - A control table this store only appended to is read back from those appends when they are
   all its commits, else from its files: either way it equals a fresh store's read.
 - A commit without data leaves its handle at the version it committed, carrying its offset and
@@ -29,6 +32,7 @@ from pipelines.lake.control_store import ControlStore
 from pipelines.lake.files import (
     SNAPSHOT_CHUNKS_KEY,
     SNAPSHOT_VERIFIED_KEY,
+    NewTable,
     SnapshotCommits,
     commit_files,
     snapshot_commits,
@@ -47,7 +51,7 @@ def _record(index: int) -> ChunkRecord:
 
 def _commit_chunk(table: DeltaTable, index: int) -> int:
     written = write_parquet(table.table_uri, pa.Table.from_pylist([{"id": index, "_cdc_op": "r"}], schema=SCHEMA))
-    return commit_files(table, [written], SCHEMA, {SNAPSHOT_CHUNKS_KEY: [_record(index).to_json_row()]})
+    return commit_files(table, [written], SCHEMA, {SNAPSHOT_CHUNKS_KEY: [_record(index).to_json_row()]}).version
 
 
 def _no_reads(*_args, **_kwargs):
@@ -75,6 +79,29 @@ def test_own_commits_are_not_read_back_and_read_like_the_log(tmp_path, monkeypat
     assert after == snapshot_commits(DeltaTable(uri))
     assert {r.chunk_index: r.delta_version for r in after.records if r.chunk_index >= 10} == {10: 5, 11: 6}
     assert not after.is_verified("d.t")
+
+
+def test_first_commit_of_files_creates_the_table_in_one_commit(tmp_path, monkeypatch):
+    uri = str(tmp_path / "t")
+    properties = {"delta.logRetentionDuration": "interval 200 hours"}
+    written = write_parquet(uri, pa.Table.from_pylist([{"id": 1, "_cdc_op": "r"}], schema=SCHEMA))
+    done = commit_files(NewTable(uri, SCHEMA, properties), [written], SCHEMA,
+                        {SNAPSHOT_CHUNKS_KEY: [_record(1).to_json_row()]})
+    fresh = DeltaTable(uri)
+    assert done.version == fresh.version() == 0 and done.table.version() == 0
+    assert fresh.metadata().configuration == properties and fresh.schema().to_arrow().names == SCHEMA.names
+    assert fresh.to_pyarrow_table().to_pylist() == [{"id": 1, "_cdc_op": "r"}]
+    with monkeypatch.context() as m:
+        m.setattr(done.table, "history", _no_reads)
+        mine = snapshot_commits(done.table)
+    assert mine == snapshot_commits(fresh) and [(r.chunk_index, r.delta_version) for r in mine.records] == [(1, 0)]
+
+    # Another writer created the table first: the files are appended to it, once.
+    other = str(tmp_path / "o")
+    ensure_table(other, SCHEMA)
+    written = write_parquet(other, pa.Table.from_pylist([{"id": 2, "_cdc_op": "r"}], schema=SCHEMA))
+    late = commit_files(NewTable(other, SCHEMA, properties), [written], SCHEMA, {})
+    assert late.version == 1 and DeltaTable(other).to_pyarrow_table().to_pylist() == [{"id": 2, "_cdc_op": "r"}]
 
 
 def test_commits_that_leave_the_handle_at_their_version_are_not_read_back(tmp_path, monkeypatch):

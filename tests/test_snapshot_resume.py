@@ -1,9 +1,12 @@
 """Kill the snapshot (SIGKILL) mid-way and run it again: only unfinished chunks are
 read again, no row is duplicated, and Delta equals MySQL. (The snapshot on a Spark
-standalone cluster runs in tests/test_object_store.py, writing to S3.)"""
+standalone cluster runs in tests/test_object_store.py, writing to S3.) A table's first
+commit creates it; a table read whole in a window without binlog events is verified by
+that commit itself, others by a commit after their last chunk."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -150,7 +153,59 @@ def test_groups_finished_together_share_one_commit(db, make_config, monkeypatch)
         by_version[r.delta_version] = by_version.get(r.delta_version, 0) + r.rows
     uri = table_uri(cfg.sink.path, f"{name}.t")
     for version, rows in by_version.items():  # the rows of its records are the rows it added
-        before = DeltaTable(uri, version=version - 1).to_pyarrow_dataset().count_rows()
+        # Version 0 is the first commit's: it created the table with its files.
+        before = DeltaTable(uri, version=version - 1).to_pyarrow_dataset().count_rows() if version else 0
         assert DeltaTable(uri, version=version).to_pyarrow_dataset().count_rows() - before == rows
     assert_equal(cfg, [f"{name}.t"])
     assert snapshot(cfg, None).tables[0].chunks_read == 0
+
+
+
+def _log(uri: str) -> list[tuple[int, int, bool]]:
+    """(version, chunk records, carries the verified mark) of each commit of the table at ``uri``."""
+    return sorted((c["version"], len(json.loads(c.get(SNAPSHOT_CHUNKS_KEY, "[]"))), SNAPSHOT_VERIFIED_KEY in c)
+                  for c in DeltaTable(uri).history())
+
+
+def test_table_read_in_a_quiet_window_is_created_and_verified_by_one_commit(db, make_config, monkeypatch):
+    """No binlog event after the tables' baseline: each table (an empty one too) is one commit,
+    which creates it with its rows, its chunk record and its verified mark; a re-run reads and
+    commits nothing. A write on the source after a table's baseline puts an event in its read
+    window: that table gets its verification in a commit after its rows."""
+    from pipelines.snapshot import driver as snapshot_driver
+
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(20))")
+        cur.execute("INSERT INTO a SELECT seq, CONCAT('v', seq) FROM seq_1_to_50")
+        cur.execute("CREATE TABLE e (id INT PRIMARY KEY)")
+    cfg = make_config(name, source={"snapshot": {"runner": "local"}})
+    summary = snapshot(cfg, None)
+    assert {t.table: (t.chunks, t.mysql_rows, t.matches) for t in summary.tables} == \
+        {f"{name}.a": (1, 50, True), f"{name}.e": (1, 0, True)}
+    for t, columns in (("a", {"id", "v"}), ("e", {"id"})):
+        uri = table_uri(cfg.sink.path, f"{name}.{t}")
+        assert _log(uri) == [(0, 1, True)], t
+        assert columns <= set(DeltaTable(uri).schema().to_arrow().names)
+    assert sum(t.chunks_read for t in snapshot(cfg, None).tables) == 0
+    assert _log(table_uri(cfg.sink.path, f"{name}.a")) == [(0, 1, True)]
+
+    # A new table, and a write to it after its baseline, before its read.
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE b (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO b VALUES (1), (2)")
+    read_group = snapshot_driver.SnapshotJob.group_fn
+
+    def after_a_write(task):
+        with conn.cursor() as cur:
+            cur.execute("INSERT IGNORE INTO b VALUES (3)")
+        return read_group(task)
+
+    monkeypatch.setattr(snapshot_driver.SnapshotJob, "group_fn", staticmethod(after_a_write))
+    later = {t.table: t for t in snapshot(cfg, None).tables}
+    assert {n: (t.chunks_read, t.matches) for n, t in later.items()} == \
+        {f"{name}.a": (0, True), f"{name}.b": (1, True), f"{name}.e": (0, True)}
+    assert later[f"{name}.b"].mysql_rows == 3
+    assert _log(table_uri(cfg.sink.path, f"{name}.b")) == [(0, 1, False), (1, 0, True)]
+    assert sum(t.chunks_read for t in snapshot(cfg, None).tables) == 0
+    assert_equal(cfg, [f"{name}.a", f"{name}.b", f"{name}.e"])

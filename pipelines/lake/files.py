@@ -7,7 +7,8 @@ those commits.
 Invariants:
 - A chunk record is committed in the same commit as the chunk's rows, so a chunk with a
   record has its rows in Delta, and files of a group never committed are never read
-  (tests/test_snapshot_resume.py). A commit is made once: after a fault its token is looked
+  (tests/test_snapshot_resume.py). The first commit to a table not created yet creates it
+  with its files (tests/test_lake_requests.py). A commit is made once: after a fault its token is looked
   for before it is made again; delta-rs, retrying the put of a log entry whose answer was
   lost, may commit it again at the next version, which adds the same files (a Delta table
   holds a file once) and records the same chunks (tests/test_lake_faults.py).
@@ -30,8 +31,9 @@ from urllib.parse import quote, unquote
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable
-from deltalake.transaction import AddAction
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Schema
+from deltalake.exceptions import DeltaError
+from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from cdc_core.chunks.record import ChunkRecord
 from cdc_core.retry import RetryPolicy, retrying
@@ -41,18 +43,22 @@ from pipelines.lake.storage import write_file
 from pipelines.lake.tables import (
     commit_with_token,
     metadata_properties,
+    open_table,
     own_commits,
     post_commit_hooks,
     record_own_commit,
     refresh,
+    require_table,
 )
 
 SNAPSHOT_CHUNKS_KEY = "binlake.snapshot.chunks"
 # A snapshot commit that removed a source table's rows to read it again (a DDL ran during its
 # snapshot): chunk records of that table in earlier versions no longer count.
 SNAPSHOT_RESET_KEY = "binlake.snapshot.reset"
-# A commit without files: no DDL changed these source tables between their baseline and their
-# last chunk (their snapshot is consistent), checked once.
+# No DDL changed these source tables between their baseline and their last chunk (their
+# snapshot is consistent), checked once: a commit without files after the last chunk, or the
+# commit of a table's chunks when their read windows held no binlog event
+# (pipelines/snapshot/driver.py).
 SNAPSHOT_VERIFIED_KEY = "binlake.snapshot.verified"
 # Every snapshot commit's own token: a commit whose answer was lost is found again by it.
 COMMIT_KEY = "binlake.commit"
@@ -159,15 +165,43 @@ def file_stats(table: pa.Table) -> str:
     return json.dumps(stats)
 
 
-def commit_files(dt: DeltaTable, files: list[WrittenFile], schema: pa.Schema, metadata: dict,
-                 retry: RetryPolicy | None = None) -> int:
-    """Append ``files`` to ``dt`` in one Delta commit carrying ``metadata``; returns the new version
-    (a write transaction, unlike write and merge, does not move ``dt`` to the version it committed).
+@dataclass(frozen=True)
+class NewTable:
+    """A data table not created yet, as it is to be created: the first :func:`commit_files` to it
+    creates it with its files, in one commit (not a creation, then an append)."""
+
+    uri: str
+    schema: pa.Schema
+    configuration: dict[str, str] = field(default_factory=dict)  # its table properties
+    partition_by: tuple[str, ...] = ()
+    storage_options: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A commit made by :func:`commit_files`: its version, and the table's handle at it (for a
+    table the commit created, a new handle)."""
+
+    table: DeltaTable
+    version: int
+
+
+def commit_files(dt: DeltaTable | NewTable, files: list[WrittenFile], schema: pa.Schema, metadata: dict,
+                 retry: RetryPolicy | None = None) -> Committed:
+    """Append ``files`` to ``dt`` in one Delta commit carrying ``metadata``; for a :class:`NewTable`
+    the commit creates it (version 0, with its schema, properties and partition columns; another
+    writer's creation found first is appended to instead). A write transaction, unlike write and
+    merge, does not move ``dt`` to the version it committed: the handle returned is moved there.
     A fault that passes is retried under ``retry``; a commit that landed although its call failed
     (its answer lost) is found by its token (``binlake.commit``) and not made again."""
-    before = dt.version()
     token = uuid.uuid4().hex
     custom = {**{k: json.dumps(v) for k, v in metadata.items()}, COMMIT_KEY: token}
+    if isinstance(dt, NewTable):
+        created = _create_with_files(dt, files, custom, token, retry or RetryPolicy())
+        if created is not None:
+            return Committed(created, 0)
+        dt = require_table(dt.uri, dt.storage_options)  # created by another writer meanwhile
+    before = dt.version()
 
     def attempt() -> int:
         dt.create_write_transaction(
@@ -186,7 +220,39 @@ def commit_files(dt: DeltaTable, files: list[WrittenFile], schema: pa.Schema, me
                        landed=landed)
     if version == before + 1:  # no other commit came between the handle's version and this one's: it is this one
         record_own_commit(dt, version, custom)
-    return version
+    return Committed(dt, version)
+
+
+def _create_with_files(new: NewTable, files: list[WrittenFile], custom: dict[str, str], token: str,
+                       retry: RetryPolicy) -> DeltaTable | None:
+    """The table ``new`` created with ``files`` in one commit carrying ``custom`` (holding ``token``),
+    opened; None when another writer created it first. A creation that landed although its call
+    failed is found by its token."""
+    def ours() -> DeltaTable | None:
+        """The table, if its creation is the commit holding ``token``; else None."""
+        dt = open_table(new.uri, new.storage_options)
+        return dt if dt is not None and commit_with_token(dt, COMMIT_KEY, token, None) is not None else None
+
+    def attempt() -> DeltaTable | bool:
+        try:
+            # No log cleanup: a new log has nothing to clean up, and listing it is a request more.
+            create_table_with_add_actions(
+                new.uri, Schema.from_arrow(new.schema), [f.add_action() for f in files], mode="error",
+                partition_by=list(new.partition_by) or None, configuration=new.configuration or None,
+                storage_options=new.storage_options or None, commit_properties=metadata_properties(custom),
+                post_commithook_properties=PostCommitHookProperties(create_checkpoint=False,
+                                                                    cleanup_expired_logs=False))
+        except DeltaError:
+            if open_table(new.uri, new.storage_options) is None:
+                raise
+            return ours() or False  # it exists: by this creation (an answer lost within delta-rs) or another's
+        return require_table(new.uri, new.storage_options)
+
+    found = retrying(f"creating {new.uri} with {len(files)} files", attempt, retry, landed=ours)
+    if found is False:
+        return None
+    record_own_commit(found, 0, custom)  # snapshot_commits need not read it back
+    return found
 
 
 def snapshot_reset_properties(tables: list[str]) -> CommitProperties:
@@ -207,9 +273,14 @@ class SnapshotCommits:
     version: int = -1
 
     def is_verified(self, table: str) -> bool:
-        """Whether ``table``'s snapshot was checked after its last chunk and reset."""
-        last = max([self.resets.get(table, -1)] + [r.delta_version for r in self.records if r.table == table])
-        return self.verified.get(table, -1) > last
+        """Whether ``table``'s snapshot was checked after its last chunk and reset: by a later
+        commit, or by the commit of its last chunks itself (a table read in a window without
+        binlog events: pipelines/snapshot/driver.py, ``_quiet_tables``)."""
+        verified = self.verified.get(table)
+        if verified is None:
+            return False
+        last_chunk = max((r.delta_version for r in self.records if r.table == table), default=-1)
+        return verified > self.resets.get(table, -1) and verified >= last_chunk
 
 
 def snapshot_commits(dt: DeltaTable, known: SnapshotCommits | None = None) -> SnapshotCommits:

@@ -10,6 +10,14 @@ Invariants:
   record; files of an interrupted group are never committed (no duplicates), and a re-run
   reads only chunks without a record. After success a re-run is a no-op
   (tests/test_snapshot_resume.py).
+- A table of one source that does not exist yet is created by the commit of its first
+  files (its properties and partition columns as ``create_table`` gives them); one none of
+  whose chunks a run read is created empty at the end of its pass (tests/test_lake_requests.py,
+  tests/test_snapshot_resume.py).
+- A table's verification (``SNAPSHOT_VERIFIED_KEY``) follows the DDL check after its last
+  chunk is committed, in a commit without files; a commit holding every chunk of a table's
+  plan, each read in a window ending at or before the table's baseline (no binlog event after
+  it, so no DDL), carries the mark itself (tests/test_snapshot_resume.py).
 - Only the driver commits, one commit per sink table at a time (different sink tables in
   parallel threads, ``each_sink``), so commits never race, also those of several routed
   sources into one sink table (cdc_core/routes.py: each source's chunks go to its route's
@@ -53,7 +61,7 @@ from cdc_core.chunks.planning import Chunk
 from cdc_core.chunks.record import ChunkRecord
 from cdc_core.config import BinlakeConfig
 from cdc_core.errors import TerminalError, is_transient, transient_cause
-from cdc_core.offset.position import master_position
+from cdc_core.offset.position import BinlogPosition, master_position
 from cdc_core.retry import Retry, RetryBudgetExceeded, RetryPolicy, fault_line, retrying
 from cdc_core.routes import Router, sink_schema
 from cdc_core.schema.change import UnparsedDDL, parse_ddl
@@ -67,12 +75,13 @@ from pipelines.lake.control_store import ControlStore
 from pipelines.lake.files import (
     SNAPSHOT_CHUNKS_KEY,
     SNAPSHOT_VERIFIED_KEY,
+    NewTable,
     SnapshotCommits,
     commit_files,
     snapshot_commits,
     snapshot_reset_properties,
 )
-from pipelines.lake.maintenance.layout import create_table
+from pipelines.lake.maintenance.layout import create_table, creation
 from pipelines.lake.storage import UnsafeSink, is_local, require_safe_commits
 from pipelines.lake.tables import DeltaTable, delta_schema, open_table, reset, table_uri
 from pipelines.schema.applier import widen_to
@@ -127,6 +136,9 @@ class SnapshotJob:
         # Snapshot commits of each sink table read so far (by table URI): later reads only read
         # the commits made since.
         self._commits: dict[str, SnapshotCommits] = {}
+        # The current pass's chunk plans and the tables' baseline positions (_quiet_tables).
+        self._plans: dict[str, list[Chunk]] = {}
+        self._baselines: dict[str, BinlogPosition] = {}
 
     @property
     def retries(self) -> int:
@@ -231,6 +243,7 @@ class SnapshotJob:
         self.router.check(schemas)
         names = [n for n in names if n in schemas]  # a table dropped since it was listed is not read
         plans.update(plan_tables(self.cfg, self.store, cur, [schemas[n] for n in names if n not in plans], at))
+        self._plans, self._baselines = plans, self._baselines_of(names)
         work: list[tuple] = []
         targets: dict[str, pa.Schema | None] = {}
         opening = sorted({self.router.sink(n) for n in names} - tables.keys())
@@ -247,7 +260,7 @@ class SnapshotJob:
                        if c.index not in done and (self.chunks is None or c.index in self.chunks)]
             by_table[name].chunks = len(plans[name])
             by_table[name].chunks_read += len(pending)
-            work.append((schema, uri, pending, targets[sink], tuple(tables[sink].metadata().partition_columns)))
+            work.append((schema, uri, pending, targets[sink], _partition_columns(tables[sink])))
         total_pending = sum(len(w[2]) for w in work)
         per_group = group_size(total_pending, self.slots, self.cfg.source.snapshot)
         task_conn = replace(self.conn, read_timeout=self.retry.read_timeout)  # a stalled read fails, then retries
@@ -257,6 +270,10 @@ class SnapshotJob:
                  for schema, uri, pending, target, partitions in work for g in chunk_groups(pending, per_group)]
         log.info("snapshot: %d tables, %d chunks to read in %d tasks", len(names), total_pending, len(tasks))
         self._execute(tasks, tables, by_table, summary, total_pending)
+        # A new table none of whose chunks this run read (``chunks`` left them out) is created empty.
+        unread = [sink for sink, t in tables.items() if isinstance(t, NewTable)]
+        for sink, dt_ in zip(unread, each_sink(lambda sink: self._create(tables[sink], sink), unread)):
+            tables[sink] = dt_
 
     def _connect(self) -> pymysql.connections.Connection:
         """A driver connection to the source, again with backoff while the source refuses or
@@ -327,8 +344,11 @@ class SnapshotJob:
         def commit(sink: str) -> list[ChunkRecord] | BaseException:
             first = ready[sink][0][0]
             try:
-                return self._commit(tables[sink], first.target or output_schema(first.schema, first.columns.fields()),
-                                    [result for _, result in ready[sink]])
+                # A new table is created by this commit: from then on the handle is the table's.
+                tables[sink], records = self._commit(
+                    tables[sink], first.target or output_schema(first.schema, first.columns.fields()),
+                    [result for _, result in ready[sink]])
+                return records
             except BaseException as e:  # noqa: BLE001 - raised below, once the others are recorded
                 return e
 
@@ -351,24 +371,47 @@ class SnapshotJob:
             raise failure
         return done
 
-    def _commit(self, table, schema: pa.Schema, results: list[GroupWritten]) -> list[ChunkRecord]:
-        """Commit the files of groups of one sink table with their chunk records, in one commit;
-        returns the records as committed, in the groups' order."""
+    def _commit(self, table: DeltaTable | NewTable, schema: pa.Schema, results: list[GroupWritten]
+                ) -> tuple[DeltaTable, list[ChunkRecord]]:
+        """Commit the files of groups of one sink table with their chunk records, in one commit
+        (creating a :class:`NewTable`); returns the table's handle and the records as committed,
+        in the groups' order."""
         # Called by the driver only, one call per sink table at a time (each_sink): commits
         # never race each other (also those of several routed sources into one sink table).
         records = [r for result in results for r in result.records]
         files = [f for result in results for f in result.files]
-        folder = unquote(urlparse(table.table_uri).path)
+        metadata: dict[str, list] = {SNAPSHOT_CHUNKS_KEY: [r.to_json_row() for r in records]}
+        quiet = self._quiet_tables(records)
+        if quiet:
+            metadata[SNAPSHOT_VERIFIED_KEY] = quiet
+        folder = unquote(urlparse(table.uri if isinstance(table, NewTable) else table.table_uri).path)
         missing = [f for f in files if is_local(self.sink) and not os.path.exists(os.path.join(folder, f.path))]
         if missing:
             # Written on another host: a commit would point the table at a file it cannot read.
             raise UnsafeSink(f"sink.path {self.cfg.sink.path} is a local folder the Spark executors do not share "
                              f"with the driver ({missing[0].path} written by an executor is missing here); use an "
                              "object-store URI, or a folder mounted at the same path on every host")
-        version = commit_files(table, files, schema, {SNAPSHOT_CHUNKS_KEY: [r.to_json_row() for r in records]},
-                               self.retry)
+        done = commit_files(table, files, schema, metadata, self.retry)
         self._committed += 1
-        return [replace(r, delta_version=version) for r in records]
+        return done.table, [replace(r, delta_version=done.version) for r in records]
+
+    def _quiet_tables(self, records: list[ChunkRecord]) -> list[str]:
+        """The source tables of one commit's ``records`` that it verifies itself: it holds every
+        chunk of the table's plan, each read in a window ending at or before the table's baseline
+        position (no binlog event came after the baseline, so no DDL can have changed the table
+        while it was read: the check :meth:`_changed_during_snapshot` makes after the commit would
+        read an empty binlog range). A quiet source's small tables then cost one commit each,
+        not two (bench/many_tables.py)."""
+        by_table: dict[str, list[ChunkRecord]] = {}
+        for r in records:
+            by_table.setdefault(r.table, []).append(r)
+        quiet = []
+        for name, rs in by_table.items():
+            baseline = self._baselines.get(name)
+            if baseline is not None and {r.chunk_index for r in rs} == {c.index for c in self._plans.get(name, ())} \
+                    and all(r.high_watermark <= baseline for r in rs):
+                quiet.append(name)
+        return quiet
 
     def _mirror(self, records: list[ChunkRecord]) -> None:
         """The data commit already holds these records; the mirror table is appended in
@@ -389,13 +432,20 @@ class SnapshotJob:
         name = schema.qualified_name
         return SinkColumns.of(self.cfg.sink, name).applied(schema, self.router.routed(name))
 
-    def _open_sink(self, uri: str, sink: str, schemas: dict[str, TableSchema]):
-        """The Delta table ``sink`` (created if missing) and, for a route's sink, the schema its
-        rows are written with: the widest of all its sources, the table widened to it first."""
+    def _open_sink(self, uri: str, sink: str, schemas: dict[str, TableSchema]
+                   ) -> tuple[DeltaTable | NewTable, pa.Schema | None]:
+        """The Delta table ``sink`` and, for a route's sink, the schema its rows are written with:
+        the widest of all its sources, the table widened to it first. A missing route's sink is
+        created now; a missing table of one source is a :class:`NewTable`, created by its first
+        commit with the first files (one commit per table less: bench/many_tables.py)."""
         sources = self.router.sources(sink, schemas)
         if not sources:  # not routed: the source's own table, with its mode's columns
             schema = output_schema(schemas[sink], self._columns(schemas[sink]).fields())
-            return create_table(self.cfg.sink, uri, sink, schema, self.retry), None
+            dt_ = open_table(uri, self.cfg.sink.storage_options)
+            if dt_ is not None:
+                return dt_, None
+            how = creation(self.cfg.sink, sink, schema)  # a wrong partition column stops the run before any read
+            return NewTable(uri, schema, how.configuration, how.partition_by, self.cfg.sink.storage_options), None
         members = [schemas[n] for n in sources]
         dt_ = create_table(self.cfg.sink, uri, sink, sink_schema(members, sink=sink), self.retry)
         widened = widen_to(dt_, sink_schema(members, base=delta_schema(dt_), sink=sink))
@@ -403,9 +453,13 @@ class SnapshotJob:
             log.info("snapshot: %s %s", sink, widened)
         return dt_, delta_schema(dt_)
 
-    def _commits_of(self, table: DeltaTable | None) -> SnapshotCommits | None:
-        """The snapshot commits of a sink table (None for no table)."""
-        if table is None:
+    def _create(self, new: NewTable, sink: str) -> DeltaTable:
+        """The table ``new`` created empty (when no commit of files created it)."""
+        return create_table(self.cfg.sink, new.uri, sink, new.schema, self.retry)
+
+    def _commits_of(self, table: DeltaTable | NewTable | None) -> SnapshotCommits | None:
+        """The snapshot commits of a sink table (None for no table, or one not created yet)."""
+        if table is None or isinstance(table, NewTable):
             return None
         commits = self._commits[table.table_uri] = snapshot_commits(table, self._commits.get(table.table_uri))
         return commits
@@ -416,10 +470,7 @@ class SnapshotJob:
         watermark: their chunks do not all hold the same columns (or rows a TRUNCATE removed);
         and the completed chunks of the tables of ``names`` not verified yet (what
         :meth:`_verified` needs when none changed: the same until the run ends)."""
-        baselines = {}
-        for e in self.store.schema_history():
-            if e.status == Status.BASELINE and e.table in names:
-                baselines[e.table] = e.position  # the last one: history is in binlog order
+        baselines = self._baselines_of(names)
         with self._connect() as c, c.cursor() as cur:
             end = master_position(cur, self.base)
         windows = {}
@@ -445,6 +496,15 @@ class SnapshotJob:
                                 name, st.position, st.sql)
                     dirty.add(name)
         return dirty, completed
+
+    def _baselines_of(self, names: list[str]) -> dict[str, BinlogPosition]:
+        """The baseline position of each table of ``names`` (its last: a reset records a new one)."""
+        baselines = {}
+        wanted = set(names)
+        for e in self.store.schema_history():
+            if e.status == Status.BASELINE and e.table in wanted:
+                baselines[e.table] = e.position  # the last one: history is in binlog order
+        return baselines
 
     def _verified(self, completed: dict[str, dict[int, ChunkRecord]], plans: dict[str, list[Chunk]]
                   ) -> dict[str, list[str]]:
@@ -483,8 +543,10 @@ class SnapshotJob:
             else:
                 reset(dt_, props, schema=output_schema(schema, self._columns(schema).fields()))
 
-        # Emptying it twice (an attempt that landed although it failed) is emptying it once.
-        retrying(f"emptying {sink} to read {name} again", empty, self.retry)
+        # Emptying it twice (an attempt that landed although it failed) is emptying it once. A
+        # table not created yet (no commit of it was made) has nothing to empty.
+        if not isinstance(dt_, NewTable):
+            retrying(f"emptying {sink} to read {name} again", empty, self.retry)
         plan_tables(self.cfg, self.store, cur, [schema], at)  # a new baseline and plan: the table is read again
         summary.rows_written = 0
 
@@ -499,6 +561,11 @@ def each_sink(fn: Callable[[str], T], sinks: list[str]) -> list[T]:
     futures = [_sink_pool().submit(fn, s) for s in sinks]
     wait(futures)
     return [f.result() for f in futures]
+
+
+def _partition_columns(table: DeltaTable | NewTable) -> tuple[str, ...]:
+    """The partition columns of a sink table, also of one not created yet."""
+    return table.partition_by if isinstance(table, NewTable) else tuple(table.metadata().partition_columns)
 
 
 @functools.cache

@@ -4,7 +4,8 @@ snapshot costs the checks and the row counts only, and starts no Spark).
 
 Invariants:
 - A table is verified (``SNAPSHOT_VERIFIED_KEY``) only once every chunk of its plan is
-  committed and no DDL changed it while it was read; a later chunk or reset undoes it, so a
+  committed and no DDL changed it while it was read (the mark in the commit of its last
+  chunks, or a later one); a later chunk or reset undoes it, so a
   finished snapshot is one whose every planned table is verified (tests/test_snapshot_resume.py).
 - MySQL's rows of a table are counted over its plan's spans, which cover the whole key space
   (tests/test_chunking.py).
