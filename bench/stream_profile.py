@@ -16,7 +16,9 @@ with the code of each checkout ``--code`` names (PYTHONPATH; default this one) i
 A stage's CPU seconds are its share of the sampled CPU times run (1)'s binlake CPU (sampling
 rates drift; shares do not). Threads no Python frame runs in (delta-rs's Rust runtime, Arrow's
 pool) are not sampled: what run (2)'s sampled seconds miss of run (1)'s CPU is reported as
-"not in a Python thread". Figures go to bench/out/stream_profile.json.
+"not in a Python thread". The stages are also given for the engine process alone (the samples
+of the process py-spy started: rows are decoded there since they cross the queue packed).
+Figures go to bench/out/stream_profile.json.
 """
 
 from __future__ import annotations
@@ -72,10 +74,12 @@ def stage_of(frames: list[str]) -> str:
     return "other"
 
 
-def parse_raw(path: Path) -> tuple[Counter, Counter]:
-    """py-spy's raw (collapsed) output → samples by stage, and by process role (engine, reader)."""
+def parse_raw(path: Path) -> tuple[Counter, Counter, Counter]:
+    """py-spy's raw (collapsed) output → samples by stage, by process role (engine, reader), and the
+    engine process's by stage."""
     by_stage: Counter = Counter()
     by_process: Counter = Counter()
+    engine: Counter = Counter()
     for line in path.read_text(errors="replace").splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
@@ -83,9 +87,12 @@ def parse_raw(path: Path) -> tuple[Counter, Counter]:
         frames = stack.split(";")
         processes = [f for f in frames if f.startswith("process ")]
         frames = [f for f in frames if not f.startswith(("process ", "thread "))]
-        by_stage[stage_of(frames)] += int(count)
+        stage = stage_of(frames)
+        by_stage[stage] += int(count)
         by_process["engine" if len(processes) <= 1 else "reader/decode worker"] += int(count)
-    return by_stage, by_process
+        if len(processes) <= 1:
+            engine[stage] += int(count)
+    return by_stage, by_process, engine
 
 
 def run_stream(server: LocalMariaDB, backlog, work: Path, workers: int, tag: str,
@@ -104,7 +111,7 @@ def profile(server: LocalMariaDB, backlog, work: Path, workers: int, checkout: P
     spy = [args.py_spy, "record", "--subprocesses", "--threads", "--gil", "--format", "raw",
            "-r", str(args.rate), "-o", str(raw_out), "--"]
     profiled = run_stream(server, backlog, work, workers, f"{tag}-spy", spy, checkout)
-    by_stage, by_process = parse_raw(raw_out)
+    by_stage, by_process, engine = parse_raw(raw_out)
     sampled = sum(by_stage.values())
     sampled_s = sampled / args.rate
     per_m = 1e6 / backlog.changes
@@ -112,8 +119,10 @@ def profile(server: LocalMariaDB, backlog, work: Path, workers: int, checkout: P
     python_share = min(1.0, sampled_s / plain["binlake_cpu_s"]) if plain["binlake_cpu_s"] else 0.0
     stages = {s: plain["binlake_cpu_s"] * python_share * n / sampled * per_m for s, n in by_stage.most_common()}
     stages["not in a Python thread (Rust/Arrow pools)"] = plain["binlake_cpu_s"] * (1 - python_share) * per_m
+    engine_stages = {s: plain["binlake_cpu_s"] * python_share * n / sampled * per_m for s, n in engine.most_common()}
     return {"checkout": str(checkout), "workers": workers, "plain": plain, "profiled": profiled, "samples": sampled,
             "sampled_cpu_s": sampled_s, "cpu_s_per_million_rows": stages,
+            "engine_cpu_s_per_million_rows": engine_stages,
             "binlake_cpu_s_per_million_rows": plain["binlake_cpu_s"] * per_m,
             "mariadbd_cpu_s_per_million_rows": plain["mariadbd_cpu_s"] * per_m,
             "rows_per_s": backlog.changes / plain["seconds"],
@@ -147,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
         for s in names:
             print(f"  {s:<45}" + "".join(f"{r['cpu_s_per_million_rows'].get(s, 0.0):>12.2f}" for r in results))
         print(f"  {'binlake total':<45}" + "".join(f"{r['binlake_cpu_s_per_million_rows']:>12.2f}" for r in results))
+        print("  of which the engine process:")
+        for s in names:
+            print(f"    {s:<43}" + "".join(f"{r['engine_cpu_s_per_million_rows'].get(s, 0.0):>12.2f}" for r in results))
+        print(f"    {'engine total':<43}" + "".join(f"{sum(r['engine_cpu_s_per_million_rows'].values()):>12.2f}"
+                                              for r in results))
         print(f"  {'mariadbd':<45}" + "".join(f"{r['mariadbd_cpu_s_per_million_rows']:>12.2f}" for r in results))
         print(f"  {'rows/s (run 1)':<45}" + "".join(f"{r['rows_per_s']:>12,.0f}" for r in results))
         print(f"  {'wall s (run 1)':<45}" + "".join(f"{r['plain']['seconds']:>12.2f}" for r in results))

@@ -6,11 +6,16 @@ The library decodes every value through a chain of Python calls (a bitmap test, 
 a long ``if`` over the column type, a packet read, a struct unpack): about 3 µs a value, most
 of the binlog reader's CPU time. :func:`compile_images` turns a table map into one reader
 function per column, chosen once (each column's codec's ``row_reader``, cdc_core/types/<family>.py),
-so decoding a row is one call per value over a ``bytes`` buffer; an image without NULLs (most of
-them) goes through one generated function that calls the readers in turn (no loop, no list).
+so decoding a row is at most one call per value over a ``bytes`` buffer. Each null bitmap a table
+map's images carry (most images have none set, a table has few patterns) gets one generated function
+that reads the non-NULL values in turn (no loop, no list): a run of fixed-size values (integers,
+FLOAT, DOUBLE) by one ``struct`` unpack, a string by slicing it in place, the others by their
+readers (:class:`cdc_core.types.codec.Inline` says which readers can be inlined); beyond
+``_VARIANTS_MAX`` bitmaps, a loop over the readers reads the images (the same values).
 
-Invariants (tests/test_binlog_decoder.py: test_fast_images_equal_the_library, and the type
-matrices of tests/test_types.py, which go through this path for the types below):
+Invariants (tests/test_binlog_decoder.py: test_fast_images_equal_the_library, also through the
+readers' loop, and the type matrices of tests/test_types.py, which go through this path for the
+types below):
 - A value is exactly what the library returns for it: integers (signed and unsigned, every
   width), FLOAT, DOUBLE, DECIMAL, DATE, DATETIME(fsp), TIMESTAMP(fsp), YEAR, ENUM, and
   CHAR/VARCHAR/TEXT/BINARY/VARBINARY/BLOB values decoded with the column's binlake codec (or
@@ -36,14 +41,14 @@ about as much as decoding them; bytes pickle for nothing.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
 
 from pymysqlreplication.constants import BINLOG
 from pymysqlreplication.row_event import UpdateRowsEvent
 
-from cdc_core.types.codec import Reader
+from cdc_core.types.codec import Reader, inline_of
 from cdc_core.types.registry import table_map_codec
 
 
@@ -73,6 +78,7 @@ class RowImages:
     full: bytes  # a column bitmap naming every column (unused bits clear)
     mask: int  # ``full`` as an integer
     columns: tuple = field(compare=False)  # the table map's columns it was compiled from
+    variants: dict = field(default_factory=dict, compare=False, repr=False)  # null bitmap -> image reader
 
     def __reduce__(self):
         return images_of, (self.columns, self.keep)
@@ -99,34 +105,68 @@ class RowImages:
     def decode(self, buf: bytes, update: bool) -> list:
         """The rows of a row event's row data ``buf`` (updates: (before, after) pairs)."""
         pos, n, out = 0, len(buf), []
-        image = self._image
+        width, variants, variant = len(self.full), self.variants, self._variant
         if update:
             while pos < n:
-                before, pos = image(buf, pos)
-                after, pos = image(buf, pos)
+                nulls = buf[pos:pos + width]
+                before, pos = (variants.get(nulls) or variant(nulls))(buf, pos + width)
+                nulls = buf[pos:pos + width]
+                after, pos = (variants.get(nulls) or variant(nulls))(buf, pos + width)
                 out.append((before, after))
         else:
+            append = out.append
             while pos < n:
-                row, pos = image(buf, pos)
-                out.append(row)
+                nulls = buf[pos:pos + width]
+                row, pos = (variants.get(nulls) or variant(nulls))(buf, pos + width)
+                append(row)
         return out
 
-    @cached_property
-    def _image(self) -> Callable[[bytes, int], tuple[tuple, int]]:
-        """:meth:`_any_image`, with its loop unrolled for images without NULLs (most images): one
-        function whose body calls each column's reader in turn, built once per table map."""
-        n, width = len(self.readers), len(self.full)
-        values = [f"v{i}" for i in range(n)]
-        kept = values if self.keep is None else [values[i] for i in self.keep]
-        body = "".join(f"    v{i}, pos = r{i}(buf, pos)\n" for i in range(n))
-        source = (f"def image(buf, pos):\n"
-                  f"    if int.from_bytes(buf[pos:pos + {width}], 'little'):\n"
-                  f"        return any_image(buf, pos)\n"
-                  f"    pos += {width}\n{body}"
-                  f"    return ({''.join(v + ', ' for v in kept)}), pos\n")
-        scope = {f"r{i}": r for i, r in enumerate(self.readers)} | {"any_image": self._any_image}
-        exec(source, scope)  # noqa: S102 - generated from column indexes only, no input text
-        return scope["image"]
+    def _variant(self, nulls: bytes) -> Callable[[bytes, int], tuple[tuple, int]]:
+        """The image reader of images whose null bitmap is ``nulls`` (read from after it), made once
+        per bitmap: generated code reading the non-NULL columns in turn, runs of fixed-size values
+        unpacked by one ``struct`` call and strings sliced in place (the readers' :class:`Inline`),
+        the other values by their readers. Beyond ``_VARIANTS_MAX`` bitmaps a table map's further
+        ones loop over the readers (``_any_image``)."""
+        if len(self.variants) >= _VARIANTS_MAX:
+            return self._after_bitmap
+        bits = int.from_bytes(nulls, "little")
+        scope: dict[str, object] = {}
+        body: list[str] = []
+        run: list[tuple[int, str]] = []  # fixed-size values read by one unpack: (column, format)
+
+        def unpack_run() -> None:
+            if run:
+                unpack = struct.Struct("<" + "".join(f.lstrip("<") for _, f in run))
+                scope[f"s{run[0][0]}"] = unpack.unpack_from
+                body.append(f"{''.join(f'v{i}, ' for i, _ in run)}= s{run[0][0]}(buf, pos)\npos += {unpack.size}")
+                run.clear()
+
+        for i, read in enumerate(self.readers):
+            inline = inline_of(read)
+            if bits >> i & 1:
+                body.append(f"v{i} = None")
+            elif inline is not None and inline.fmt.startswith("<"):
+                run.append((i, inline.fmt))
+            else:
+                unpack_run()
+                if inline is not None and inline.length_size in (1, 2):
+                    scope[f"c{i}"] = inline.convert
+                    size = "buf[pos]" if inline.length_size == 1 else "(buf[pos] | buf[pos + 1] << 8)"
+                    body.append(f"end = pos + {inline.length_size} + {size}\n"
+                                f"v{i} = c{i}(buf[pos + {inline.length_size}:end])\npos = end")
+                else:
+                    scope[f"r{i}"] = read
+                    body.append(f"v{i}, pos = r{i}(buf, pos)")
+        unpack_run()
+        kept = range(len(self.readers)) if self.keep is None else self.keep
+        source = ("def image(buf, pos):\n" + "".join(f"    {line}\n" for b in body for line in b.split("\n"))
+                  + f"    return ({''.join(f'v{i}, ' for i in kept)}), pos\n")
+        exec(source, scope)  # noqa: S102 - generated from column indexes and struct formats only, no input text
+        image = self.variants[nulls] = scope["image"]
+        return image
+
+    def _after_bitmap(self, buf: bytes, pos: int) -> tuple[tuple, int]:
+        return self._any_image(buf, pos - len(self.full))
 
     def _any_image(self, buf: bytes, pos: int) -> tuple[tuple, int]:
         readers = self.readers
@@ -190,6 +230,8 @@ def _unpacked(images: RowImages, data: bytes, update: bool) -> list | Undecoded:
     except Exception as e:  # noqa: BLE001 - reported by the taker, as the reader reports its errors
         return Undecoded(f"{type(e).__name__}: {e}")
 
+
+_VARIANTS_MAX = 64  # null bitmaps per table map given generated code (each distinct pattern of NULLs is one)
 
 _COMPILED: dict[tuple, RowImages] = {}  # (column keys, keep) -> the decoder, in the process that unpickles
 _COMPILED_MAX = 1024  # distinct table maps kept; forgotten all at once beyond (recompiled on use)

@@ -87,6 +87,23 @@ class DeclaredType:
         return (" unsigned" if self.unsigned else "") + (" zerofill" if self.zerofill else "")
 
 
+@dataclass(frozen=True)
+class Inline:
+    """How the code cdc_core/binlog/row_images.py generates per table map may read a reader's value
+    in place of calling it (the same value): a fixed-size little-endian ``struct`` format ``fmt``
+    (unpacked together with its neighbours'), or a string of ``length_size`` length bytes whose
+    bytes ``convert`` turns into the value."""
+
+    fmt: str = ""
+    length_size: int = 0
+    convert: Callable[[bytes], object] | None = None
+
+
+def inline_of(read: Reader) -> Inline | None:
+    """What :class:`Inline` says of ``read``, None when it must be called."""
+    return getattr(read, "inline", None)
+
+
 def fixed(fmt: str) -> Reader:
     """A row-image reader of one fixed-size little-endian value (``struct`` format ``fmt``)."""
     unpack, size = struct.Struct(fmt).unpack_from, struct.calcsize(fmt)
@@ -94,6 +111,7 @@ def fixed(fmt: str) -> Reader:
     def read(buf: bytes, pos: int) -> tuple[object, int]:
         return unpack(buf, pos)[0], pos + size
 
+    read.inline = Inline(fmt=fmt)  # type: ignore[attr-defined]
     return read
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import decimal
 from decimal import ROUND_HALF_UP, Decimal
+from functools import cache
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -45,6 +46,7 @@ def _plain(v) -> str:
     return format(Decimal(v), "f")
 
 
+@cache
 def packed(precision: int, scale: int) -> Reader:
     """MySQL's packed DECIMAL, read into the same value the library builds from its text (its
     __read_new_decimal: the groups' digits, zero-padded, around a point); also the binary of a
@@ -53,36 +55,30 @@ def packed(precision: int, scale: int) -> Reader:
     The whole value is read as one unsigned integer (sign bit flipped; every bit inverted for a
     negative value, as the library's ``^ mask`` does group by group), its groups taken apart
     by shifts into the digits' integer, and the Decimal built from ``<digits>e-<scale>``: the
-    same sign, digits and exponent as the library's text (its leading zeros drop alike)."""
+    same sign, digits and exponent as the library's text (its leading zeros drop alike). The
+    reader is generated once per (precision, scale): the groups' shifts and multipliers are
+    constants of one expression (no loop over the groups)."""
     integral = precision - scale
-    whole_int, whole_frac = integral // _DECIMAL_DIGITS, scale // _DECIMAL_DIGITS
+    groups = integral // _DECIMAL_DIGITS + scale // _DECIMAL_DIGITS
     lead, tail_digits = _DECIMAL_BYTES[integral % _DECIMAL_DIGITS], scale % _DECIMAL_DIGITS
     tail = _DECIMAL_BYTES[tail_digits]
-    size = lead + 4 * (whole_int + whole_frac) + tail
+    size = lead + 4 * groups + tail
     top, full = 1 << (8 * size - 1), (1 << (8 * size)) - 1
-    # (shift, multiplier) of each part after the leading one, most significant first
-    parts = tuple((8 * tail + 32 * (whole_int + whole_frac - 1 - g), 10 ** _DECIMAL_DIGITS)
-                  for g in range(whole_int + whole_frac))
-    lead_shift = 8 * (size - lead)
-    tail_mask, tail_scale = (1 << (8 * tail)) - 1, 10 ** tail_digits
-    exponent = f"e-{scale}"
-    Decimal = decimal.Decimal
-
-    def read(buf: bytes, pos: int) -> tuple[object, int]:
-        end = pos + size
-        u = int.from_bytes(buf[pos:end], "big") ^ top
-        sign = ""
-        if u & top:  # the sign bit was clear (now set): a negative value, stored inverted
-            u ^= full
-            sign = "-"
-        n = u >> lead_shift if lead else 0
-        for shift, m in parts:
-            n = n * m + (u >> shift & 0xFFFFFFFF)
-        if tail:
-            n = n * tail_scale + (u & tail_mask)
-        return Decimal(f"{sign}{n}{exponent}"), end
-
-    return read
+    digits = f"(u >> {8 * (size - lead)})" if lead else "0"
+    for g in range(groups):  # each group of 9 digits after the leading one, most significant first
+        digits = f"({digits} * {10 ** _DECIMAL_DIGITS} + (u >> {8 * tail + 32 * (groups - 1 - g)} & 0xFFFFFFFF))"
+    if tail:
+        digits = f"({digits} * {10 ** tail_digits} + (u & {(1 << (8 * tail)) - 1}))"
+    source = (f"def read(buf, pos):\n"
+              f"    end = pos + {size}\n"
+              f"    u = int.from_bytes(buf[pos:end], 'big') ^ {top}\n"
+              f"    if u & {top}:  # the sign bit was clear (now set): a negative value, stored inverted\n"
+              f"        u ^= {full}\n"
+              f"        return Decimal(f'-{{{digits}}}e-{scale}'), end\n"
+              f"    return Decimal(f'{{{digits}}}e-{scale}'), end\n")
+    scope = {"Decimal": decimal.Decimal}
+    exec(source, scope)  # noqa: S102 - generated from the two integers only
+    return scope["read"]
 
 
 class Decimals(Codec):

@@ -36,7 +36,7 @@ from pymysqlreplication.row_event import RowsEvent
 
 from cdc_core.schema.table import Column
 from cdc_core.types.charsets import charset_of, decoder
-from cdc_core.types.codec import Codec, DeclaredType, Reader, ValueFix, cast, plain
+from cdc_core.types.codec import Codec, DeclaredType, Inline, Reader, ValueFix, cast, plain
 from cdc_core.types.literals import text
 
 if TYPE_CHECKING:
@@ -89,6 +89,7 @@ def _length_prefixed(size: int, convert: Callable[[bytes], object]) -> Reader:
             end = pos + size + int.from_bytes(buf[pos:pos + size], "little")
             return convert(buf[pos + size:end]), end
 
+    read.inline = Inline(length_size=size, convert=convert)  # type: ignore[attr-defined]
     return read
 
 
