@@ -231,7 +231,8 @@ def _unpacked(images: RowImages, data: bytes, update: bool) -> list | Undecoded:
         return Undecoded(f"{type(e).__name__}: {e}")
 
 
-_VARIANTS_MAX = 64  # null bitmaps per table map given generated code (each distinct pattern of NULLs is one)
+_VARIANTS_MAX = 16  # null bitmaps per table map given generated code (each distinct pattern of NULLs is one;
+# ~4 KiB each for a 20-column table: 16 bound 1,024 cached table maps to ~70 MiB at worst)
 
 _COMPILED: dict[tuple, RowImages] = {}  # (column keys, keep) -> the decoder, in the process that unpickles
 _COMPILED_MAX = 1024  # distinct table maps kept; forgotten all at once beyond (recompiled on use)
