@@ -28,7 +28,6 @@ import logging
 import os
 import sys
 import time
-from importlib import metadata
 
 from rich.console import Console
 from rich.markup import escape
@@ -459,10 +458,23 @@ def _repair(cfg: BinlakeConfig, args, report) -> int:
 
 def _version() -> str:
     """The installed distribution's version (a source tree run without installing has none)."""
+    from importlib import metadata  # only for --version: importing and scanning take ~30 ms per command
+
     try:
         return metadata.version("binlake")
     except metadata.PackageNotFoundError:
         return "(not installed)"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the version looked up only when asked for."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog} {_version()}")
+        parser.exit()
 
 
 def _ran(run: dict | None) -> str:
@@ -480,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``binlake`` console script."""
     parser = argparse.ArgumentParser(prog="binlake", description="MySQL → Delta Lake change data capture")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action=_VersionAction, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, fn, help_ in (
         ("validate", cmd_validate, "check config, connectivity, privileges and server settings"),

@@ -298,6 +298,14 @@ BAD_CONFIGS = {
 }
 
 
+def test_version_prints_the_installed_version():
+    from importlib import metadata
+
+    r = run_cli("--version", password="x")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"binlake {metadata.version('binlake')}"
+
+
 @pytest.mark.parametrize("case", BAD_CONFIGS)
 def test_bad_config_is_one_line_exit_2_for_every_command(tmp_path, case):
     text, named = BAD_CONFIGS[case]

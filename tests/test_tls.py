@@ -7,6 +7,7 @@ said. The pymysql reader that TLS chunk reads use returns what connectorx return
 
 from __future__ import annotations
 
+import ssl
 import subprocess
 import uuid
 from pathlib import Path
@@ -17,13 +18,13 @@ import pytest
 from cdc_core.chunks.bulk_read import chunk_fetch, text_fetch
 from cdc_core.chunks.planning import Chunk
 from cdc_core.chunks.reader import chunk_select_sql
-from cdc_core.config import parse_config
+from cdc_core.config import load_config, parse_config
 from cdc_core.schema.table import describe_table
 from cdc_core.source.connection import connect, connection_settings
 from cdc_core.types.mapping import snapshot_array
 from devtools.local_mariadb import LocalMariaDB
 from tests.helpers import assert_equal, snapshot
-from tests.test_cli import run_cli, write_config
+from tests.test_cli import PASSWORD_VAR, run_cli, write_config
 
 USER, PASSWORD = "tls_cdc", "Tls-Pw-7b1c9e"
 
@@ -188,3 +189,21 @@ def test_text_reader_equals_connectorx_on_the_type_matrix(db, mariadb, make_conf
         if a.type != b.type or a.to_pylist() != b.to_pylist():
             differences.append(f"{col.name} ({col.column_type}): connectorx={a.to_pylist()!r} text={b.to_pylist()!r}")
     assert not differences, "\n".join(differences)
+
+
+def test_connections_without_ssl_config_share_one_preferred_context(mariadb, db, tmp_path, monkeypatch):
+    """Without ``source.ssl`` pymysql prefers TLS when the server offers it; the context it
+    would build (loading the system's CAs) for every connection is built once per process."""
+    name, _ = db
+    monkeypatch.setenv(PASSWORD_VAR, mariadb.password)
+    cfg = load_config(write_config(tmp_path, mariadb, name))
+    settings = connection_settings(cfg)
+    first, second = connect(settings), connect(settings)
+    with first, second:
+        for c in (first, second):
+            with c.cursor() as cur:
+                cur.execute("SELECT 1")
+                assert cur.fetchone() == (1,)
+        if getattr(first, "ctx", None) is not None:  # pymysql with a "preferred" mode (2.x)
+            assert first.ctx is second.ctx
+            assert first.ctx.verify_mode == ssl.CERT_NONE
