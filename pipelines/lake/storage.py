@@ -70,12 +70,16 @@ def _store(root: str, options: tuple[tuple[str, str], ...]) -> pafs.FileSystem:
     return pafs.PyFileSystem(DeltaStorageHandler(root, {"max_buffer_size": str(WRITE_BUFFER_BYTES), **dict(options)}))
 
 
+def local_folder(path: str) -> str:
+    """The folder a local ``path`` (a plain path or a ``file:`` URI, whose path is %-encoded) names."""
+    return unquote(urlparse(path).path) if path.startswith("file:") else path
+
+
 def filesystem(root: str, options: dict[str, str] | None) -> tuple[pafs.FileSystem, str]:
     """A pyarrow filesystem for the folder ``root`` of the lake and the prefix of paths in it:
     the local filesystem, or delta-rs's object store (one per root and options in this process)."""
     if is_local(root):
-        path = unquote(urlparse(root).path) if root.startswith("file:") else root  # a URI's path is %-encoded
-        return pafs.LocalFileSystem(), path.rstrip("/") + "/"
+        return pafs.LocalFileSystem(), local_folder(root).rstrip("/") + "/"
     return _store(root.rstrip("/"), tuple(sorted((options or {}).items()))), ""
 
 

@@ -82,7 +82,7 @@ from pipelines.lake.files import (
     snapshot_reset_properties,
 )
 from pipelines.lake.maintenance.layout import create_table, creation
-from pipelines.lake.storage import UnsafeSink, is_local, require_safe_commits
+from pipelines.lake.storage import UnsafeSink, is_local, local_folder, require_safe_commits
 from pipelines.lake.tables import DeltaTable, delta_schema, open_table, reset, table_uri
 from pipelines.schema.applier import widen_to
 from pipelines.snapshot.plan import chunk_groups, group_size, plan_tables, streamed_already
@@ -384,7 +384,9 @@ class SnapshotJob:
         quiet = self._quiet_tables(records)
         if quiet:
             metadata[SNAPSHOT_VERIFIED_KEY] = quiet
-        folder = unquote(urlparse(table.uri if isinstance(table, NewTable) else table.table_uri).path)
+        # A new table's URI is the sink's path as configured (a plain path may hold ';' or '#');
+        # delta-rs's table_uri is a %-encoded URL.
+        folder = local_folder(table.uri) if isinstance(table, NewTable) else unquote(urlparse(table.table_uri).path)
         missing = [f for f in files if is_local(self.sink) and not os.path.exists(os.path.join(folder, f.path))]
         if missing:
             # Written on another host: a commit would point the table at a file it cannot read.
