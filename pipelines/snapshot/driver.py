@@ -81,7 +81,7 @@ from pipelines.lake.files import (
     snapshot_commits,
     snapshot_reset_properties,
 )
-from pipelines.lake.maintenance.layout import create_table, creation
+from pipelines.lake.maintenance.layout import create_empty, create_table, new_table
 from pipelines.lake.storage import UnsafeSink, is_local, local_folder, require_safe_commits
 from pipelines.lake.tables import DeltaTable, delta_schema, open_table, reset, table_uri
 from pipelines.schema.applier import widen_to
@@ -272,7 +272,7 @@ class SnapshotJob:
         self._execute(tasks, tables, by_table, summary, total_pending)
         # A new table none of whose chunks this run read (``chunks`` left them out) is created empty.
         unread = [sink for sink, t in tables.items() if isinstance(t, NewTable)]
-        for sink, dt_ in zip(unread, each_sink(lambda sink: self._create(tables[sink], sink), unread)):
+        for sink, dt_ in zip(unread, each_sink(lambda sink: create_empty(tables[sink], self.retry), unread)):
             tables[sink] = dt_
 
     def _connect(self) -> pymysql.connections.Connection:
@@ -446,18 +446,13 @@ class SnapshotJob:
             dt_ = open_table(uri, self.cfg.sink.storage_options)
             if dt_ is not None:
                 return dt_, None
-            how = creation(self.cfg.sink, sink, schema)  # a wrong partition column stops the run before any read
-            return NewTable(uri, schema, how.configuration, how.partition_by, self.cfg.sink.storage_options), None
+            return new_table(self.cfg.sink, uri, sink, schema), None  # a wrong partition column stops the run here
         members = [schemas[n] for n in sources]
         dt_ = create_table(self.cfg.sink, uri, sink, sink_schema(members, sink=sink), self.retry)
         widened = widen_to(dt_, sink_schema(members, base=delta_schema(dt_), sink=sink))
         if widened:
             log.info("snapshot: %s %s", sink, widened)
         return dt_, delta_schema(dt_)
-
-    def _create(self, new: NewTable, sink: str) -> DeltaTable:
-        """The table ``new`` created empty (when no commit of files created it)."""
-        return create_table(self.cfg.sink, new.uri, sink, new.schema, self.retry)
 
     def _commits_of(self, table: DeltaTable | NewTable | None) -> SnapshotCommits | None:
         """The snapshot commits of a sink table (None for no table, or one not created yet)."""

@@ -9,7 +9,7 @@ partition columns of tables created from now on.
   ``delta.logRetentionDuration`` of the same length, but at least Delta's 7 days (log entries
   older than the retention describe versions whose files are gone; a shorter log keeps
   ``_delta_log`` and every listing of it small). Set when binlake creates a table
-  (:func:`creation`), and on an existing table the first time maintenance sees it, where
+  (:func:`new_table`), and on an existing table the first time maintenance sees it, where
   delta-rs allows (:func:`apply_properties`: one commit without data; a property it refuses
   is logged and left).
 - Sort columns (:func:`sort_columns`): a table's ``cluster_by`` columns, then its row key with
@@ -27,7 +27,6 @@ default properties; an existing table gains them at its first maintenance.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -35,6 +34,7 @@ from cdc_core.config import DEFAULT_RETENTION_HOURS, ConfigError, SinkConfig
 from cdc_core.retry import RetryPolicy
 from cdc_core.schema.output import delta_name
 from pipelines.lake.apply import pruning_column
+from pipelines.lake.files import NewTable
 from pipelines.lake.tables import DeltaTable, ensure_table
 
 log = logging.getLogger(__name__)
@@ -52,31 +52,29 @@ def table_properties(sink: SinkConfig) -> dict[str, str]:
     return {**{k: v for k, v in defaults.items() if k.lower() not in given}, **sink.table_properties}
 
 
-@dataclass(frozen=True)
-class Creation:
-    """How binlake creates a data table: its properties and partition columns."""
-
-    configuration: dict[str, str]
-    partition_by: tuple[str, ...] = ()
-
-
-def creation(sink: SinkConfig, name: str, schema: pa.Schema) -> Creation:
-    """The properties and partition columns of the data table ``name`` (``db.table``) created with
-    ``schema``; a partition column it lacks is an error naming it."""
+def new_table(sink: SinkConfig, uri: str, name: str, schema: pa.Schema) -> NewTable:
+    """The data table ``name`` (``db.table``) at ``uri`` as binlake creates it with ``schema``: its
+    properties and partition columns (a partition column it lacks is an error naming it). Created
+    by its first commit of files (pipelines/lake/files.py) or empty (:func:`create_empty`)."""
     partition_by = tuple(sink.layout_of(name).partition_by)
     missing = [c for c in partition_by if c not in schema.names]
     if missing:
         raise ConfigError(f"sink.layout: {name} has no column {', '.join(missing)} to partition by")
-    return Creation(table_properties(sink), partition_by)
+    return NewTable(uri, schema, table_properties(sink), partition_by, sink.storage_options)
+
+
+def create_empty(new: NewTable, retry: RetryPolicy | None = None) -> DeltaTable:
+    """The table ``new``, created empty if it does not exist yet (a fault that passes retried under
+    ``retry``)."""
+    return ensure_table(new.uri, new.schema, new.storage_options, retry, configuration=new.configuration,
+                        partition_by=new.partition_by)
 
 
 def create_table(sink: SinkConfig, uri: str, name: str, schema: pa.Schema,
                  retry: RetryPolicy | None = None) -> DeltaTable:
-    """The data table ``name`` at ``uri``, created with ``schema``, its properties and partition
-    columns (:func:`creation`) if it does not exist yet (a fault that passes retried under ``retry``)."""
-    how = creation(sink, name, schema)
-    return ensure_table(uri, schema, sink.storage_options, retry, configuration=how.configuration,
-                        partition_by=how.partition_by)
+    """The data table ``name`` at ``uri``, created empty with ``schema``, its properties and partition
+    columns (:func:`new_table`) if it does not exist yet (a fault that passes retried under ``retry``)."""
+    return create_empty(new_table(sink, uri, name, schema), retry)
 
 
 def apply_properties(dt: DeltaTable, wanted: dict[str, str], name: str) -> dict[str, str]:
