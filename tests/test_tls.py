@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import pyarrow as pa
+import pymysql
 import pytest
 
 from cdc_core.chunks.bulk_read import chunk_fetch, text_fetch
@@ -20,7 +21,7 @@ from cdc_core.chunks.planning import Chunk
 from cdc_core.chunks.reader import chunk_select_sql
 from cdc_core.config import load_config, parse_config
 from cdc_core.schema.table import describe_table
-from cdc_core.source.connection import connect, connection_settings
+from cdc_core.source.connection import ConnectionSettings, TlsSettings, connect, connection_settings
 from cdc_core.types.mapping import snapshot_array
 from devtools.local_mariadb import LocalMariaDB
 from tests.helpers import assert_equal, snapshot
@@ -207,3 +208,29 @@ def test_connections_without_ssl_config_share_one_preferred_context(mariadb, db,
         if getattr(first, "ctx", None) is not None:  # pymysql with a "preferred" mode (2.x)
             assert first.ctx is second.ctx
             assert first.ctx.verify_mode == ssl.CERT_NONE
+
+
+def test_a_tls_context_is_built_once_until_its_files_change(tls_server, tls_db, tmp_path):
+    """A configured context is built once per process (building loads the CAs: ~26 ms a
+    connection); a CA file rewritten since (a rotation) is read again by the next connection."""
+    server, certs = tls_server
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes((certs / "ca.pem").read_bytes())
+    settings = ConnectionSettings(server.host, server.port, USER, PASSWORD, tls=TlsSettings(ca=str(ca)))
+    first = settings.tls.context()
+    assert settings.tls.context() is first
+    with connect(settings) as conn, conn.cursor() as cur:
+        cur.execute("SHOW SESSION STATUS LIKE 'Ssl_version'")
+        assert cur.fetchone()[1].startswith("TLS")
+        assert conn.ctx is first
+    # The file now names a CA that did not sign the server's certificate: the next connection
+    # reads it (and is refused), it does not reuse the context built from the old file.
+    ca.write_bytes((certs / "other-ca.pem").read_bytes())
+    rotated = settings.tls.context()
+    assert rotated is not first
+    with pytest.raises(pymysql.err.OperationalError, match="certificate verify failed"):
+        connect(settings).close()
+    ca.write_bytes((certs / "ca.pem").read_bytes())
+    with connect(settings) as conn, conn.cursor() as cur:
+        cur.execute("SELECT 1")
+        assert cur.fetchone() == (1,)
