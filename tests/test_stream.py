@@ -313,10 +313,17 @@ COLUMNAR_TYPES = {
 }
 
 
+def _columnar_row(rng: random.Random, i: int, patterned: bool = True) -> tuple:
+    """Row ``i`` of COLUMNAR_TYPES: extremes, zero dates, fractions, negative decimals, NULLs (in one
+    of five patterns, as cdc_core/binlog/columnar.py reads few null bitmaps a table map; else anywhere)."""
+    def null(j: int) -> bool:
+        return bool(i % 5) and j % 4 == i % 5 - 1 if patterned else rng.random() < 0.15
+
+    return (i, *(None if null(j) else _columnar_value(rng, c, i) for j, c in enumerate(COLUMNAR_TYPES)))
+
+
 def _columnar_value(rng: random.Random, column: str, i: int):
-    """A value of ``column`` (COLUMNAR_TYPES): extremes, zero dates, fractions, negative decimals, NULL."""
-    if rng.random() < 0.15:
-        return None
+    """A value of ``column`` (COLUMNAR_TYPES)."""
     t = COLUMNAR_TYPES[column]
     if "INT" in t:
         bits = {"TI": 8, "SM": 16, "ME": 24, "IN": 32, "BI": 64}[t[:2]]
@@ -344,8 +351,9 @@ def _columnar_value(rng: random.Random, column: str, i: int):
 def test_columnar_inserts(db, make_config, monkeypatch):
     """Multi-row inserts of every column kind cdc_core/binlog/columnar.py decodes (NULLs, extremes, negative
     decimals, zero dates, fractions 0..6, multi-byte text), beside a table of the same rows inserted then updated
-    and deleted in the same batch and a table with a TEXT column: Delta equals MySQL row by row, and equals,
-    value for value and type for type, what the tuple path writes from the same binlog."""
+    and deleted in the same batch, a table with a TEXT column and one with NULLs anywhere (more null bitmaps than
+    the columns are read for): Delta equals MySQL row by row, and equals, value for value and type for type,
+    what the tuple path writes from the same binlog."""
     from cdc_core.batch import table_batch
     from cdc_core.binlog import row_images
 
@@ -353,7 +361,7 @@ def test_columnar_inserts(db, make_config, monkeypatch):
     cols = ", ".join(f"`{c}` {t}" for c, t in COLUMNAR_TYPES.items())
     with conn.cursor() as cur:
         cur.execute("SET SESSION sql_mode = '', time_zone = '+00:00'")
-        for table in ("c", "m"):
+        for table in ("c", "m", "r"):
             cur.execute(f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, {cols})")
         cur.execute(f"CREATE TABLE t (id BIGINT PRIMARY KEY, {cols}, tx TEXT)")
     configs = {how: make_config(name, source={"startup": {"mode": "latest"}}, pipeline={"name": f"col_{how}"},
@@ -369,14 +377,16 @@ def test_columnar_inserts(db, make_config, monkeypatch):
         names = ", ".join(f"`{c}`" for c in COLUMNAR_TYPES)
         marks = ", ".join(["%s"] * (len(COLUMNAR_TYPES) + 1))
         for start in range(0, 1200, 300):
-            rows = [(i, *(_columnar_value(rng, c, i) for c in COLUMNAR_TYPES)) for i in range(start, start + 300)]
+            rows = [_columnar_row(rng, i) for i in range(start, start + 300)]
             for table in ("c", "m"):
                 cur.executemany(f"INSERT INTO {table} (id, {names}) VALUES ({marks})", rows)
+            cur.executemany(f"INSERT INTO r (id, {names}) VALUES ({marks})",
+                            [_columnar_row(rng, i, patterned=False) for i in range(start, start + 300)])
             cur.executemany(f"INSERT INTO t (id, {names}, tx) VALUES ({marks}, %s)", [(*r, f"x{r[0]}") for r in rows])
         cur.execute("UPDATE m SET i = i DIV 2, vc = 'moved', id = id + 5000 WHERE id % 3 = 0")
         cur.execute("DELETE FROM m WHERE id % 5 = 0")
         cur.executemany(f"INSERT INTO m (id, {names}) VALUES ({marks})",
-                        [(i, *(_columnar_value(rng, c, i) for c in COLUMNAR_TYPES)) for i in range(0, 1200, 5)])
+                        [_columnar_row(rng, i) for i in range(0, 1200, 5)])
     read = []
     original = table_batch.columns
     monkeypatch.setattr(table_batch, "columns", lambda *a: read.append(original(*a)) or read[-1])
@@ -384,7 +394,7 @@ def test_columnar_inserts(db, make_config, monkeypatch):
     assert read and all(c is not None for c in read)  # table c's inserts, read as columns
     monkeypatch.setattr(row_images, "COLUMNAR_MIN_ROWS", 10 ** 9)
     stream_until_now(configs["tuples"])
-    tables = [f"{name}.{t}" for t in ("c", "m", "t")]
+    tables = [f"{name}.{t}" for t in ("c", "m", "t", "r")]
     for cfg in configs.values():
         assert_equal(cfg, tables)
     for table in tables:

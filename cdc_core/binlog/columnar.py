@@ -28,6 +28,7 @@ Delta equal to MySQL and to the tuple path):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 import pyarrow as pa
@@ -95,42 +96,52 @@ def column_kind(col, read: Reader) -> Kind | None:
     return None
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Variant:
     """The rows of one null bitmap: where each value is (``at[i]``: None for a NULL, else (segment,
-    offset)), the generated scan, and the segment starts it notes (one list per segment)."""
+    offset): segment k begins after the row's k-th non-NULL string), and its scan's code."""
 
-    at: list
-    scan: object
+    nulls: bytes
+    at: tuple
     segments: int
+    code: tuple[str, ...]  # the scan's lines for one row, from after the bitmap test
+
+
+VARIANTS_MAX = 16  # null bitmaps per table map: the events of a table map with more go the tuple path
 
 
 @dataclass
 class Layout:
-    """A table map's columns as this module decodes them (:func:`layout_of`)."""
+    """A table map's columns as this module decodes them (:func:`layout_of`), and the null bitmaps
+    its rows have had so far, each a variant numbered in the order met."""
 
     kinds: tuple[Kind, ...]
     keep: tuple[int, ...] | None
     width: int  # the null bitmap's bytes
-    variants: dict = field(default_factory=dict, repr=False)  # null bitmap -> _Variant
+    variants: list[_Variant] = field(default_factory=list, repr=False)
+    first_list: list[int] = field(default_factory=list, repr=False)  # variant -> its first segment list
+    scanner: object = field(default=None, repr=False)  # the scan of every known variant's rows
+    closed: bool = False  # a row had a null bitmap beyond VARIANTS_MAX: every event goes the tuple path
 
     def arrow_type(self, column: int) -> pa.DataType:
         """The type of the arrays of the table map's ``column`` (an index)."""
         return self.kinds[column].arrow_type
 
-    def variant(self, nulls: bytes) -> _Variant:
-        v = self.variants.get(nulls)
-        if v is None:
-            v = self.variants[nulls] = self._compile(nulls)
-        return v
+    def add(self, nulls: bytes) -> bool:
+        """Know the rows of null bitmap ``nulls`` (False beyond ``VARIANTS_MAX``): the scan is made again."""
+        if len(self.variants) >= VARIANTS_MAX:
+            self.closed = True  # not scanned again only to find another bitmap
+            return False
+        self.first_list.append(sum(v.segments for v in self.variants))
+        self.variants.append(self._variant(nulls))
+        self.scanner = self._scanner()
+        return True
 
-    def _compile(self, nulls: bytes) -> _Variant:
-        """The scan of rows whose null bitmap is ``nulls``: from a row's bitmap, it notes each
-        segment's start (segment k begins after the k-th non-NULL string) and goes on while the
-        next row has the same bitmap; the position after the last row it read is returned."""
+    def _variant(self, nulls: bytes) -> _Variant:
         bits = int.from_bytes(nulls, "little")
         at: list = []
-        body = [f"p = pos + {self.width}", "a0(p)"]
+        first = self.first_list[-1]
+        code = [f"p = pos + {self.width}", f"a{first}(p)"]
         seg, off = 0, 0
         for i, k in enumerate(self.kinds):
             if bits >> i & 1:
@@ -144,16 +155,27 @@ class Layout:
             size = {1: f"buf[{p}]", 2: f"(buf[{p}] | buf[{p} + 1] << 8)"}.get(
                 k.size, f"int.from_bytes(buf[{p}:{p} + {k.size}], 'little')")
             seg += 1
-            body += [f"p += {off + k.size} + {size}", f"a{seg}(p)"]
+            code += [f"p += {off + k.size} + {size}", f"a{first + seg}(p)"]
             off = 0
-        body.append(f"pos = p + {off}" if off else "pos = p")
-        same = f"buf[pos] != {nulls[0]}" if self.width == 1 else f"buf[pos:pos + {self.width}] != nulls"
-        source = (f"def scan(buf, pos, end, {', '.join(f'a{s}' for s in range(seg + 1))}):\n"
-                  "    while True:\n" + "".join(f"        {line}\n" for line in body)
-                  + f"        if pos >= end or {same}:\n            return pos\n")
-        scope: dict[str, object] = {"nulls": nulls}
-        exec(source, scope)  # noqa: S102 - generated from column sizes and offsets only, no input text
-        return _Variant(at, scope["scan"], seg + 1)
+        code.append(f"pos = p + {off}" if off else "pos = p")
+        return _Variant(nulls, tuple(at), seg + 1, tuple(code))
+
+    def _scanner(self):
+        """The scan of an event's rows: per row, its variant's number to ``o``, its segments' starts to
+        their lists (``appends``, variant by variant); it returns where it stopped: the end, or a row
+        whose null bitmap no known variant has."""
+        lists = sum(v.segments for v in self.variants)
+        test = "buf[pos]" if self.width == 1 else f"buf[pos:pos + {self.width}]"
+        lines = [f"{', '.join(f'a{j}' for j in range(lists))}, = appends", "while pos < end:", f"    b = {test}"]
+        for i, v in enumerate(self.variants):
+            nulls = v.nulls[0] if self.width == 1 else repr(v.nulls)
+            lines.append(f"    {'if' if i == 0 else 'elif'} b == {nulls}:")
+            lines += [f"        o({i})", *(f"        {line}" for line in v.code)]
+        lines += ["    else:", "        return pos", "return pos"]
+        source = "def scan(buf, pos, end, o, appends):\n" + "".join(f"    {line}\n" for line in lines)
+        scope: dict[str, object] = {}
+        exec(source, scope)  # noqa: S102 - generated from column sizes, offsets and bitmaps only, no input text
+        return scope["scan"]
 
 
 def layout_of(columns: list, readers: tuple[Reader, ...], keep: tuple[int, ...] | None) -> Layout | None:
@@ -170,37 +192,41 @@ def layout_of(columns: list, readers: tuple[Reader, ...], keep: tuple[int, ...] 
 
 @dataclass(frozen=True)
 class Scan:
-    """An insert event's rows as :func:`scan` found them: ``starts``, per null bitmap (by its
-    variant's id), the variant and where its rows' segments start in ``data``; ``runs``, the
-    bitmaps' runs of rows in row order: (variant id, rows)."""
+    """An insert event's rows as :func:`scan` found them: each row's variant (``ids``, row order)
+    and, per variant and segment (``Layout.first_list``), where its rows' segments start in ``data``."""
 
     data: bytes
-    rows: int
-    starts: dict[int, tuple[_Variant, list[list[int]]]]
-    runs: list[tuple[int, int]]
+    ids: list[int]
+    starts: list[list[int]]
+
+    @property
+    def rows(self) -> int:
+        return len(self.ids)
 
 
 def scan(layout: Layout, buf: bytes, min_rows: int = 0) -> Scan | None:
     """Where the values of the insert images in ``buf`` (a WRITE_ROWS event's row data) are, or
-    None when the tuple path must decode them (the bytes end elsewhere than the last row) or there
-    are fewer than ``min_rows`` rows. The values are read later, many events' at once (:func:`columns`)."""
+    None when the tuple path must decode them (the bytes end elsewhere than the last row, too
+    many null bitmaps) or there are fewer than ``min_rows`` rows. The values are read later, many
+    events' at once (:func:`columns`)."""
+    if layout.closed:
+        return None
     width, end, pos = layout.width, len(buf), 0
-    found: dict[int, tuple[_Variant, list[list[int]]]] = {}
-    runs: list[tuple[int, int]] = []
+    ids: list[int] = []
+    starts: list[list[int]] = []
     try:
-        while pos < end:
-            v = layout.variant(buf[pos:pos + width])
-            got = found.get(id(v))
-            if got is None:
-                got = found[id(v)] = (v, [[] for _ in range(v.segments)])
-            first = got[1][0]
-            before = len(first)
-            pos = v.scan(buf, pos, end, *(s.append for s in got[1]))
-            runs.append((id(v), len(first) - before))
+        while True:
+            while len(starts) < sum(v.segments for v in layout.variants):
+                starts.append([])
+            if layout.scanner is not None:
+                pos = layout.scanner(buf, pos, end, ids.append, tuple(s.append for s in starts))
+            if pos >= end:
+                break
+            if not layout.add(buf[pos:pos + width]):
+                return None
     except IndexError:  # a length beyond the bytes
         return None
-    n = sum(r for _, r in runs)
-    return Scan(buf, n, found, runs) if pos == end and n >= min_rows else None
+    return Scan(buf, ids, starts) if pos == end and len(ids) >= min_rows else None
 
 
 def columns(layout: Layout, scans: list[Scan]) -> list[pa.Array] | None:
@@ -214,25 +240,25 @@ def columns(layout: Layout, scans: list[Scan]) -> list[pa.Array] | None:
 
 def _columns(layout: Layout, scans: list[Scan]) -> list[pa.Array]:
     data = np.frombuffer(b"".join(s.data for s in scans), dtype=np.uint8)
-    variants: dict[int, _Variant] = {}
-    pieces: dict[int, list[list[np.ndarray]]] = {}  # variant id -> per segment, each event's starts
-    runs: list[tuple[int, int]] = []
-    base = 0
-    for sc in scans:
-        for i, (v, starts) in sc.starts.items():
-            variants[i] = v
-            into = pieces.setdefault(i, [[] for _ in starts])
-            for k, st in enumerate(starts):
-                into[k].append(np.asarray(st, dtype=np.int64) + base)
-        runs += sc.runs
-        base += len(sc.data)
-    n = sum(sc.rows for sc in scans)
-    if len(variants) == 1:
-        rows_of = {next(iter(variants)): None}  # every row: no reordering
-    else:
-        ids = np.repeat(np.array([i for i, _ in runs], dtype=np.int64), [r for _, r in runs])
-        rows_of = {i: np.flatnonzero(ids == i) for i in variants}
-    parts = [((variants[i], [np.concatenate(p) for p in pieces[i]]), rows_of[i]) for i in variants]
+    bases = np.cumsum([0] + [len(s.data) for s in scans[:-1]])
+
+    def starts(j: int) -> np.ndarray:  # list j of every event, at its place in ``data``
+        lists = [s.starts[j] if j < len(s.starts) else [] for s in scans]
+        flat = np.fromiter(chain.from_iterable(lists), dtype=np.int64)
+        return flat + np.repeat(bases, [len(x) for x in lists])
+
+    ids = np.fromiter(chain.from_iterable(s.ids for s in scans), dtype=np.int64)
+    n = len(ids)
+    parts = []
+    for i, v in enumerate(layout.variants):
+        if len(layout.variants) == 1:
+            rows = None  # every row: no reordering
+        else:
+            rows = np.flatnonzero(ids == i)
+            if not len(rows):
+                continue
+        first = layout.first_list[i]
+        parts.append(((v, [starts(first + k) for k in range(v.segments)]), rows))
     keep = range(len(layout.kinds)) if layout.keep is None else layout.keep
     return [_column(layout.kinds[c], c, data, n, parts) for c in keep]
 
