@@ -8,7 +8,6 @@ from __future__ import annotations
 import random
 import threading
 import time
-from decimal import Decimal
 
 import pytest
 from deltalake import DeltaTable
@@ -23,6 +22,7 @@ from pipelines.lake.tables import table_uri
 from pipelines.snapshot.plan import plan_snapshot
 from pipelines.snapshot.verify import finished_snapshot
 from pipelines.stream import StreamEngine
+from tests.columnar_rows import COLUMNAR_TYPES, columnar_row
 from tests.helpers import EngineThread, Worker, assert_equal, snapshot
 
 
@@ -302,51 +302,6 @@ def test_snapshot_leaves_streamed_tables_to_the_stream(db, spark, make_config):
     assert done is not None and {s.table for s in done.tables if s.streamed} == {f"{name}.s", f"{name}.n"}
 
 
-# Every column kind cdc_core/binlog/columnar.py decodes (and a TEXT column's table, which it leaves to the tuple path).
-COLUMNAR_TYPES = {
-    "ti": "TINYINT", "tiu": "TINYINT UNSIGNED", "si": "SMALLINT", "siu": "SMALLINT UNSIGNED", "mi": "MEDIUMINT",
-    "miu": "MEDIUMINT UNSIGNED", "i": "INT", "iu": "INT UNSIGNED", "bi": "BIGINT", "biu": "BIGINT UNSIGNED",
-    "f": "FLOAT", "d": "DOUBLE", "d18": "DECIMAL(18,4)", "d12": "DECIMAL(12,2) UNSIGNED", "d5": "DECIMAL(5,0)",
-    "d10": "DECIMAL(10,10)", "d17": "DECIMAL(17,8)", "dt": "DATE", **{f"dt{p}": f"DATETIME({p})" for p in range(7)},
-    **{f"ts{p}": f"TIMESTAMP({p}) NULL" for p in range(7)}, "vc": "VARCHAR(20)", "vl": "VARCHAR(300)",
-    "ch": "CHAR(5)",
-}
-
-
-def _columnar_row(rng: random.Random, i: int, patterned: bool = True) -> tuple:
-    """Row ``i`` of COLUMNAR_TYPES: extremes, zero dates, fractions, negative decimals, NULLs (in one
-    of five patterns, as cdc_core/binlog/columnar.py reads few null bitmaps a table map; else anywhere)."""
-    def null(j: int) -> bool:
-        return bool(i % 5) and j % 4 == i % 5 - 1 if patterned else rng.random() < 0.15
-
-    return (i, *(None if null(j) else _columnar_value(rng, c, i) for j, c in enumerate(COLUMNAR_TYPES)))
-
-
-def _columnar_value(rng: random.Random, column: str, i: int):
-    """A value of ``column`` (COLUMNAR_TYPES)."""
-    t = COLUMNAR_TYPES[column]
-    if "INT" in t:
-        bits = {"TI": 8, "SM": 16, "ME": 24, "IN": 32, "BI": 64}[t[:2]]
-        lo, hi = (0, 2 ** bits - 1) if "UNSIGNED" in t else (-2 ** (bits - 1), 2 ** (bits - 1) - 1)
-        return rng.choice([lo, hi, 0, rng.randint(lo, hi)])
-    if t in ("FLOAT", "DOUBLE"):
-        return rng.choice([0.0, -1.5, 3.25e38 if t == "FLOAT" else 1.7e308, rng.uniform(-1e6, 1e6)])
-    if t.startswith("DECIMAL"):
-        p, s = (int(x) for x in t[8:].split(")")[0].split(","))
-        digits = rng.choice([0, 10 ** p - 1, rng.randrange(10 ** p)]) * (1 if "UNSIGNED" in t else rng.choice([1, -1]))
-        return str(Decimal(digits).scaleb(-s))
-    if t == "DATE":
-        return rng.choice(["0000-00-00", "1000-01-01", "9999-12-31", "2024-02-29", f"19{i % 100:02d}-03-15"])
-    if t.startswith(("DATETIME", "TIMESTAMP")):
-        fraction = f".{rng.randrange(10 ** 6):06d}"
-        if t.startswith("TIMESTAMP"):
-            return rng.choice(["0000-00-00 00:00:00", "1970-01-01 00:00:01", "2038-01-19 03:14:07",
-                               f"20{i % 30:02d}-07-04 12:34:56"]) + fraction
-        return rng.choice(["0000-00-00 00:00:00", "1000-01-01 00:00:00", "9999-12-31 23:59:59",
-                           f"19{i % 100:02d}-12-31 23:59:59"]) + fraction
-    size = 300 if t == "VARCHAR(300)" else 5 if t == "CHAR(5)" else 20
-    return "".join(rng.choice("aé€😀 z") for _ in range(rng.randrange(size + 1)))[:size]
-
 
 def test_columnar_inserts(db, make_config, monkeypatch):
     """Multi-row inserts of every column kind cdc_core/binlog/columnar.py decodes (NULLs, extremes, negative
@@ -377,16 +332,16 @@ def test_columnar_inserts(db, make_config, monkeypatch):
         names = ", ".join(f"`{c}`" for c in COLUMNAR_TYPES)
         marks = ", ".join(["%s"] * (len(COLUMNAR_TYPES) + 1))
         for start in range(0, 1200, 300):
-            rows = [_columnar_row(rng, i) for i in range(start, start + 300)]
+            rows = [columnar_row(rng, i) for i in range(start, start + 300)]
             for table in ("c", "m"):
                 cur.executemany(f"INSERT INTO {table} (id, {names}) VALUES ({marks})", rows)
             cur.executemany(f"INSERT INTO r (id, {names}) VALUES ({marks})",
-                            [_columnar_row(rng, i, patterned=False) for i in range(start, start + 300)])
+                            [columnar_row(rng, i, patterned=False) for i in range(start, start + 300)])
             cur.executemany(f"INSERT INTO t (id, {names}, tx) VALUES ({marks}, %s)", [(*r, f"x{r[0]}") for r in rows])
         cur.execute("UPDATE m SET i = i DIV 2, vc = 'moved', id = id + 5000 WHERE id % 3 = 0")
         cur.execute("DELETE FROM m WHERE id % 5 = 0")
         cur.executemany(f"INSERT INTO m (id, {names}) VALUES ({marks})",
-                        [_columnar_row(rng, i) for i in range(0, 1200, 5)])
+                        [columnar_row(rng, i) for i in range(0, 1200, 5)])
     read = []
     original = table_batch.columns
     monkeypatch.setattr(table_batch, "columns", lambda *a: read.append(original(*a)) or read[-1])

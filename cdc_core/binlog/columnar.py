@@ -122,6 +122,7 @@ class Layout:
     first_list: list[int] = field(default_factory=list, repr=False)  # variant -> its first segment list
     scanner: object = field(default=None, repr=False)  # the scan of every known variant's rows
     closed: bool = False  # a row had a null bitmap beyond VARIANTS_MAX: every event goes the tuple path
+    lists: int = 0  # segment lists of all variants
 
     def arrow_type(self, column: int) -> pa.DataType:
         """The type of the arrays of the table map's ``column`` (an index)."""
@@ -132,8 +133,9 @@ class Layout:
         if len(self.variants) >= VARIANTS_MAX:
             self.closed = True  # not scanned again only to find another bitmap
             return False
-        self.first_list.append(sum(v.segments for v in self.variants))
+        self.first_list.append(self.lists)
         self.variants.append(self._variant(nulls))
+        self.lists += self.variants[-1].segments
         self.scanner = self._scanner()
         return True
 
@@ -164,7 +166,7 @@ class Layout:
         """The scan of an event's rows: per row, its variant's number to ``o``, its segments' starts to
         their lists (``appends``, variant by variant); it returns where it stopped: the end, or a row
         whose null bitmap no known variant has."""
-        lists = sum(v.segments for v in self.variants)
+        lists = self.lists
         test = "buf[pos]" if self.width == 1 else f"buf[pos:pos + {self.width}]"
         lines = [f"{', '.join(f'a{j}' for j in range(lists))}, = appends", "while pos < end:", f"    b = {test}"]
         for i, v in enumerate(self.variants):
@@ -216,10 +218,9 @@ def scan(layout: Layout, buf: bytes, min_rows: int = 0) -> Scan | None:
     starts: list[list[int]] = []
     try:
         while True:
-            while len(starts) < sum(v.segments for v in layout.variants):
-                starts.append([])
+            starts += [[] for _ in range(layout.lists - len(starts))]
             if layout.scanner is not None:
-                pos = layout.scanner(buf, pos, end, ids.append, tuple(s.append for s in starts))
+                pos = layout.scanner(buf, pos, end, ids.append, [s.append for s in starts])
             if pos >= end:
                 break
             if not layout.add(buf[pos:pos + width]):
