@@ -34,7 +34,10 @@ of such a table map carries its row data as bytes (``PackedRows``) across the qu
 which decodes them as it unpickles them, with the same readers (compiled once per table map in its
 own process: ``images_of``). Pickling per-row tuples of Python values, and unpickling them, cost
 about as much as decoding them; bytes pickle for nothing.
-- A packed event unpickles into the very list of value tuples the reader would have sent.
+- A packed event unpickles into the very list of value tuples the reader would have sent; an insert
+  event of at least ``COLUMNAR_MIN_ROWS`` rows whose table map cdc_core/binlog/columnar.py reads
+  unpickles into ``ColumnarRows``, scanned for its columns, which to every other reader is a sequence
+  of those same tuples (decoded from the same bytes on first use; tests/test_columnar.py).
 - An image that fails to decode unpickles into ``Undecoded`` (the error's text) instead of a list;
   the engine's taker reports it as the reader would have (pipelines/stream/reader.py).
 """
@@ -46,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pymysqlreplication.constants import BINLOG
-from pymysqlreplication.row_event import UpdateRowsEvent
+from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 
 from cdc_core.binlog.columnar import Layout, Scan, layout_of, scan
 from cdc_core.types.codec import Reader, inline_of
@@ -102,7 +105,9 @@ class RowImages:
     def packed(self, event) -> PackedRows | list:
         """The event's rows undecoded, to be decoded where they are unpickled; consumes its row data."""
         buf = _row_data(event)
-        return PackedRows(self, buf, isinstance(event, UpdateRowsEvent)) if buf else []
+        if not buf:
+            return []
+        return PackedRows(self, buf, isinstance(event, UpdateRowsEvent), isinstance(event, WriteRowsEvent))
 
     def decode(self, buf: bytes, update: bool) -> list:
         """The rows of a row event's row data ``buf`` (updates: (before, after) pairs)."""
@@ -211,15 +216,16 @@ class Undecoded:
 class PackedRows:
     """A row event's row data with its decoder: unpickles into its rows (see the module doc)."""
 
-    __slots__ = ("images", "data", "update")
+    __slots__ = ("images", "data", "update", "insert")
 
-    def __init__(self, images: RowImages, data: bytes, update: bool):
+    def __init__(self, images: RowImages, data: bytes, update: bool, insert: bool = False):
         self.images = images
         self.data = data
         self.update = update
+        self.insert = insert
 
     def __reduce__(self):
-        return _unpacked, (self.images, self.data, self.update)
+        return _unpacked, (self.images, self.data, self.update, self.insert)
 
     def decoded(self) -> list:
         """The rows, decoded here."""
@@ -241,7 +247,7 @@ class ColumnarRows:
         self._tuples: list | None = None
 
     def __reduce__(self):
-        return _unpacked, (self.images, self.data, False)
+        return _unpacked, (self.images, self.data, False, True)
 
     def tuples(self) -> list:
         """The rows as value tuples (the tuple path's, decoded once)."""
@@ -264,9 +270,9 @@ class ColumnarRows:
 COLUMNAR_MIN_ROWS = 8
 
 
-def _unpacked(images: RowImages, data: bytes, update: bool) -> list | ColumnarRows | Undecoded:
+def _unpacked(images: RowImages, data: bytes, update: bool, insert: bool = False) -> list | ColumnarRows | Undecoded:
     try:
-        if not update and images.columnar is not None:
+        if insert and images.columnar is not None:
             scanned = scan(images.columnar, data, COLUMNAR_MIN_ROWS)
             if scanned is not None:
                 return ColumnarRows(images, data, scanned)
