@@ -90,7 +90,6 @@ class TableBatch:
         self._key: Callable[[tuple], object] = itemgetter(*(self.names.index(k) for k in schema.row_key))
         self.final: dict[object, tuple] = {}  # key -> row + (op, seq)
         self.may_exist: dict[object, bool] = {}
-        self.held: list[tuple[ColumnarRows, int, int]] = []  # columnar inserts not folded: (rows, base, first row)
 
     def _setup(self, schema: TableSchema, drop: Drop | None, drop_column: str | None) -> None:
         self.schema = schema
@@ -116,6 +115,7 @@ class TableBatch:
             self._convert = convert
         self.drop = drop
         self.drop_idx = self.names.index(drop_column) if drop_column else None
+        self.held: list[tuple[ColumnarRows, int, int]] = []  # columnar inserts not folded: (rows, base, first row)
         self.events = 0
         self.rows_in = 0
         self.changes = {"c": 0, "u": 0, "d": 0}  # binlog row changes by op (see the module invariants)

@@ -264,6 +264,11 @@ class ColumnarRows:
     def __getitem__(self, i):
         return self.tuples()[i]
 
+    def __eq__(self, other) -> bool:  # as the list it stands for
+        return self.tuples() == (other.tuples() if isinstance(other, ColumnarRows) else other)
+
+    __hash__ = None  # type: ignore[assignment] - a list is not hashable either
+
 
 # An insert event of fewer rows is decoded by the tuple path (a live stream's single-row inserts):
 # the columns' cost per event (numpy calls per null bitmap and segment) passes the tuples' below it.
