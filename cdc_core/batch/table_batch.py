@@ -214,8 +214,11 @@ class TableBatch:
         keys = pa.Table.from_arrays(keys, names=[str(j) for j in range(len(key))])
         if keys.group_by(keys.column_names).aggregate([]).num_rows != keys.num_rows:
             return None
-        seq = np.concatenate([base | np.minimum(np.arange(first, first + len(r), dtype=np.int64), 4095)
-                              for r, base, first in self.held])
+        counts = [len(r) for r, _, _ in self.held]
+        # row i of an event: its position's seq with the row's index from the event's first_row, at most 4095
+        before = np.repeat(np.cumsum([0, *counts[:-1]]) - [first for _, _, first in self.held], counts)
+        index = np.minimum(np.arange(rows, dtype=np.int64) - before, 4095)
+        seq = np.repeat(np.array([base for _, base, _ in self.held], dtype=np.int64), counts) | index
         op = pa.Array.from_buffers(pa.string(), rows, [None, pa.py_buffer(np.arange(rows + 1, dtype=np.int32)),
                                                        pa.py_buffer(b"c" * rows)])
         return pa.Table.from_arrays([*arrays, op, pa.array(seq, pa.int64())], schema=target)

@@ -27,8 +27,8 @@ Delta equal to MySQL and to the tuple path):
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
-from itertools import chain
 
 import numpy as np
 import pyarrow as pa
@@ -195,15 +195,13 @@ def layout_of(columns: list, readers: tuple[Reader, ...], keep: tuple[int, ...] 
 @dataclass(frozen=True)
 class Scan:
     """An insert event's rows as :func:`scan` found them: each row's variant (``ids``, row order)
-    and, per variant and segment (``Layout.first_list``), where its rows' segments start in ``data``."""
+    and, per variant and segment (``Layout.first_list``), where its rows' segments start in ``data``
+    (arrays of machine integers: read by numpy, and freed, without an object per value)."""
 
     data: bytes
-    ids: list[int]
-    starts: list[list[int]]
-
-    @property
-    def rows(self) -> int:
-        return len(self.ids)
+    rows: int
+    ids: array
+    starts: list[array]
 
 
 def scan(layout: Layout, buf: bytes, min_rows: int = 0) -> Scan | None:
@@ -214,11 +212,11 @@ def scan(layout: Layout, buf: bytes, min_rows: int = 0) -> Scan | None:
     if layout.closed:
         return None
     width, end, pos = layout.width, len(buf), 0
-    ids: list[int] = []
-    starts: list[list[int]] = []
+    ids = array("b")
+    starts: list[array] = []
     try:
         while True:
-            starts += [[] for _ in range(layout.lists - len(starts))]
+            starts += [array("q") for _ in range(layout.lists - len(starts))]
             if layout.scanner is not None:
                 pos = layout.scanner(buf, pos, end, ids.append, [s.append for s in starts])
             if pos >= end:
@@ -227,7 +225,7 @@ def scan(layout: Layout, buf: bytes, min_rows: int = 0) -> Scan | None:
                 return None
     except IndexError:  # a length beyond the bytes
         return None
-    return Scan(buf, ids, starts) if pos == end and len(ids) >= min_rows else None
+    return Scan(buf, len(ids), ids, starts) if pos == end and len(ids) >= min_rows else None
 
 
 def columns(layout: Layout, scans: list[Scan]) -> list[pa.Array] | None:
@@ -244,11 +242,11 @@ def _columns(layout: Layout, scans: list[Scan]) -> list[pa.Array]:
     bases = np.cumsum([0] + [len(s.data) for s in scans[:-1]])
 
     def starts(j: int) -> np.ndarray:  # list j of every event, at its place in ``data``
-        lists = [s.starts[j] if j < len(s.starts) else [] for s in scans]
-        flat = np.fromiter(chain.from_iterable(lists), dtype=np.int64)
-        return flat + np.repeat(bases, [len(x) for x in lists])
+        lists = [s.starts[j] for s in scans if j < len(s.starts)]
+        flat = np.frombuffer(b"".join(lists), dtype=np.int64)
+        return flat + np.repeat([b for s, b in zip(scans, bases) if j < len(s.starts)], [len(x) for x in lists])
 
-    ids = np.fromiter(chain.from_iterable(s.ids for s in scans), dtype=np.int64)
+    ids = np.frombuffer(b"".join(s.ids for s in scans), dtype=np.int8)
     n = len(ids)
     parts = []
     for i, v in enumerate(layout.variants):
