@@ -2,10 +2,11 @@
 event's bytes, instead of a tuple of Python objects per row.
 
 A packed WRITE_ROWS event (cdc_core/binlog/row_images.py: ``PackedRows``) of a table map whose
-every column is of a kind below is decoded in two steps. A generated scan per null bitmap walks
-the rows and notes, per row, only where each run of fixed-size values starts (a row's layout
-is fixed but for its strings' lengths); numpy then reads each column of all rows from those
-positions, and Arrow arrays are built from the buffers:
+every column is of a kind below is decoded in two steps. Where it is unpickled, :func:`scan` (code
+generated per table map over the null bitmaps met so far, at most ``VARIANTS_MAX``) notes per row
+only its bitmap's number and where each run of fixed-size values starts (a row's layout is fixed
+but for its strings' lengths); when the batch is planned, :func:`columns` reads each column of all
+its events' rows from those positions with numpy, and Arrow arrays are built from the buffers:
 
 - integers (every width, signed and unsigned), FLOAT, DOUBLE: their little-endian bytes;
 - DECIMAL(p ≤ 18, s): the packed digits as a scaled int64, Arrow decimal128(p, s);
@@ -21,8 +22,10 @@ Delta equal to MySQL and to the tuple path):
   DATETIME are NULL as the library makes them None, the zero TIMESTAMP NULL as binlog_value makes it.
 - Whatever the tuple path would decode differently or fail on (an impossible DATE, which the
   tuple path's ``date`` refuses; a fraction or decimal group out of range; text that is not valid
-  UTF-8; bytes that do not end where the event does) makes :func:`decode` return None: the caller
-  decodes the event by the tuple path, which gives its values or its error.
+  UTF-8; bytes that do not end where the event does; more null bitmaps than ``VARIANTS_MAX``)
+  makes :func:`scan` or :func:`columns` return None: the caller decodes the events by the tuple
+  path, which gives their values or its error (raised where the batch is planned, for a failure
+  :func:`columns` finds).
 """
 
 from __future__ import annotations
