@@ -26,6 +26,13 @@ Invariants (tested in tests/test_table_batch.py):
 - ``changes`` counts the binlog row changes folded in, per op (an update is one change,
   whatever its images became): the changes the batch's commit covers, also those the
   hand-off dropped and those that fold to nothing (docs/contracts.md: binlake.stream.changes).
+- Inserts decoded into columns (cdc_core/binlog/row_images.py: ColumnarRows) are held as
+  they are and become the plan's ``appended`` Arrow table, the rows the tuple path would append,
+  equal value for value and type for type, when no key repeats among them and the keys the batch
+  folded otherwise. An update or a delete of the table first folds the held events as tuples, in
+  their order, so the keys folded after a held insert are only other inserts' (a key inserted
+  twice is deleted between): folding the held events last, when a key repeats, is their order
+  too (tests/test_stream.py: test_columnar_inserts).
 """
 
 from __future__ import annotations
@@ -35,8 +42,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from operator import itemgetter
 
+import numpy as np
 import pyarrow as pa
 
+from cdc_core.binlog.columnar import columns
+from cdc_core.binlog.row_images import ColumnarRows
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.schema.output import output_schema
 from cdc_core.schema.table import TableSchema
@@ -57,10 +67,15 @@ class TablePlan:
     append: list[tuple] = field(default_factory=list)
     upsert: list[tuple] = field(default_factory=list)
     delete: list[tuple] = field(default_factory=list)
+    appended: pa.Table | None = None  # more rows to append, as Arrow (inserts decoded into columns)
 
     @property
     def empty(self) -> bool:
-        return not (self.append or self.upsert or self.delete)
+        return not (self.append or self.upsert or self.delete or self.appended is not None)
+
+    def has(self, kind: str) -> bool:
+        """Whether the plan has rows of ``kind`` (append, upsert, delete)."""
+        return bool(getattr(self, kind)) or (kind == "append" and self.appended is not None)
 
 
 class TableBatch:
@@ -83,6 +98,11 @@ class TableBatch:
         # an update's two images too): for most tables none.
         todo = tuple((i, partial(binlog_value, c)) for i, c in enumerate(schema.columns)
                      if not binlog_value_unchanged(c))
+        # Columns (cdc_core/binlog/columnar.py) hold what binlog_value makes of the tuple path's values only
+        # for the columns it leaves unchanged, TIMESTAMP (the epoch NULL) and BIGINT UNSIGNED (a Decimal of
+        # the integer, decimal(20,0) in Arrow alike): a table with another column is folded as tuples.
+        self._columnar = all(schema.columns[i].data_type in ("timestamp", "bigint") for i, _ in todo)
+        self._target: pa.Schema | None = None
         if not todo:
             self._convert: Callable[[tuple], tuple] = _identity  # values are already tuples
         else:
@@ -95,6 +115,7 @@ class TableBatch:
             self._convert = convert
         self.drop = drop
         self.drop_idx = self.names.index(drop_column) if drop_column else None
+        self.held: list[tuple[ColumnarRows, int, int]] = []  # columnar inserts not folded: (rows, base, first row)
         self.events = 0
         self.rows_in = 0
         self.changes = {"c": 0, "u": 0, "d": 0}  # binlog row changes by op (see the module invariants)
@@ -128,6 +149,11 @@ class TableBatch:
         self.rows_in += len(rows)
         self.changes[op] += len(rows)
         base = pos.seq(0)
+        if op == "c" and self.drop is None and type(self) is TableBatch and self._takes(rows):
+            self.held.append((rows, base, first_row))
+            return
+        if op != "c":
+            self._fold_held()
         if op == "c" and self.drop is None and type(self)._write is TableBatch._write:
             self._insert(rows, base, first_row)
             return
@@ -143,6 +169,59 @@ class TableBatch:
                     self._delete(before, seq)
             else:
                 self._update(r[0], r[1], seq, pos)
+
+    def _takes(self, rows) -> bool:
+        """Whether ``rows`` are columns this batch holds as they are (see the module invariants)."""
+        if type(rows) is not ColumnarRows or not self._columnar:
+            return False
+        layout = rows.images.columnar
+        if self.held:
+            return layout is self.held[0][0].images.columnar  # one table map's events are read together
+        if self._target is None:
+            self._target = output_schema(self.schema)
+        key = {self.names.index(k) for k in self.schema.row_key}
+        kept = range(len(layout.kinds)) if layout.keep is None else layout.keep
+        for i, (c, f) in enumerate(zip(kept, self._target)):
+            t = layout.arrow_type(c)
+            if i in key and pa.types.is_floating(t):
+                return False  # 0.0 and -0.0 are one key to the tuple path, two to Arrow's grouping
+            if t != f.type and not (pa.types.is_integer(t) and (pa.types.is_integer(f.type)
+                                                                or pa.types.is_decimal(f.type))):
+                return False
+        return True
+
+    def _fold_held(self) -> None:
+        """Fold the held columnar inserts as tuples, in their order (before anything later)."""
+        held, self.held = self.held, []
+        for rows, base, first_row in held:
+            self._insert(rows.tuples(), base, first_row)
+
+    def _appended(self) -> pa.Table | None:
+        """The held inserts as the Arrow rows the tuple path would append, or None when a key repeats
+        among them or the tuple path must decode them (folded as tuples then)."""
+        target = self._target
+        read = columns(self.held[0][0].images.columnar, [rows.scan for rows, _, _ in self.held])
+        if read is None:
+            return None
+        arrays = [a if a.type == f.type else a.cast(f.type) for a, f in zip(read, target)]
+        key = [self.names.index(k) for k in self.schema.row_key]
+        rows = sum(len(r) for r, _, _ in self.held)
+        keys = [arrays[i] for i in key]
+        if self.final:  # the keys the batch folded (inserts of fewer rows, events before an update or delete)
+            folded = list(self.final)
+            by_column = [folded] if len(key) == 1 else [list(c) for c in zip(*folded)]
+            keys = [pa.concat_arrays([a, pa.array(c, a.type)]) for a, c in zip(keys, by_column)]
+        keys = pa.Table.from_arrays(keys, names=[str(j) for j in range(len(key))])
+        if keys.group_by(keys.column_names).aggregate([]).num_rows != keys.num_rows:
+            return None
+        counts = [len(r) for r, _, _ in self.held]
+        # row i of an event: its position's seq with the row's index from the event's first_row, at most 4095
+        before = np.repeat(np.cumsum([0, *counts[:-1]]) - [first for _, _, first in self.held], counts)
+        index = np.minimum(np.arange(rows, dtype=np.int64) - before, 4095)
+        seq = np.repeat(np.array([base for _, base, _ in self.held], dtype=np.int64), counts) | index
+        op = pa.Array.from_buffers(pa.string(), rows, [None, pa.py_buffer(np.arange(rows + 1, dtype=np.int32)),
+                                                       pa.py_buffer(b"c" * rows)])
+        return pa.Table.from_arrays([*arrays, op, pa.array(seq, pa.int64())], schema=target)
 
     def _insert(self, rows: list, base: int, first_row: int) -> None:
         """``add_event``'s inserts without a hand-off filter, folded by ``_write``'s steps inline
@@ -178,7 +257,13 @@ class TableBatch:
 
     def plan(self) -> TablePlan:
         """The batch's net effect (see the module invariants)."""
-        out, at, deletes = TablePlan(), self._op_at, self._deletes_rows
+        appended = None
+        if self.held:
+            appended = self._appended()
+            if appended is None:
+                self._fold_held()
+            self.held = []
+        out, at, deletes = TablePlan(appended=appended), self._op_at, self._deletes_rows
         for k, row in self.final.items():
             if row[at] == "d" and deletes:
                 if self.may_exist[k]:
@@ -238,6 +323,15 @@ def keyless_problem(schema: TableSchema) -> str | None:
                 f"compared whole ({', '.join(nested)}: spatial values); name its identifying columns in "
                 "source.key_columns or exclude it")
     return None
+
+
+def plan_arrow(schema: TableSchema, plan: TablePlan, kind: str, target: pa.Schema | None = None) -> pa.Table:
+    """A plan's rows of ``kind`` (append, upsert, delete) as Arrow: its tuples, then (appends) its
+    ``appended`` rows."""
+    rows = plan_to_arrow(schema, getattr(plan, kind), target)
+    if kind != "append" or plan.appended is None:
+        return rows
+    return pa.concat_tables([rows, plan.appended]) if rows.num_rows else plan.appended
 
 
 def plan_to_arrow(schema: TableSchema, rows: list[tuple], target: pa.Schema | None = None) -> pa.Table:

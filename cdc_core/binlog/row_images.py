@@ -34,7 +34,10 @@ of such a table map carries its row data as bytes (``PackedRows``) across the qu
 which decodes them as it unpickles them, with the same readers (compiled once per table map in its
 own process: ``images_of``). Pickling per-row tuples of Python values, and unpickling them, cost
 about as much as decoding them; bytes pickle for nothing.
-- A packed event unpickles into the very list of value tuples the reader would have sent.
+- A packed event unpickles into the very list of value tuples the reader would have sent; an insert
+  event of at least ``COLUMNAR_MIN_ROWS`` rows whose table map cdc_core/binlog/columnar.py reads
+  unpickles into ``ColumnarRows``, scanned for its columns, which to every other reader is a sequence
+  of those same tuples (decoded from the same bytes on first use; tests/test_columnar.py).
 - An image that fails to decode unpickles into ``Undecoded`` (the error's text) instead of a list;
   the engine's taker reports it as the reader would have (pipelines/stream/reader.py).
 """
@@ -46,8 +49,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pymysqlreplication.constants import BINLOG
-from pymysqlreplication.row_event import UpdateRowsEvent
+from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 
+from cdc_core.binlog.columnar import Layout, Scan, layout_of, scan
 from cdc_core.types.codec import Reader, inline_of
 from cdc_core.types.registry import table_map_codec
 
@@ -79,6 +83,7 @@ class RowImages:
     mask: int  # ``full`` as an integer
     columns: tuple = field(compare=False)  # the table map's columns it was compiled from
     variants: dict = field(default_factory=dict, compare=False, repr=False)  # null bitmap -> image reader
+    columnar: Layout | None = field(default=None, compare=False, repr=False)  # inserts as columns, if it can
 
     def __reduce__(self):
         return images_of, (self.columns, self.keep)
@@ -100,7 +105,9 @@ class RowImages:
     def packed(self, event) -> PackedRows | list:
         """The event's rows undecoded, to be decoded where they are unpickled; consumes its row data."""
         buf = _row_data(event)
-        return PackedRows(self, buf, isinstance(event, UpdateRowsEvent)) if buf else []
+        if not buf:
+            return []
+        return PackedRows(self, buf, isinstance(event, UpdateRowsEvent), isinstance(event, WriteRowsEvent))
 
     def decode(self, buf: bytes, update: bool) -> list:
         """The rows of a row event's row data ``buf`` (updates: (before, after) pairs)."""
@@ -209,23 +216,71 @@ class Undecoded:
 class PackedRows:
     """A row event's row data with its decoder: unpickles into its rows (see the module doc)."""
 
-    __slots__ = ("images", "data", "update")
+    __slots__ = ("images", "data", "update", "insert")
 
-    def __init__(self, images: RowImages, data: bytes, update: bool):
+    def __init__(self, images: RowImages, data: bytes, update: bool, insert: bool = False):
         self.images = images
         self.data = data
         self.update = update
+        self.insert = insert
 
     def __reduce__(self):
-        return _unpacked, (self.images, self.data, self.update)
+        return _unpacked, (self.images, self.data, self.update, self.insert)
 
     def decoded(self) -> list:
         """The rows, decoded here."""
         return self.images.decode(self.data, self.update)
 
 
-def _unpacked(images: RowImages, data: bytes, update: bool) -> list | Undecoded:
+class ColumnarRows:
+    """An insert event's rows scanned for columnar decoding where they were unpickled (``scan``,
+    cdc_core/binlog/columnar.py), for cdc_core/batch/table_batch.py to read as columns with the rest of
+    its batch; to every other reader a sequence of the very value tuples the tuple path gives,
+    decoded from the same bytes on first use."""
+
+    __slots__ = ("images", "data", "scan", "_tuples")
+
+    def __init__(self, images: RowImages, data: bytes, scanned: Scan):
+        self.images = images
+        self.data = data
+        self.scan = scanned
+        self._tuples: list | None = None
+
+    def __reduce__(self):
+        return _unpacked, (self.images, self.data, False, True)
+
+    def tuples(self) -> list:
+        """The rows as value tuples (the tuple path's, decoded once)."""
+        if self._tuples is None:
+            self._tuples = self.images.decode(self.data, False)
+        return self._tuples
+
+    def __len__(self) -> int:
+        return self.scan.rows
+
+    def __iter__(self):
+        return iter(self.tuples())
+
+    def __getitem__(self, i):
+        return self.tuples()[i]
+
+    def __eq__(self, other) -> bool:  # as the list it stands for
+        return self.tuples() == (other.tuples() if isinstance(other, ColumnarRows) else other)
+
+    __hash__ = None  # type: ignore[assignment] - a list is not hashable either
+
+
+# An insert event of fewer rows is decoded by the tuple path (a live stream's single-row inserts):
+# the columns' cost per event (numpy calls per null bitmap and segment) passes the tuples' below it.
+COLUMNAR_MIN_ROWS = 8
+
+
+def _unpacked(images: RowImages, data: bytes, update: bool, insert: bool = False) -> list | ColumnarRows | Undecoded:
     try:
+        if insert and images.columnar is not None:
+            scanned = scan(images.columnar, data, COLUMNAR_MIN_ROWS)
+            if scanned is not None:
+                return ColumnarRows(images, data, scanned)
         return images.decode(data, update)
     except Exception as e:  # noqa: BLE001 - reported by the taker, as the reader reports its errors
         return Undecoded(f"{type(e).__name__}: {e}")
@@ -260,4 +315,5 @@ def compile_images(columns: list, keep: tuple[int, ...] | None) -> RowImages | N
         readers.append(r)
     n = len(columns)
     mask = (1 << n) - 1
-    return RowImages(tuple(readers), keep, mask.to_bytes((n + 7) // 8, "little"), mask, tuple(columns))
+    return RowImages(tuple(readers), keep, mask.to_bytes((n + 7) // 8, "little"), mask, tuple(columns),
+                     columnar=layout_of(columns, tuple(readers), keep))

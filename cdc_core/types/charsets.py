@@ -49,6 +49,13 @@ def charset_of(collation: str | None) -> str:
     return (collation or "utf8mb4").split("_", 1)[0].lower()
 
 
+def is_utf8(collation: str | None) -> bool:
+    """Whether :func:`decoder` decodes the column's bytes as UTF-8: valid UTF-8 bytes are then
+    its text's own encoding (cdc_core/binlog/columnar.py keeps them as they are)."""
+    charset = charset_of(collation)
+    return charset != "binary" and charset not in SINGLE_BYTE and _CODECS.get(charset, "utf-8") == "utf-8"
+
+
 @cache
 def decoder(collation: str | None) -> Callable[[bytes], str | bytes]:
     """A function turning a column's raw bytes into its text (bytes kept for ``binary``)."""

@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from cdc_core.batch.micro_batch import MicroBatch
 from cdc_core.batch.mode_batch import HistoryPlan, StampedBatch, Stamps, mode_arrow
-from cdc_core.batch.table_batch import TablePlan, plan_to_arrow
+from cdc_core.batch.table_batch import TablePlan, plan_arrow
 from cdc_core.batch.table_commit import RowsApplied, TableCommit
 from cdc_core.errors import TerminalError
 from cdc_core.offset.stream_offset import StreamOffset
@@ -77,8 +77,8 @@ def _rows(part: _Part) -> RowsApplied:
     p, at = part.plan, len(part.schema.columns)
     if isinstance(p, HistoryPlan):
         return RowsApplied(inserted=len(p.versions), updated=sum(1 for k in p.keys if k[-1]))
-    return RowsApplied(*(sum(1 for rows in (p.append, p.upsert, p.delete) for r in rows if r[at] == op)
-                         for op in ("c", "u", "d")))
+    applied = [sum(1 for rows in (p.append, p.upsert, p.delete) for r in rows if r[at] == op) for op in ("c", "u", "d")]
+    return RowsApplied(applied[0] + (p.appended.num_rows if p.appended is not None else 0), *applied[1:])
 
 
 class Committer:
@@ -133,13 +133,13 @@ class Committer:
         outputs = [output_schema(p.schema) for p in parts]
 
         def rows(kind: str) -> pa.Table:
-            if not any(getattr(p.plan, kind) for p in parts):
+            if not any(p.plan.has(kind) for p in parts):
                 return target.empty_table()
             if not routed:
                 p = parts[0]
-                return conform(plan_to_arrow(p.schema, getattr(p.plan, kind), outputs[0]), target, p.source,
+                return conform(plan_arrow(p.schema, p.plan, kind, outputs[0]), target, p.source,
                                p.schema.row_key)
-            return pa.concat_tables([conform_routed(plan_to_arrow(p.schema, getattr(p.plan, kind), out), p.source,
+            return pa.concat_tables([conform_routed(plan_arrow(p.schema, p.plan, kind, out), p.source,
                                                     target) for p, out in zip(parts, outputs)])
 
         table = self.sinks.tables[sink]
