@@ -129,7 +129,9 @@ class Committer:
 
         rows = retrying(f"writing {sink} to Delta", lambda: self._apply(sink, parts, offset), self.retry,
                         landed=landed)
-        return TableCommit(sink, tuple(p.source for p in parts), offset, self.sinks.tables[sink].version(), rows)
+        version = self.sinks.tables[sink].version()
+        self.sinks.committed(sink)
+        return TableCommit(sink, tuple(p.source for p in parts), offset, version, rows)
 
     def _apply(self, sink: str, parts: list[_Part], offset: StreamOffset) -> RowsApplied:
         target = self.sinks.schemas[sink]
