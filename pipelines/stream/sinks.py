@@ -12,6 +12,8 @@ Invariants (tests/test_routes.py, tests/test_stream_crash.py):
 - A table holds the columns of its mode (cdc_core/schema/modes.py): metadata columns a table
   lacks are added (its earlier rows NULL); a table whose mode columns differ from its
   configured mode's is refused, never converted (tests/test_history_stream.py).
+- After a stream commit that wrote a checkpoint the table's handle is opened afresh from it and
+  reads the same (:meth:`Sinks.committed`; tests/test_maintenance.py).
 """
 
 from __future__ import annotations
