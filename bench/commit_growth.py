@@ -24,7 +24,6 @@ Figures go to bench/out/commit_growth.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -38,7 +37,7 @@ if str(REPO) not in sys.path:
 
 from deltalake import DeltaTable, write_deltalake  # noqa: E402
 
-from bench.table_commits import by_write, cpu, one_row  # noqa: E402
+from bench.table_commits import by_write, cpu, one_row, write_figures  # noqa: E402
 from pipelines.lake.tables import DEFAULT_CHECKPOINT_INTERVAL, RENEW_VERSIONS, checkpoint_interval  # noqa: E402
 from pipelines.stream.commit import COMMIT_THREADS  # noqa: E402
 
@@ -114,9 +113,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['cpu_ms_per_commit']:.2f} ms CPU per commit (running mean every 50 rounds: "
               f"{', '.join(f'{x:.2f}' for x in r['running_mean_ms_every_50'])}); {r['reopens']} reopens; "
               f"wall {r['wall_s']:.1f} s; load {r['load']:.1f}", flush=True)
-    doc["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    write_figures(args.out, doc)
     return 0
 
 
