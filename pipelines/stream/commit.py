@@ -55,10 +55,10 @@ from pipelines.lake.tables import commit_no_data, table_uri
 from pipelines.lake.versions import apply_history, key_table
 from pipelines.stream.sinks import Sinks
 
-# Tables committed at once. A small table's commit is mostly waiting on the file system (a
-# one-row append: about 6 ms of CPU, 20-80 ms of wall time on a busy disk) and delta-rs releases
-# the GIL meanwhile, so a batch touching many tables is bounded by how many wait at once
-# (bench/many_tables.py).
+# Tables committed at once. delta-rs releases the GIL during a commit, which waits on the file
+# system on a busy disk (20-80 ms of wall time for a one-row append) and is otherwise its own
+# CPU (about 3 ms): 16 threads keep both cores busy and cost no more CPU per commit than 4; 2
+# cost about 10% more (bench/table_commits.py --threads; bench/many_tables.py).
 COMMIT_THREADS = 16
 
 
