@@ -17,7 +17,9 @@ One run starts a throwaway MariaDB (devtools.local_mariadb) and creates N tables
    from the last COMMIT returning to the checkpoint of the batch holding it (the engine's
    ``progress`` callback: every table's commit of the batch has landed); baseline: the same
    rows in K transactions on ``one.t`` alone. Each batch's table commits are timed (from the
-   start of ``Committer.apply`` to its return): goal ≤ 1 s for a batch touching 500 tables.
+   start of ``Committer.apply`` to its return), with this process's CPU over the same span per
+   table commit (the engine's threads; less swayed by other load than the wall time): goal ≤ 1 s
+   for a batch touching 500 tables.
    Afterwards every table's Delta row count is checked against MySQL's.
 3. Definitions: a subprocess building the definitions (``build_binlake_definitions`` over a
    table catalog discovered before, untimed, and the snapshot's lake when it ran) and
@@ -38,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import sys
 import tempfile
 import threading
@@ -163,13 +166,14 @@ class LiveStream:
         self.changes = 0
         self.batches: list[tuple[float, int, int]] = []  # (when, changes so far, table commits so far)
         self.engine = StreamEngine(cfg, progress=self._progress)
-        self.applies: list[tuple[int, float]] = []  # (tables, seconds) of each batch's table commits
+        # (tables, seconds, CPU seconds of this process) of each batch's table commits
+        self.applies: list[tuple[int, float, float]] = []
         apply = self.engine.committer.apply
 
         def timed_apply(batch, offset):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), process_cpu_s()
             commits = apply(batch, offset)
-            self.applies.append((len(commits), time.perf_counter() - t0))
+            self.applies.append((len(commits), time.perf_counter() - t0, process_cpu_s() - c0))
             return commits
         self.engine.committer.apply = timed_apply
         self.error: BaseException | None = None
@@ -204,6 +208,12 @@ class LiveStream:
     def stop(self) -> None:
         self.engine.request_stop("bench done")
         self.thread.join(60)
+
+
+def process_cpu_s() -> float:
+    """User + system CPU seconds of this process (the engine's threads; its reader is a child process)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def insert_round(server: LocalMariaDB, db: str, tables: list[str], first_id: int, per_table: int,
@@ -252,13 +262,17 @@ def measure_stream(server: LocalMariaDB, work: Path, n: int, start: tuple[str, i
         if wrong:
             some = dict(list(wrong.items())[:5])
             raise AssertionError(f"stream ({what}): Delta rows differ from MySQL's {want}: {some}")
-        slowest = max(seconds for _, seconds in applies)
+        slowest = max(seconds for _, seconds, _ in applies)
+        # CPU per table commit: what the batch costs whatever else runs on the machine
+        cpu_ms = [round(cpu / max(1, tables) * 1000, 2) for tables, _, cpu in applies]
         out[what] = {"lag_s": seen - committed, "batches": len(batches), "table_commits": commits,
-                     "batch_commit_s": [round(seconds, 3) for _, seconds in applies], "slowest_batch_commit_s": slowest,
-                     "warmup_batch_s": warm, "load": os.getloadavg()[0]}
+                     "batch_commit_s": [round(seconds, 3) for _, seconds, _ in applies],
+                     "slowest_batch_commit_s": slowest, "cpu_ms_per_table_commit": cpu_ms, "warmup_batch_s": warm,
+                     "load": os.getloadavg()[0]}
         print(f"  stream {what:>4}: lag from the last COMMIT to its checkpoint {seen - committed:6.2f} s over "
               f"{len(batches)} batch(es), {commits} table commits, a batch's table commits took "
-              f"{', '.join(f'{s:.2f}' for _, s in applies)} s; warm-up batch (tables created) {warm:.2f} s; "
+              f"{', '.join(f'{s:.2f}' for _, s, _ in applies)} s (CPU per table commit "
+              f"{', '.join(f'{c:.2f}' for c in cpu_ms)} ms); warm-up batch (tables created) {warm:.2f} s; "
               f"load {out[what]['load']:.1f}", flush=True)
     out["pass"] = out["many"]["slowest_batch_commit_s"] <= STREAM_LAG_S
     print(f"  stream, a batch touching {n} tables committed in {out['many']['slowest_batch_commit_s']:.2f} s "

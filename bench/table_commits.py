@@ -119,11 +119,16 @@ def main(argv: list[str] | None = None) -> int:
                   f"{args.rounds}); a round of {args.tables} tables {walls} s; load {rounds[-1]['load']:.1f}",
                   flush=True)
     doc["ratio"] = doc["transaction"]["cpu_ms_per_table"] / doc["write"]["cpu_ms_per_table"]
-    doc["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    write_figures(args.out, doc)
     print(f"  transaction API / write_deltalake CPU: {doc['ratio']:.2f}")
     return 0
+
+
+def write_figures(path: Path, doc: dict) -> None:
+    """``doc`` with the load average at the end, as JSON at ``path``."""
+    doc["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
 if __name__ == "__main__":

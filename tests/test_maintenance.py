@@ -414,6 +414,36 @@ def test_a_worn_handle_is_opened_afresh_and_reads_the_same(tmp_path, monkeypatch
         assert (cp.offset.applied, cp.seq, cp.rows_applied) == (pos, 12, 12)
 
 
+def test_a_stream_handle_is_opened_afresh_after_each_commit_that_wrote_a_checkpoint(tmp_path):
+    """delta-rs's commit replays its handle's commits since the checkpoint the handle was loaded
+    from (bench/commit_growth.py): after the stream's commit that wrote a checkpoint
+    (``delta.checkpointInterval``, here 3: versions 2 and 5) the sink's handle is opened afresh from it
+    (Sinks.committed, called by the Committer after each table commit), and reads the same."""
+    from cdc_core.routes import Router
+    from pipelines.lake import tables
+    from pipelines.stream.sinks import Sinks
+
+    cfg = parse_config({"pipeline": {"name": "p"}, "source": {"user": "u", "tables": ["d\\..*"]},
+                        "sink": {"path": str(tmp_path)}})
+    uri = tables.table_uri(cfg.sink.path, "d.t")
+    ensure_table(uri, SCHEMA, configuration={"delta.checkpointInterval": "3"})  # version 0
+    sinks = Sinks(cfg, Router([]))
+    top = 0
+    for seq in range(1, 8):
+        before = sinks.existing("d.t")
+        apply_changes(before, ("id",), _rows(range(top, top + 5), seq=seq), SCHEMA.empty_table(),
+                      SCHEMA.empty_table(), _props(seq), uri)
+        top += 5
+        sinks.committed("d.t")
+        after = sinks.tables["d.t"]
+        checkpointed = (Path(uri) / "_delta_log" / f"{seq:020d}.checkpoint.parquet").exists()
+        assert checkpointed == ((seq + 1) % 3 == 0)
+        assert (after is not before) == checkpointed, f"version {seq}"
+        assert after.version() == seq and _sorted(after).num_rows == top
+        assert after.transaction_version(app_id("p")) == _props(seq).app_transactions[0].version
+    assert _sorted(sinks.tables["d.t"]).equals(_sorted(uri))
+
+
 def test_a_handle_not_opened_by_the_lake_is_never_worn(tmp_path, monkeypatch):
     from pipelines.lake import tables
 

@@ -159,9 +159,15 @@ def post_commit_hooks(dt: DeltaTable) -> PostCommitHookProperties:
     cleanup lists the whole ``_delta_log``; a table committed every micro-batch (or every chunk
     group) keeps 30 days of commits there (the default log retention), so listing it at every
     commit would cost one more request per 1,000 entries each time (bench/object_store.py)."""
-    interval = int(dt.metadata().configuration.get("delta.checkpointInterval", DEFAULT_CHECKPOINT_INTERVAL))
+    interval = checkpoint_interval(dt)
     return PostCommitHookProperties(create_checkpoint=True,
                                     cleanup_expired_logs=(dt.version() + 2) % interval == 0)
+
+
+def checkpoint_interval(dt: DeltaTable) -> int:
+    """``delta.checkpointInterval`` of ``dt``: delta-rs writes a checkpoint with each commit whose
+    version + 1 is a multiple of it (versions 99, 199, ... by default)."""
+    return int(dt.metadata().configuration.get("delta.checkpointInterval", DEFAULT_CHECKPOINT_INTERVAL))
 
 
 def metadata_properties(metadata: dict[str, str]) -> CommitProperties:

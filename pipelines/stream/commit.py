@@ -55,10 +55,10 @@ from pipelines.lake.tables import commit_no_data, table_uri
 from pipelines.lake.versions import apply_history, key_table
 from pipelines.stream.sinks import Sinks
 
-# Tables committed at once. A small table's commit is mostly waiting on the file system (a
-# one-row append: about 6 ms of CPU, 20-80 ms of wall time on a busy disk) and delta-rs releases
-# the GIL meanwhile, so a batch touching many tables is bounded by how many wait at once
-# (bench/many_tables.py).
+# Tables committed at once. delta-rs releases the GIL during a commit, which waits on the file
+# system on a busy disk (20-80 ms of wall time for a one-row append) and is otherwise its own
+# CPU (about 3 ms): 16 threads keep both cores busy and cost no more CPU per commit than 4; 2
+# cost about 10% more (bench/table_commits.py --threads; bench/many_tables.py).
 COMMIT_THREADS = 16
 
 
@@ -92,6 +92,12 @@ class Committer:
         self._pool = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="apply")
         self.retries = 0  # table commits retried after a fault that passes (the metrics' count)
         self._retries_lock = threading.Lock()  # tables commit in parallel threads
+        # Built once per schema rather than per commit (a batch touching many tables pays them per
+        # table, on the GIL: bench/many_tables.py); a schema change makes new schema objects, so
+        # each entry is kept with the object it was built from and used only for that object.
+        # Threads write distinct keys: a source and its sink are committed by one thread a batch.
+        self._outputs: dict[str, tuple[TableSchema, pa.Schema]] = {}  # source -> its schema, its rows' Arrow schema
+        self._empty: dict[str, tuple[pa.Schema, pa.Table]] = {}  # sink -> its Delta schema, an empty table of it
 
     def close(self) -> None:
         self._pool.shutdown()
@@ -123,18 +129,20 @@ class Committer:
 
         rows = retrying(f"writing {sink} to Delta", lambda: self._apply(sink, parts, offset), self.retry,
                         landed=landed)
-        return TableCommit(sink, tuple(p.source for p in parts), offset, self.sinks.tables[sink].version(), rows)
+        version = self.sinks.tables[sink].version()
+        self.sinks.committed(sink)
+        return TableCommit(sink, tuple(p.source for p in parts), offset, version, rows)
 
     def _apply(self, sink: str, parts: list[_Part], offset: StreamOffset) -> RowsApplied:
         target = self.sinks.schemas[sink]
         routed = self.router.routed(parts[0].source)
-        # Each part's Arrow schema once, and a kind no part has rows of as the empty table of the
+        # Each part's Arrow schema, and a kind no part has rows of as the empty table of the
         # target: most batches touching many tables only insert (bench/many_tables.py).
-        outputs = [output_schema(p.schema) for p in parts]
+        outputs = [self._output(p) for p in parts]
 
         def rows(kind: str) -> pa.Table:
             if not any(p.plan.has(kind) for p in parts):
-                return target.empty_table()
+                return self._empty_of(sink, target)
             if not routed:
                 p = parts[0]
                 return conform(plan_arrow(p.schema, p.plan, kind, outputs[0]), target, p.source,
@@ -160,6 +168,20 @@ class Committer:
         sink_cfg = self.sinks.cfg.sink
         return apply_changes(table, key, rows("append"), rows("upsert"), rows("delete"), props,
                              table_uri(sink_cfg.path, sink), sink_cfg.storage_options)
+
+    def _output(self, part: _Part) -> pa.Schema:
+        """The Arrow schema of ``part``'s rows (cdc_core/schema/output.py: ``output_schema``)."""
+        cached = self._outputs.get(part.source)
+        if cached is None or cached[0] is not part.schema:
+            cached = self._outputs[part.source] = (part.schema, output_schema(part.schema))
+        return cached[1]
+
+    def _empty_of(self, sink: str, target: pa.Schema) -> pa.Table:
+        """An empty table of ``sink``'s Delta schema ``target``."""
+        cached = self._empty.get(sink)
+        if cached is None or cached[0] is not target:
+            cached = self._empty[sink] = (target, target.empty_table())
+        return cached[1]
 
     def _apply_mode(self, sink: str, part: _Part, offset: StreamOffset, props, columns: SinkColumns) -> RowsApplied:
         """A table laid out by its mode (see the module invariants): its changelog first, then
