@@ -180,8 +180,8 @@ def test_snapshot_on_a_two_worker_cluster_writes_to_s3(db, make_config, s3_sink,
 def test_snapshot_groups_finishing_within_the_commit_interval_share_a_commit(db, make_config, s3_sink, monkeypatch):
     """On an object store, groups that finish within OBJECT_STORE_COMMIT_INTERVAL of the last
     commit wait for the next one (a commit is about 9 requests there): the first group commits
-    at once, the others together once the last is done; every chunk is recorded once, at the
-    version holding its rows, and Delta equals MySQL."""
+    at once (with any finished beside it), the others together once the last is done; every
+    chunk is recorded once, at the version holding its rows, and Delta equals MySQL."""
     from pipelines.snapshot import driver as snapshot_driver
 
     name, conn = db
@@ -200,7 +200,10 @@ def test_snapshot_groups_finishing_within_the_commit_interval_share_a_commit(db,
     monkeypatch.setattr(snapshot_driver, "commit_files", counted)
     summary = snapshot(cfg, None)
     groups = (summary.tables[0].chunks + 1) // 2
-    assert [n for n in files_per_commit if n] == [1, groups - 1]
+    # The first commit takes the groups done when it starts (one, or two finishing together on a
+    # loaded machine); every later group waits for the interval, which only the end cuts short.
+    first, *rest = [n for n in files_per_commit if n]
+    assert len(rest) == 1 and first + rest[0] == groups, files_per_commit
     uri = table_uri(cfg.sink.path, f"{name}.t")
     records = snapshot_commits(DeltaTable(uri, storage_options=cfg.sink.storage_options)).records
     assert sorted(r.chunk_index for r in records) == list(range(summary.tables[0].chunks))
