@@ -81,6 +81,15 @@ def _rows(part: _Part) -> RowsApplied:
     return RowsApplied(applied[0] + (p.appended.num_rows if p.appended is not None else 0), *applied[1:])
 
 
+def _built_for(cache: dict, key: str, source, build):
+    """``build(source)``, kept under ``key`` while ``source`` is the very object it was built from
+    (a schema change makes new schema objects)."""
+    cached = cache.get(key)
+    if cached is None or cached[0] is not source:
+        cached = cache[key] = (source, build(source))
+    return cached[1]
+
+
 class Committer:
     """Applies micro-batches to the Delta tables of ``sinks``."""
 
@@ -138,11 +147,11 @@ class Committer:
         routed = self.router.routed(parts[0].source)
         # Each part's Arrow schema, and a kind no part has rows of as the empty table of the
         # target: most batches touching many tables only insert (bench/many_tables.py).
-        outputs = [self._output(p) for p in parts]
+        outputs = [_built_for(self._outputs, p.source, p.schema, output_schema) for p in parts]
 
         def rows(kind: str) -> pa.Table:
             if not any(p.plan.has(kind) for p in parts):
-                return self._empty_of(sink, target)
+                return _built_for(self._empty, sink, target, pa.Schema.empty_table)
             if not routed:
                 p = parts[0]
                 return conform(plan_arrow(p.schema, p.plan, kind, outputs[0]), target, p.source,
@@ -168,20 +177,6 @@ class Committer:
         sink_cfg = self.sinks.cfg.sink
         return apply_changes(table, key, rows("append"), rows("upsert"), rows("delete"), props,
                              table_uri(sink_cfg.path, sink), sink_cfg.storage_options)
-
-    def _output(self, part: _Part) -> pa.Schema:
-        """The Arrow schema of ``part``'s rows (cdc_core/schema/output.py: ``output_schema``)."""
-        cached = self._outputs.get(part.source)
-        if cached is None or cached[0] is not part.schema:
-            cached = self._outputs[part.source] = (part.schema, output_schema(part.schema))
-        return cached[1]
-
-    def _empty_of(self, sink: str, target: pa.Schema) -> pa.Table:
-        """An empty table of ``sink``'s Delta schema ``target``."""
-        cached = self._empty.get(sink)
-        if cached is None or cached[0] is not target:
-            cached = self._empty[sink] = (target, target.empty_table())
-        return cached[1]
 
     def _apply_mode(self, sink: str, part: _Part, offset: StreamOffset, props, columns: SinkColumns) -> RowsApplied:
         """A table laid out by its mode (see the module invariants): its changelog first, then
