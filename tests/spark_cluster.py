@@ -13,17 +13,21 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyspark
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports on loopback: all bound at once, so no two are the same (a worker's
+    web UI once took the port picked for the master's, whose page then answered with HTML)."""
+    with ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
 
 
 LOOPBACK = {"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_MASTER_HOST": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
@@ -44,17 +48,17 @@ class Cluster:
 def standalone_cluster(tmp_path: Path, workers: int = 2, cores: int = 1) -> Iterator[Cluster]:
     """Start a master and ``workers`` workers of ``cores`` cores and 1 GiB each on 127.0.0.1."""
     spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
-    port, webui = free_port(), free_port()
+    port, webui, *worker_uis = free_ports(2 + workers)
     env = Cluster.driver_env()
     procs = [subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                                "--port", str(port), "--webui-port", str(webui)], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)]
     work_dirs = tuple(tmp_path / f"spark-worker-{i}" for i in range(workers))
     try:
-        for work in work_dirs:
+        for work, worker_ui in zip(work_dirs, worker_uis, strict=True):
             procs.append(subprocess.Popen(
                 [spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host",
-                 "127.0.0.1", "--cores", str(cores), "--memory", "1g", "--webui-port", str(free_port()),
+                 "127.0.0.1", "--cores", str(cores), "--memory", "1g", "--webui-port", str(worker_ui),
                  "--work-dir", str(work)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 start_new_session=True))
         _wait_for_workers(webui, workers)
@@ -75,7 +79,7 @@ def _wait_for_workers(webui: int, workers: int, timeout: float = 120.0) -> None:
                 alive = json.load(r).get("aliveworkers")
             if alive == workers:
                 return
-        except OSError:
-            pass  # the master's web UI is not up yet
+        except (OSError, ValueError):
+            pass  # the master's web UI is not up yet, or not serving its JSON yet
         time.sleep(0.5)
     raise RuntimeError(f"the Spark master counts {alive} alive workers after {timeout:.0f} s, not {workers}")
