@@ -240,6 +240,20 @@ def test_table_properties_at_creation_and_on_existing_tables(tmp_path):
     cdf = layout.create_table(_sink(path=str(tmp_path), table_properties={"delta.enableChangeDataFeed": "true"}),
                               str(tmp_path / "d" / "c"), "d.c", SCHEMA)
     assert not _rewritable(cdf)  # its batches are MERGEs, which write the change data
+    assert cdf.metadata().configuration[layout.CHECKPOINT_INTERVAL] == "10"  # binlake's default, Delta's own
+
+
+def test_tables_binlake_creates_write_a_checkpoint_every_ten_commits(tmp_path):
+    """A table created with the default properties gets a checkpoint at versions 9, 19, ... (delta-rs
+    alone: every 100), and a handle opened after the stream's commits reads it and the commits after."""
+    sink = _sink(path=str(tmp_path))
+    uri = str(tmp_path / "d" / "t")
+    dt = layout.create_table(sink, uri, "d.t", SCHEMA)  # version 0
+    for b in range(1, 21):
+        apply_changes(dt, ("id",), _rows([b], seq=b), SCHEMA.empty_table(), SCHEMA.empty_table(), _props(b), uri)
+    checkpoints = sorted(int(p.name.split(".")[0]) for p in (Path(uri) / "_delta_log").glob("*.checkpoint.parquet"))
+    assert checkpoints == [9, 19]
+    assert _sorted(uri).column("id").to_pylist() == list(range(1, 21))
 
 
 def test_cluster_by_orders_compacted_files_on_its_columns(tmp_path):
@@ -371,8 +385,9 @@ def test_a_vacuum_reopens_the_streams_handles_from_its_checkpoint(tmp_path):
 def test_a_worn_handle_is_opened_afresh_and_reads_the_same(tmp_path, monkeypatch):
     """Between vacuums the stream's handles are opened afresh once they are ``RENEW_VERSIONS``
     versions past where they were opened (delta-rs's incremental update keeps every commit's actions
-    in the handle): the data table's (Sinks.renew, the engine's step between batches) and the
-    control store's stream_checkpoint handle (a commit per batch); the fresh ones read the same."""
+    in the handle), at the next checkpoint: the data table's (Sinks.renew, the engine's step between
+    batches) and the control store's stream_checkpoint handle (a commit per batch); the fresh ones
+    read the same."""
     from cdc_core.routes import Router
     from pipelines.lake import tables
     from pipelines.lake.control_store import ControlStore
@@ -383,27 +398,30 @@ def test_a_worn_handle_is_opened_afresh_and_reads_the_same(tmp_path, monkeypatch
     cfg = parse_config({"pipeline": {"name": "p"}, "source": {"user": "u", "tables": ["d\\..*"]},
                         "sink": {"path": str(tmp_path)}})
     uri = tables.table_uri(cfg.sink.path, "d.t")
-    _streamed(uri, snapshot_rows=100, batches=0)  # versions 0 and 1
+    ensure_table(uri, SCHEMA, configuration={"delta.checkpointInterval": "5"})  # checkpoints at 4, 9, ...
+    _streamed(uri, snapshot_rows=100, batches=0)  # version 1
     sinks = Sinks(cfg, Router([]))
     kept = sinks.existing("d.t")
     top = 100
-    for _ in range(3):
+    for version in range(2, 9):  # 4 versions past its opening at 5, but the next checkpoint is 9
         commit_files(kept, [write_parquet(uri, _rows(range(top, top + 10)))], SCHEMA, {})
         top += 10
-    sinks.renew()
-    assert sinks.tables["d.t"] is kept and not tables.worn(kept)  # 3 versions past its opening
-    commit_files(kept, [write_parquet(uri, _rows(range(top, top + 10)))], SCHEMA, {})
+        sinks.renew()
+        assert sinks.tables["d.t"] is kept and not tables.worn(kept), f"version {version}"
+    commit_files(kept, [write_parquet(uri, _rows(range(top, top + 10)))], SCHEMA, {})  # version 9
     top += 10
     assert tables.worn(kept)
     sinks.renew()
     fresh = sinks.tables["d.t"]
     assert fresh is not kept and not tables.worn(fresh)
-    assert fresh.version() == kept.version() == DeltaTable(uri).version()
+    assert fresh.version() == kept.version() == DeltaTable(uri).version() == 9
     assert _sorted(fresh).equals(_sorted(uri)) and _sorted(fresh).num_rows == top
 
+    # The control tables take delta-rs's default interval; a smaller one keeps the test short.
+    monkeypatch.setattr(tables, "DEFAULT_CHECKPOINT_INTERVAL", 3)
     store = ControlStore.of(cfg)
     seen = []
-    for seq in range(1, 13):
+    for seq in range(1, 16):
         pos = BinlogPosition("binlog.000001", 4 + seq)
         store.save_checkpoint(StreamOffset(pos, pos), "streaming", seq)
         if store._checkpoints is not None and all(h is not store._checkpoints for h in seen):  # noqa: SLF001
@@ -411,7 +429,36 @@ def test_a_worn_handle_is_opened_afresh_and_reads_the_same(tmp_path, monkeypatch
     assert len(seen) >= 2, "the checkpoint handle was never opened afresh"
     for reader in (store, ControlStore.of(cfg)):
         cp = reader.checkpoint()
-        assert (cp.offset.applied, cp.seq, cp.rows_applied) == (pos, 12, 12)
+        assert (cp.offset.applied, cp.seq, cp.rows_applied) == (pos, 15, 15)
+
+
+def test_a_worn_handle_waits_for_a_checkpoint_but_not_past_the_next_interval(tmp_path, monkeypatch):
+    """A handle past ``RENEW_VERSIONS`` is worn at a checkpoint version (a fresh open then replays no
+    commit); one whose updates skipped that version is worn once it is as many versions past it as
+    it has waited, so it is renewed within an interval whatever versions it sees."""
+    from pipelines.lake import tables
+    from pipelines.lake.files import commit_files, write_parquet
+
+    monkeypatch.setattr(tables, "RENEW_VERSIONS", 2)
+    uri = str(tmp_path / "t")
+    writer = ensure_table(uri, SCHEMA, configuration={"delta.checkpointInterval": "5"})  # version 0
+
+    def commit_until(version: int) -> None:
+        while writer.version() < version:
+            commit_files(writer, [write_parquet(uri, _rows([writer.version()]))], SCHEMA, {})
+
+    held = tables.open_table(uri)  # at version 0
+    commit_until(3)
+    held.update_incremental()
+    assert not tables.worn(held)  # 3 versions past, 1 waited, 4 commits after the last checkpoint's version
+    commit_until(4)  # writes the checkpoint at version 4
+    held.update_incremental()
+    assert (Path(uri) / "_delta_log" / f"{4:020d}.checkpoint.parquet").exists() and tables.worn(held)
+
+    held = tables.open_table(uri)  # at version 4
+    commit_until(10)  # the checkpoint at 9 is skipped by the held handle's next update
+    held.update_incremental()
+    assert held.version() == 10 and tables.worn(held)  # 4 waited, 1 commit past the checkpoint
 
 
 def test_a_stream_handle_is_opened_afresh_after_each_commit_that_wrote_a_checkpoint(tmp_path):
@@ -449,6 +496,7 @@ def test_a_handle_not_opened_by_the_lake_is_never_worn(tmp_path, monkeypatch):
 
     monkeypatch.setattr(tables, "RENEW_VERSIONS", 1)
     uri = str(tmp_path / "t")
+    ensure_table(uri, SCHEMA, configuration={"delta.checkpointInterval": "5"})  # the change below: version 4
     _streamed(uri, snapshot_rows=10, batches=2)
     assert not tables.worn(DeltaTable(uri)) and tables.worn(tables.open_table(uri)) is False
     dt = tables.open_table(uri)

@@ -36,6 +36,7 @@ from pyarrow.fs import FileSelector, FileType
 
 from cdc_core.config import BinlakeConfig
 from cdc_core.offset.stream_offset import OFFSET_KEY, StreamOffset, app_id
+from pipelines.lake import tables
 from pipelines.lake.apply import apply_changes
 from pipelines.lake.control_store import ControlStore
 from pipelines.lake.files import snapshot_commits
@@ -295,9 +296,12 @@ def test_credentials_never_shown(mariadb, db, make_config, s3_server, s3_sink, t
             assert secret.encode() not in data, f"a credential is stored in {path}"
 
 
-def test_stream_commits_clean_up_the_log_only_at_checkpoints(tmp_path):
+def test_stream_commits_clean_up_the_log_only_at_checkpoints(tmp_path, monkeypatch):
     """The expired-log cleanup lists the whole _delta_log: stream commits run it only when they
-    write a checkpoint (every delta.checkpointInterval commits), and it still removes what expired."""
+    write a checkpoint (every delta.checkpointInterval commits), at most once per CLEANUP_VERSIONS
+    versions (here 8: at the checkpoint of version 9, not at that of 4), and it still removes what
+    expired."""
+    monkeypatch.setattr(tables, "CLEANUP_VERSIONS", 8)
     schema = pa.schema([("id", pa.int64()), ("_cdc_op", pa.string())])
     dt = DeltaTable.create(str(tmp_path / "t"), schema=schema, configuration={
         "delta.checkpointInterval": "5", "delta.logRetentionDuration": "interval 0 seconds"})
@@ -305,10 +309,10 @@ def test_stream_commits_clean_up_the_log_only_at_checkpoints(tmp_path):
     empty = schema.empty_table()
     kept = []
     for i in range(12):
-        assert post_commit_hooks(dt).cleanup_expired_logs == (dt.version() + 1 in (4, 9))
+        assert post_commit_hooks(dt).cleanup_expired_logs == (dt.version() + 1 == 9)
         apply_changes(dt, ("id",), pa.table({"id": pa.array([i], pa.int64()), "_cdc_op": ["c"]}), empty, empty,
                       CommitProperties())
         kept.append(sorted(int(f.name.split(".")[0]) for f in log.glob("*.json")))
-    assert kept[3] == [4] and kept[8] == [9]  # cleaned up at the checkpoints of versions 4 and 9
-    assert kept[7] == [4, 5, 6, 7, 8] and kept[11] == [9, 10, 11, 12]  # and not in between
+    assert kept[3] == [0, 1, 2, 3, 4] and kept[8] == [9]  # cleaned up at the checkpoint of version 9 only
+    assert kept[7] == list(range(9)) and kept[11] == [9, 10, 11, 12]  # and not in between
     assert dt.to_pyarrow_table().num_rows == 12

@@ -36,7 +36,12 @@ from deltalake.schema import Field
 from cdc_core.retry import RetryPolicy, retrying
 from cdc_core.schema.output import CDC_SOURCE
 
-DEFAULT_CHECKPOINT_INTERVAL = 100  # delta.checkpointInterval when the table does not set it
+DEFAULT_CHECKPOINT_INTERVAL = 100  # delta.checkpointInterval when the table does not set it (delta-rs's)
+# What binlake sets on the tables it creates (data tables: pipelines/lake/maintenance/layout.py says why).
+CHECKPOINT_INTERVAL = "delta.checkpointInterval"
+BINLAKE_CHECKPOINT_INTERVAL = "10"
+# The log cleanup lists the whole _delta_log: run at checkpoint commits, at most once per this many versions.
+CLEANUP_VERSIONS = 100
 # Commits looked at for a write's token when the version it was made on is unknown: the one
 # writer of a pipeline commits one at a time, other writers (a backfill request) rarely.
 TOKEN_WINDOW = 20
@@ -84,9 +89,19 @@ def _opened_now(dt: DeltaTable) -> DeltaTable:
 
 def worn(dt: DeltaTable) -> bool:
     """Whether ``dt`` is ``RENEW_VERSIONS`` or more versions past the version it was opened at (see
-    ``RENEW_VERSIONS``): its holder should open the table afresh. False for a handle not opened here."""
+    ``RENEW_VERSIONS``) and near a checkpoint: its holder should open the table afresh. False for a
+    handle not opened here.
+
+    A fresh open reads the latest checkpoint and every commit after it, as many at once: each read
+    a thread of delta-rs's pool, which then stays while the stream keeps the pool busy (with
+    its allocator's cache). So a worn handle waits for a checkpoint version, one more commit after
+    it allowed per version it has waited: renewed within ``delta.checkpointInterval`` versions,
+    replaying few commits."""
     opened = _opened_at.get(id(dt))
-    return opened is not None and dt.version() - opened >= RENEW_VERSIONS
+    if opened is None:
+        return False
+    waited = dt.version() - opened - RENEW_VERSIONS
+    return waited >= 0 and (dt.version() + 1) % checkpoint_interval(dt) <= waited
 
 
 def ensure_table(uri: str, schema: pa.Schema, storage_options: dict | None = None,
@@ -155,19 +170,21 @@ def commit_with_token(dt: DeltaTable | None, key: str, token: str, after: int | 
 
 def post_commit_hooks(dt: DeltaTable) -> PostCommitHookProperties:
     """Post-commit work of the next commit to ``dt``: a checkpoint every ``delta.checkpointInterval``
-    commits, as delta-rs does, but expired log entries cleaned up only at those commits. The
-    cleanup lists the whole ``_delta_log``; a table committed every micro-batch (or every chunk
-    group) keeps 30 days of commits there (the default log retention), so listing it at every
-    commit would cost one more request per 1,000 entries each time (bench/object_store.py)."""
+    commits, as delta-rs does, but expired log entries cleaned up only at those commits, and at
+    most once per ``CLEANUP_VERSIONS`` versions (the first checkpoint at or after each multiple of
+    it). The cleanup lists the whole ``_delta_log``; a table committed every micro-batch (or every
+    chunk group) keeps days of commits there (the log retention), so listing it at every commit
+    would cost one more request per 1,000 entries each time (bench/object_store.py)."""
     interval = checkpoint_interval(dt)
-    return PostCommitHookProperties(create_checkpoint=True,
-                                    cleanup_expired_logs=(dt.version() + 2) % interval == 0)
+    checkpoint = dt.version() + 2  # the next commit's version + 1: a multiple of the interval writes one
+    cleanup_every = interval * -(-CLEANUP_VERSIONS // interval)  # a multiple of the interval, >= CLEANUP_VERSIONS
+    return PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=checkpoint % cleanup_every == 0)
 
 
 def checkpoint_interval(dt: DeltaTable) -> int:
     """``delta.checkpointInterval`` of ``dt``: delta-rs writes a checkpoint with each commit whose
     version + 1 is a multiple of it (versions 99, 199, ... by default)."""
-    return int(dt.metadata().configuration.get("delta.checkpointInterval", DEFAULT_CHECKPOINT_INTERVAL))
+    return int(dt.metadata().configuration.get(CHECKPOINT_INTERVAL, DEFAULT_CHECKPOINT_INTERVAL))
 
 
 def metadata_properties(metadata: dict[str, str]) -> CommitProperties:

@@ -8,7 +8,13 @@ partition columns of tables created from now on.
   version within the retention needs for one never committed: vacuum.py) and
   ``delta.logRetentionDuration`` of the same length, but at least Delta's 7 days (log entries
   older than the retention describe versions whose files are gone; a shorter log keeps
-  ``_delta_log`` and every listing of it small). Set when binlake creates a table
+  ``_delta_log`` and every listing of it small), and ``delta.checkpointInterval`` 10, Delta's own
+  default (delta-rs's is 100): a table committed every batch is opened, and its commits made,
+  from a checkpoint at most 10 commits old. delta-rs reads the commits after the checkpoint at
+  once, a thread each, and a commit replays them: at 100, a one-row commit cost 11.6 ms of CPU on
+  average against 6.2 ms at 10, and an open or a checkpoint of a table 60 commits past its last
+  checkpoint took 50-60 threads into delta-rs's pool, where a stream's steady use keeps them
+  (bench/commit_growth.py, bench/maintenance.py --only rss). Set when binlake creates a table
   (:func:`new_table`), and on an existing table the first time maintenance sees it, where
   delta-rs allows (:func:`apply_properties`: one commit without data; a property it refuses
   is logged and left).
@@ -35,7 +41,7 @@ from cdc_core.retry import RetryPolicy
 from cdc_core.schema.output import delta_name
 from pipelines.lake.apply import pruning_column
 from pipelines.lake.files import NewTable
-from pipelines.lake.tables import DeltaTable, ensure_table
+from pipelines.lake.tables import BINLAKE_CHECKPOINT_INTERVAL, CHECKPOINT_INTERVAL, DeltaTable, ensure_table
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +53,8 @@ def table_properties(sink: SinkConfig) -> dict[str, str]:
     """The properties every data table of the lake has (see the module)."""
     hours = sink.maintenance.retention_hours
     defaults = {DELETED_FILE_RETENTION: f"interval {hours} hours",
-                LOG_RETENTION: f"interval {max(hours, DEFAULT_RETENTION_HOURS)} hours"}
+                LOG_RETENTION: f"interval {max(hours, DEFAULT_RETENTION_HOURS)} hours",
+                CHECKPOINT_INTERVAL: BINLAKE_CHECKPOINT_INTERVAL}
     given = {k.lower() for k in sink.table_properties}
     return {**{k: v for k, v in defaults.items() if k.lower() not in given}, **sink.table_properties}
 
