@@ -34,19 +34,16 @@ import logging
 import posixpath
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 from deltalake.transaction import AddAction, RemoveAction
 
 from pipelines.lake.files import WrittenFile, partition_value, write_parquet
 from pipelines.lake.maintenance.policy import DataFile, TableFiles, Trigger
 from pipelines.lake.storage import delete_files
 from pipelines.lake.tables import MAINTENANCE_KEY, DeltaTable, delta_schema, metadata_properties, post_commit_hooks
-
-if TYPE_CHECKING:  # pyarrow.dataset imports pandas: a fifth of a second of every stream's start-up
-    import pyarrow.dataset as ds
 
 log = logging.getLogger(__name__)
 
