@@ -202,7 +202,9 @@ def _check_current(cfg, name: str, changes: list[Change]) -> None:
 
 
 def _check_feed(cfg, name: str, table: str, changes: list[Change]) -> None:
-    feed = DeltaTable(table_uri(cfg.sink.path, f"{name}.{table}{FEED_SUFFIX}")).to_pyarrow_table()
+    feed_table = DeltaTable(table_uri(cfg.sink.path, f"{name}.{table}{FEED_SUFFIX}"))
+    assert feed_table.metadata().configuration.get("delta.checkpointInterval") == "10"  # as binlake's tables
+    feed = feed_table.to_pyarrow_table()
     rows = sorted(feed.to_pylist(), key=lambda r: r["_cdc_seq"])
     assert [(r["_cdc_seq"], r["_cdc_op"], _image(r, len(c.image)), r["_cdc_position"]) for r, c in zip(rows, changes)] \
         == [(c.seq, c.op, c.image, c.gtid) for c in changes], f"{table}: the change feed differs from the binlog"

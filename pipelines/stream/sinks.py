@@ -33,6 +33,8 @@ from cdc_core.schema.table import TableSchema
 from pipelines.lake.maintenance.layout import create_table
 from pipelines.lake.offsets import applied_position_key
 from pipelines.lake.tables import (
+    BINLAKE_CHECKPOINT_INTERVAL,
+    CHECKPOINT_INTERVAL,
     DeltaTable,
     add_columns,
     checkpoint_interval,
@@ -135,7 +137,8 @@ class Sinks:
         if dt is None:
             dt = self.feeds[sink] = ensure_table(table_uri(self.cfg.sink.path, sink + FEED_SUFFIX),
                                                  output_schema(schema, FEED_COLUMNS.fields()),
-                                                 self.cfg.sink.storage_options)
+                                                 self.cfg.sink.storage_options,
+                                                 configuration={CHECKPOINT_INTERVAL: BINLAKE_CHECKPOINT_INTERVAL})
         return dt
 
     def existing(self, sink: str) -> DeltaTable | None:
