@@ -13,6 +13,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,10 +25,18 @@ MARIADBD_CANDIDATES = ("/usr/sbin/mariadbd", "/usr/sbin/mysqld")
 ROOT_PASSWORD = "binlake-root"
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports on loopback, all bound at once: ports asked for one after another
+    may repeat (the kernel can hand out a port again as soon as it is closed)."""
+    with ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def _find_binary(name: str, candidates: tuple[str, ...] = ()) -> str:

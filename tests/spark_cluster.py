@@ -7,28 +7,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyspark
 
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct free ports on loopback: all bound at once, so no two are the same (a worker's
-    web UI once took the port picked for the master's, whose page then answered with HTML)."""
-    with ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-
+from devtools.local_mariadb import free_ports
 
 LOOPBACK = {"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_MASTER_HOST": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
 

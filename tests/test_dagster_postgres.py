@@ -25,7 +25,7 @@ from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster._core.scheduler.instigation import InstigatorType
 from deltalake import DeltaTable
 
-from devtools.local_mariadb import _free_port
+from devtools.local_mariadb import free_ports
 from devtools.local_postgres import LocalPostgres
 from devtools.ui import (
     component_state_path,
@@ -106,7 +106,7 @@ def test_production_instance_survives_restarts_of_daemon_and_webserver(db, make_
     home.mkdir()
     (home / "dagster.yaml").write_text((ROOT / "dagster.production.yaml").read_text())
     workspace = yaml.safe_load((ROOT / "workspace.production.yaml").read_text())
-    code_port, web_port = _free_port(), _free_port()
+    code_port, web_port = free_ports(2)
     workspace["load_from"][0]["grpc_server"]["port"] = code_port
     (tmp_path / "workspace.yaml").write_text(yaml.safe_dump(workspace))
     ws = str(tmp_path / "workspace.yaml")
