@@ -240,7 +240,7 @@ def test_table_properties_at_creation_and_on_existing_tables(tmp_path):
     cdf = layout.create_table(_sink(path=str(tmp_path), table_properties={"delta.enableChangeDataFeed": "true"}),
                               str(tmp_path / "d" / "c"), "d.c", SCHEMA)
     assert not _rewritable(cdf)  # its batches are MERGEs, which write the change data
-    assert cdf.metadata().configuration[layout.CHECKPOINT_INTERVAL] == "10"  # binlake's default, Delta's own
+    assert cdf.metadata().configuration["delta.checkpointInterval"] == "10"  # binlake's default, Delta's own
 
 
 def test_tables_binlake_creates_write_a_checkpoint_every_ten_commits(tmp_path):

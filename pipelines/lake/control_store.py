@@ -43,19 +43,8 @@ from cdc_core.retry import RetryPolicy, retrying
 from cdc_core.schema.history import HistoryEntry, Status
 from cdc_core.schema.table import TableSchema
 from pipelines.lake.files import SnapshotCommits, snapshot_commits
-from pipelines.lake.tables import (
-    BINLAKE_CHECKPOINT_INTERVAL,
-    CHECKPOINT_INTERVAL,
-    commit_with_token,
-    open_table,
-    post_commit_hooks,
-    worn,
-)
+from pipelines.lake.tables import BINLAKE_TABLE_PROPERTIES, commit_with_token, open_table, post_commit_hooks, worn
 
-# Properties of the control tables binlake creates: a checkpoint every 10 commits, as the data tables'
-# (pipelines/lake/maintenance/layout.py says why); stream_checkpoint is committed every batch. Not set on
-# older control tables: a property change fails the appends of every handle opened before it.
-CONTROL_TABLE_PROPERTIES = {CHECKPOINT_INTERVAL: BINLAKE_CHECKPOINT_INTERVAL}
 PLAN_SCHEMA = pa.schema([
     ("pipeline", pa.string()), ("table", pa.string()), ("chunk_index", pa.int32()), ("chunk_key", pa.string()),
     ("bounds", pa.string()), ("planned_at", pa.timestamp("us", tz="UTC")),
@@ -211,7 +200,10 @@ class ControlStore:
                             storage_options=None if handle else self.storage_options,
                             commit_properties=CommitProperties(custom_metadata={WRITE_KEY: token}),
                             post_commithook_properties=post_commit_hooks(handle) if handle else None,
-                            configuration=CONTROL_TABLE_PROPERTIES)  # used when the append creates the table
+                            # When the append creates the table (stream_checkpoint is committed every batch);
+                            # not set on older control tables: a property change fails the appends of every
+                            # handle opened before it.
+                            configuration=BINLAKE_TABLE_PROPERTIES)
 
         def landed() -> int | None:
             faulted.append(True)

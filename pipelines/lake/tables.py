@@ -37,9 +37,10 @@ from cdc_core.retry import RetryPolicy, retrying
 from cdc_core.schema.output import CDC_SOURCE
 
 DEFAULT_CHECKPOINT_INTERVAL = 100  # delta.checkpointInterval when the table does not set it (delta-rs's)
-# What binlake sets on the tables it creates (data tables: pipelines/lake/maintenance/layout.py says why).
 CHECKPOINT_INTERVAL = "delta.checkpointInterval"
-BINLAKE_CHECKPOINT_INTERVAL = "10"
+# Properties of every table binlake creates (data, control and change-feed tables): a checkpoint every
+# 10 commits (pipelines/lake/maintenance/layout.py says why).
+BINLAKE_TABLE_PROPERTIES = {CHECKPOINT_INTERVAL: "10"}
 # The log cleanup lists the whole _delta_log: run at checkpoint commits, at most once per this many versions.
 CLEANUP_VERSIONS = 100
 # Commits looked at for a write's token when the version it was made on is unknown: the one

@@ -33,8 +33,7 @@ from cdc_core.schema.table import TableSchema
 from pipelines.lake.maintenance.layout import create_table
 from pipelines.lake.offsets import applied_position_key
 from pipelines.lake.tables import (
-    BINLAKE_CHECKPOINT_INTERVAL,
-    CHECKPOINT_INTERVAL,
+    BINLAKE_TABLE_PROPERTIES,
     DeltaTable,
     add_columns,
     checkpoint_interval,
@@ -138,7 +137,7 @@ class Sinks:
             dt = self.feeds[sink] = ensure_table(table_uri(self.cfg.sink.path, sink + FEED_SUFFIX),
                                                  output_schema(schema, FEED_COLUMNS.fields()),
                                                  self.cfg.sink.storage_options,
-                                                 configuration={CHECKPOINT_INTERVAL: BINLAKE_CHECKPOINT_INTERVAL})
+                                                 configuration=BINLAKE_TABLE_PROPERTIES)
         return dt
 
     def existing(self, sink: str) -> DeltaTable | None:

@@ -41,7 +41,7 @@ from cdc_core.retry import RetryPolicy
 from cdc_core.schema.output import delta_name
 from pipelines.lake.apply import pruning_column
 from pipelines.lake.files import NewTable
-from pipelines.lake.tables import BINLAKE_CHECKPOINT_INTERVAL, CHECKPOINT_INTERVAL, DeltaTable, ensure_table
+from pipelines.lake.tables import BINLAKE_TABLE_PROPERTIES, DeltaTable, ensure_table
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,7 @@ def table_properties(sink: SinkConfig) -> dict[str, str]:
     """The properties every data table of the lake has (see the module)."""
     hours = sink.maintenance.retention_hours
     defaults = {DELETED_FILE_RETENTION: f"interval {hours} hours",
-                LOG_RETENTION: f"interval {max(hours, DEFAULT_RETENTION_HOURS)} hours",
-                CHECKPOINT_INTERVAL: BINLAKE_CHECKPOINT_INTERVAL}
+                LOG_RETENTION: f"interval {max(hours, DEFAULT_RETENTION_HOURS)} hours", **BINLAKE_TABLE_PROPERTIES}
     given = {k.lower() for k in sink.table_properties}
     return {**{k: v for k, v in defaults.items() if k.lower() not in given}, **sink.table_properties}
 
