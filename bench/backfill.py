@@ -48,6 +48,7 @@ if str(REPO) not in sys.path:
 
 import yaml  # noqa: E402
 
+from bench.bytecode import compile_product  # noqa: E402
 from bench.snapshot import DB, TABLE, load_table  # noqa: E402
 from bench.stream import DDL, LAT_DB, LAT_TABLE, DeltaPoller, PacedWriter, percentile  # noqa: E402
 from cdc_core.chunks.incremental import BackfillState  # noqa: E402
@@ -86,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group-rows", type=int, help="source.snapshot.backfill_group_rows")
     ap.add_argument("--lag-seconds", type=float, default=20.0, help="writing time during the lag backfill")
     args = ap.parse_args(argv)
+    compile_product()  # whole processes start as an installed copy does (bench/bytecode.py)
     work = Path(tempfile.mkdtemp(prefix="binlake-backfill-bench-"))
     server = LocalMariaDB(server_id=1)
     snapshot_cfg = {"chunk_size": args.chunk_size,

@@ -42,6 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.bytecode import compile_product  # noqa: E402
 from bench.stream import (  # noqa: E402
     DB,
     PASSWORD_ENV,
@@ -114,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunk-mb", type=float, default=16.0, help="source.parallel_decode.chunk_mb")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
+    compile_product()  # whole processes start as an installed copy does (bench/bytecode.py)
     workers = [int(w) for w in args.workers.split(",")]
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     env = {"nproc": os.cpu_count(), "loadavg_start": _load(), "started_at": dt.datetime.now(dt.UTC).isoformat()}

@@ -55,6 +55,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO), os.environ.g
 import yaml  # noqa: E402
 from deltalake import DeltaTable  # noqa: E402
 
+from bench.bytecode import compile_product  # noqa: E402
 from bench.snapshot import DDL, VALUES, children_cpu_s, timed_process  # noqa: E402
 from cdc_core.config import parse_config  # noqa: E402
 from devtools.local_mariadb import LocalMariaDB  # noqa: E402
@@ -330,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", type=Path, help="cProfile the subprocesses into this folder")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
+    compile_product()  # whole processes start as an installed copy does (bench/bytecode.py)
     only = set(args.only or ("snapshot", "stream", "defs"))
     work = Path(tempfile.mkdtemp(prefix="binlake-many-bench-"))
     server = LocalMariaDB(server_id=1)

@@ -69,6 +69,7 @@ import pymysql  # noqa: E402
 import yaml  # noqa: E402
 from deltalake import DeltaTable, write_deltalake  # noqa: E402
 
+from bench.bytecode import compile_product  # noqa: E402
 from cdc_core.config import parse_config  # noqa: E402
 from devtools.local_mariadb import LocalMariaDB  # noqa: E402
 from pipelines.lake.files import WrittenFile, commit_files  # noqa: E402
@@ -879,6 +880,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jdbc-process", metavar="JSON", help=argparse.SUPPRESS)  # (B)'s child
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
+    compile_product()  # whole processes start as an installed copy does (bench/bytecode.py)
     if args.whole_only and (not args.whole_process or args.profile):
         ap.error("--whole-only needs --whole-process and leaves out --profile's in-session runs")
     if args.jdbc_process:

@@ -92,6 +92,7 @@ from pymysqlreplication import BinLogStreamReader  # noqa: E402
 from pymysqlreplication.event import XidEvent  # noqa: E402
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent  # noqa: E402
 
+from bench.bytecode import compile_product  # noqa: E402
 from bench.snapshot import DDL, VALUES  # noqa: E402  (the same 7-column table as the snapshot benchmark)
 from cdc_core.config import BinlakeConfig, parse_config  # noqa: E402
 from cdc_core.offset.position import BinlogPosition, master_position  # noqa: E402
@@ -947,6 +948,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="update-heavy mix: bench.t1 holds ids 1..N in MySQL and in Delta before the backlog, "
                          "which then writes to t1 only (e.g. --preload 1000000 --mix 0/100/0); throughput only")
     args = ap.parse_args(argv)
+    compile_product()  # whole processes start as an installed copy does (bench/bytecode.py)
     only = set(args.only or ("throughput", "latency", "memory"))
     if args.preload and "memory" in only:
         ap.error("--preload measures throughput only (add --only throughput)")

@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.bytecode import compile_product  # noqa: E402
 from bench.catchup import run_stream as catchup_run  # noqa: E402
 from bench.stream import create_tables, generate_backlog  # noqa: E402
 from devtools.local_mariadb import LocalMariaDB  # noqa: E402
@@ -140,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="checkouts whose binlake runs (their PYTHONPATH), comma-separated: each profiled in turn")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
+    compile_product()  # whole processes start as an installed copy does (bench/bytecode.py)
     print(f"load average {os.getloadavg()}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="binlake-profile-bench-"))
     server = LocalMariaDB(server_id=1)
