@@ -3,7 +3,7 @@ S3 endpoint, as a ratio of the same run on a local folder, and the object-store 
 per stream micro-batch.
 
     .venv/bin/python bench/object_store.py [--rows N] [--changes N] [--repeat K]
-                                           [--only snapshot|stream|writes] [--strict]
+                                           [--only snapshot|stream|steady|writes] [--strict]
 
 One run starts a throwaway MariaDB (devtools.local_mariadb) and moto's S3 server in a
 process of its own (tests/s3_endpoint.py: it counts every request by kind). Each
@@ -23,7 +23,13 @@ medians; ratio = S3 rows/s ÷ local rows/s (goals: snapshot ≥ 0.7, stream ≥ 
    later ones.
    Requests per micro-batch = (requests of the run − requests of the same engine run over
    an empty range, i.e. start-up and shutdown) ÷ batches, by kind.
-3. Writes: one 250,000-row Arrow table written as Parquet by the snapshot tasks' path
+3. Steady state (``--only steady``): a live stream on one table (``bench.steady``) while a
+   writer commits a one-row insert every ``--steady-every`` seconds, once for each checkpoint
+   interval of ``--steady-intervals`` (``sink.table_properties``, default 10 and 100); after
+   ``STEADY_WARMUP`` transactions the requests are counted over ``--steady-tx`` more and divided
+   by the data table's commits in that window, by kind (data table, control tables). What a
+   table's checkpoint costs on an object store is what these runs differ by.
+4. Writes: one 250,000-row Arrow table written as Parquet by the snapshot tasks' path
    (pipelines.lake.files.write_parquet: one PutObject on S3, pipelines/lake/storage.py) and by pyarrow's own
    S3FileSystem, to the bucket and to a local folder: the measurement behind the choice of
    write path.
@@ -44,6 +50,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -65,6 +72,7 @@ from bench.snapshot import binlake_config, load_table  # noqa: E402
 from bench.stream import DB, TABLES, Backlog, create_tables, generate_backlog, stream_config  # noqa: E402
 from cdc_core.batch.micro_batch import CATCHUP_LAG_SECONDS  # noqa: E402
 from cdc_core.config import BinlakeConfig, SinkConfig, parse_config  # noqa: E402
+from cdc_core.offset.position import master_position  # noqa: E402
 from devtools.local_mariadb import LocalMariaDB  # noqa: E402
 from pipelines.lake.files import write_parquet  # noqa: E402
 from pipelines.lake.reads import count_rows  # noqa: E402
@@ -214,7 +222,64 @@ def measure_stream(server: LocalMariaDB, runs: Runs, args) -> dict:
     return doc
 
 
-# --------------------------------------------------------------------------- 3. write path
+# --------------------------------------------------------------------------- 3. steady state
+
+STEADY_TABLE = "steady"
+STEADY_WARMUP = 10  # transactions before the count starts: the table exists, start-up is over
+
+
+def run_steady(server: LocalMariaDB, runs: Runs, interval: str, server_id: int, args) -> dict:
+    """One live stream on ``bench.steady`` with ``delta.checkpointInterval`` ``interval``; the
+    requests per data-table commit over ``--steady-tx`` one-row transactions after the warm-up."""
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS `{DB}`")
+        cur.execute(f"DROP TABLE IF EXISTS `{DB}`.`{STEADY_TABLE}`")
+        cur.execute(f"CREATE TABLE `{DB}`.`{STEADY_TABLE}` (id INT PRIMARY KEY, v VARCHAR(20))")
+        start = master_position(cur)
+    sink = runs.sink("s3").model_copy(update={"table_properties": {"delta.checkpointInterval": interval}})
+    cfg = with_sink(parse_config(stream_config(server, Path("unused"), f"steady_{interval}", server_id, DB, start,
+                                               args)), sink)
+    cfg = cfg.model_copy(update={"source": cfg.source.model_copy(update={"tables": [rf"{DB}\.{STEADY_TABLE}"]})})
+    engine = StreamEngine(cfg)
+    thread = threading.Thread(target=engine.run, name="steady-stream", daemon=True)
+    thread.start()
+    uri = table_uri(cfg.sink.path, f"{DB}.{STEADY_TABLE}")
+    counted: Counter = Counter()
+    first = last = 0
+    with server.connect() as conn, conn.cursor() as cur:
+        for i in range(STEADY_WARMUP + args.steady_tx):
+            if i == STEADY_WARMUP:
+                time.sleep(2 * args.steady_every)  # the warm-up's last batch committed
+                first = open_table(uri, cfg.sink.storage_options).version()
+                runs.s3.requests(reset=True)
+            time.sleep(args.steady_every)
+            cur.execute(f"INSERT INTO `{DB}`.`{STEADY_TABLE}` VALUES (%s, 'x')", (i,))
+        time.sleep(2 * args.steady_every)
+        counted = runs.s3.requests()  # before the reads below and the stop's own requests
+        last = open_table(uri, cfg.sink.storage_options).version()
+    engine.request_stop()
+    thread.join(60)
+    rows = count_rows(open_table(uri, cfg.sink.storage_options))
+    if rows != STEADY_WARMUP + args.steady_tx:
+        raise AssertionError(f"steady stream: Delta has {rows} rows, MySQL {STEADY_WARMUP + args.steady_tx}")
+    commits = last - first
+    data = sum(n for kind, n in counted.items() if not kind.endswith("(control)"))
+    control = sum(n for kind, n in counted.items() if kind.endswith("(control)"))
+    print(f"  checkpointInterval {interval:>4}: {commits} data commits, {sum(counted.values())} requests: "
+          f"{data / commits:.1f} per data commit on the data table, {control / commits:.1f} on the control "
+          f"tables", flush=True)
+    return {"interval": interval, "data_commits": commits, "requests": dict(counted),
+            "data_table_per_commit": data / commits, "control_per_commit": control / commits}
+
+
+def measure_steady(server: LocalMariaDB, runs: Runs, args) -> dict:
+    print(f"\n3. steady state: one-row transactions every {args.steady_every} s, {args.steady_tx} counted "
+          f"per checkpoint interval ...", flush=True)
+    return {"runs": [run_steady(server, runs, interval, 6600 + i, args)
+                     for i, interval in enumerate(args.steady_intervals.split(","))]}
+
+
+# --------------------------------------------------------------------------- 4. write path
 
 
 def measure_writes(runs: Runs, args) -> dict:
@@ -245,7 +310,7 @@ def measure_writes(runs: Runs, args) -> dict:
             t0 = time.perf_counter()
             fn()
             seconds[k].append(time.perf_counter() - t0)
-    print(f"\n3. Parquet write of {n:,} rows (median of {args.repeat + 1}):")
+    print(f"\n4. Parquet write of {n:,} rows (median of {args.repeat + 1}):")
     for k, v in seconds.items():
         print(f"  {k:<42}{statistics.median(v):7.3f} s")
     return {"rows": n, "seconds": seconds}
@@ -262,11 +327,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-batch-seconds", type=float, help="stream.max_batch_seconds (default: config default)")
     ap.add_argument("--catchup-batch-rows", type=int,
                     help="stream.catchup_batch_rows (default: the config default)")
-    ap.add_argument("--only", choices=("snapshot", "stream", "writes"), action="append")
+    ap.add_argument("--steady-every", type=float, default=0.6, help="steady: seconds between transactions")
+    ap.add_argument("--steady-tx", type=int, default=60, help="steady: transactions counted per interval")
+    ap.add_argument("--steady-intervals", default="10,100", help="steady: delta.checkpointInterval values")
+    ap.add_argument("--only", choices=("snapshot", "stream", "steady", "writes"), action="append")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a goal is missed")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
-    only = set(args.only or ("snapshot", "stream", "writes"))
+    only = set(args.only or ("snapshot", "stream", "steady", "writes"))
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     env = {"nproc": os.cpu_count(), "loadavg_start": [round(x, 2) for x in os.getloadavg()],
            "started_at": dt.datetime.now(dt.UTC).isoformat()}
@@ -282,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
             doc["snapshot"] = measure_snapshot(server, runs, args)
         if "stream" in only:
             doc["stream"] = measure_stream(server, runs, args)
+        if "steady" in only:
+            doc["steady"] = measure_steady(server, runs, args)
         if "writes" in only:
             doc["writes"] = measure_writes(runs, args)
     finally:

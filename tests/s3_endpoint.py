@@ -41,9 +41,11 @@ TRACE = os.environ.get("BINLAKE_S3_TRACE")  # a file: each request appended (sta
 
 def request_kind(method: str, path: str, query: str) -> str:
     """What an S3 request does, for counting: LIST, HEAD, DELETE, or GET/PUT/POST of a Delta
-    log entry or of a data file; ``control`` when it touches ``_binlake/``."""
-    if method == "GET" and "list-type" in parse_qs(query):
+    log entry or of a data file; ``control`` when it touches ``_binlake/`` (a listing: its prefix)."""
+    params = parse_qs(query)
+    if method == "GET" and "list-type" in params:
         kind = "LIST"
+        path = "/" + params.get("prefix", [""])[0]
     elif method in ("HEAD", "DELETE"):
         kind = method
     else:
