@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -18,6 +21,8 @@ from pipelines.lake.tables import ensure_table
 from pipelines.stream import memory_probe
 from pipelines.stream.malloc_trim import MallocTrim
 from pipelines.stream.memory_probe import ENV_FRAMES, ENV_SECONDS, MemoryProbe
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_the_probe_is_off_without_its_environment_variable(monkeypatch):
@@ -102,3 +107,53 @@ def test_a_stream_engine_allocates_arrow_memory_from_the_system_allocator(db, ma
 
 def _pool_backend() -> str:
     return pa.default_memory_pool().backend_name
+
+
+# Run in a fresh interpreter: the heaps glibc reports (malloc_info's XML: one <heap> per arena),
+# then six threads that each malloc while all are alive, then the heaps again.
+_ARENAS_SCRIPT = """
+import ctypes, os, re, sys, tempfile, threading
+from pipelines.stream.malloc_trim import limit_arenas
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.fdopen.argtypes, libc.fdopen.restype = [ctypes.c_int, ctypes.c_char_p], ctypes.c_void_p
+libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+libc.fflush.argtypes = [ctypes.c_void_p]
+def heaps():
+    with tempfile.TemporaryFile("w+") as f:
+        stream = libc.fdopen(os.dup(f.fileno()), b"w")
+        libc.malloc_info(0, stream)
+        libc.fflush(stream)
+        f.seek(0)
+        return len(re.findall(r'<heap nr="', f.read()))
+before = heaps()
+if sys.argv[1] == "limit":  # no heap beyond those there are
+    assert limit_arenas(before)
+barrier = threading.Barrier(7)
+def work():
+    libc.malloc(4096)
+    barrier.wait()
+    barrier.wait()
+threads = [threading.Thread(target=work) for _ in range(6)]
+for t in threads:
+    t.start()
+barrier.wait()
+print(before, heaps())
+barrier.wait()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_threads_started_after_limit_arenas_make_no_more_heaps_than_it_allows():
+    """Six threads that allocate at once get a heap each (glibc makes up to nine before its limit of
+    eight per core applies); after ``limit_arenas(n)`` with ``n`` heaps made already, they make none."""
+    def heaps(mode: str) -> tuple[int, int]:
+        out = subprocess.run([sys.executable, "-c", _ARENAS_SCRIPT, mode], capture_output=True, text=True,
+                             check=True, cwd=REPO)
+        before, after = map(int, out.stdout.split())
+        return before, after
+
+    before, after = heaps("none")
+    assert before <= 3 and after - before == 6
+    before, after = heaps("limit")
+    assert after == before
