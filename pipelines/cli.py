@@ -36,6 +36,7 @@ from rich.table import Table
 
 from cdc_core.config import BinlakeConfig, ConfigError, load_config
 from cdc_core.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUNTIME, BinlakeError
+from pipelines.arenas import limit_arenas
 from pipelines.text_table import render
 
 err = Console(stderr=True)
@@ -215,6 +216,7 @@ def _stream(cfg: BinlakeConfig, *, until_now: bool = False, max_seconds: float |
 
 
 def cmd_stream(args) -> int:
+    limit_arenas()  # before pyarrow's import starts threads (pipelines/arenas.py)
     cfg = _load(args.config)
     with _sole_writer(cfg, args):
         if _problems(cfg):

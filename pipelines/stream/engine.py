@@ -95,10 +95,11 @@ from cdc_core.schema.table import TableSchema
 from cdc_core.source.connection import captured_tables, connect, connection_settings
 from cdc_core.source.foreign_keys import Cascade, by_parent, cascades
 from cdc_core.types.key_order import KeyOrders, ServerSql
+from pipelines.arenas import limit_arenas
 from pipelines.lake.control_store import ControlStore
 from pipelines.lake.maintenance.maintainer import Maintainer
 from pipelines.stream.commit import Committer
-from pipelines.stream.malloc_trim import MallocTrim, limit_arenas, use_system_pool
+from pipelines.stream.malloc_trim import MallocTrim, use_system_pool
 from pipelines.stream.memory_probe import MemoryProbe
 from pipelines.stream.metrics import stream_observer
 from pipelines.stream.online_backfill import Backfills
@@ -160,7 +161,7 @@ class StreamEngine:
         self.metrics = stream_observer(self)  # Prometheus metrics when metrics.port is set (metrics.py)
         self.probe = MemoryProbe.from_env(lambda: self.sinks.tables)  # None unless the environment asks
         use_system_pool()  # Arrow's memory in the C heap the trim gives back (malloc_trim.py)
-        limit_arenas()  # the C heap in few arenas, before the engine's threads start (malloc_trim.py)
+        limit_arenas()  # the C heap in few arenas (pipelines/arenas.py; the CLI has asked already)
         self.trim = MallocTrim()  # the C heap's free pages back to the system, once a minute (malloc_trim.py)
 
     @property

@@ -19,19 +19,11 @@ the pool of pyarrow's Python calls only: Arrow's C++ code that takes its own def
 Parquet writer's buffers) still allocates from mimalloc, which ``release_unused`` is not asked
 to trim (doing so made no difference over 30 minutes of the benchmark).
 
-glibc's malloc also gives each thread that allocates a heap (arena) of its own, up to eight per
-core (16 on two), and each keeps its own free pages and fragments, which the trim gives back only in
-part: the stream's commit and maintenance threads and Arrow's spread its C heap over half a dozen.
-The stream's engine limits them to ``ARENAS`` (:func:`limit_arenas`, glibc's ``M_ARENA_MAX``)
-before its threads start: threads then share the arenas there are (pyarrow's import has made two
-besides the main heap by then, and those stay). Measured (bench/maintenance.py --only rss, two
-hour-long runs side by side, the limit set by ``MALLOC_ARENA_MAX=2``): the thread arenas grew
-6.9 MiB from the 11th to the 56th minute against 16.4 MiB in six arenas without it, the stream
-451 → 507 MiB from 5 minutes to the hour (1.12×) against 454 → 534 (1.18×).
+glibc's malloc also keeps a heap per allocating thread: pipelines/arenas.py limits them.
 
 Invariants (tests/test_memory_probe.py): a trim gives freed C-heap memory back (the RSS falls);
 trims come at most once per period; a stream engine's process allocates Arrow memory from the
-system allocator; threads started after :func:`limit_arenas` make no more arenas than it allows.
+system allocator.
 """
 
 from __future__ import annotations
@@ -52,21 +44,6 @@ def _libc_trim() -> Callable[[int], int] | None:
         return None
     fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
     return fn
-
-
-M_ARENA_MAX = -8  # mallopt's parameter (glibc's malloc.h)
-ARENAS = 2  # the value measured (module docstring); arenas made before the call stay
-
-
-def limit_arenas(n: int = ARENAS) -> bool:
-    """Let the threads of this process (and of the processes it forks) that first allocate from now
-    on share at most ``n`` glibc heaps in all (see the module docstring); whether glibc took it."""
-    try:
-        fn = ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):
-        return False
-    fn.argtypes, fn.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return fn(M_ARENA_MAX, n) == 1
 
 
 def use_system_pool() -> None:
