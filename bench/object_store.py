@@ -244,8 +244,6 @@ def run_steady(server: LocalMariaDB, runs: Runs, interval: str, server_id: int, 
     thread = threading.Thread(target=engine.run, name="steady-stream", daemon=True)
     thread.start()
     uri = table_uri(cfg.sink.path, f"{DB}.{STEADY_TABLE}")
-    counted: Counter = Counter()
-    first = last = 0
     with server.connect() as conn, conn.cursor() as cur:
         for i in range(STEADY_WARMUP + args.steady_tx):
             if i == STEADY_WARMUP:
