@@ -151,6 +151,31 @@ def test_background_renewal_keeps_the_lease_and_detects_a_takeover(tmp_path):
     assert a.holder().command == "rogue"
 
 
+def test_a_take_that_loses_the_commit_to_a_write_leaving_the_lease_over_takes_it_at_the_next_version(tmp_path):
+    """A host whose clock runs ahead reads the lease as over; between its read and its commit the
+    holder renews it (a lease still over by that host's clock). The take is tried again on the new
+    version and succeeds, and the holder's next renewal finds the lease taken."""
+    a = LeaseLock(str(tmp_path), "shop", "binlake stream", ttl=60, renew_in_background=False)
+    a.acquire()
+    ahead = LeaseLock(str(tmp_path), "shop", "rogue", ttl=60, renew_in_background=False,
+                      clock=lambda: dt.datetime.now(dt.UTC) + dt.timedelta(hours=1))
+    commits = []
+    real_commit = ahead._commit
+
+    def renewed_first(table, holder, released=False):
+        if not commits:
+            a.renew()  # takes the version the rogue read the lease at plus one
+        commits.append(table.version())
+        real_commit(table, holder, released)
+
+    ahead._commit = renewed_first
+    taken = ahead.acquire()
+    assert commits == [commits[0], commits[0] + 1]  # lost once, then committed at the next version
+    assert a.holder().token == taken.token
+    with pytest.raises(LeaseLost, match="taken over"):
+        a.renew()
+
+
 _RACER = """
 import json, os, sys, time
 from pipelines.lake.writer_lock import LeaseLock, WriterLockHeld

@@ -274,6 +274,12 @@ LEASE_SCHEMA = pa.schema([
 # One attempt, no conflict resolution: the commit lands at exactly the version after the one read,
 # or fails (CommitFailedError) because another process wrote that version first.
 _ONE_ATTEMPT = CommitProperties(max_commit_retries=0)
+# Takes of a free lease that lose the commit to a write leaving it free (by the taker's clock).
+_ACQUIRE_ATTEMPTS = 5
+
+
+def _version(table: DeltaTable | None) -> int:
+    return -1 if table is None else table.version()
 
 
 def _gone(holder: Holder) -> bool:
@@ -355,23 +361,33 @@ class LeaseLock(WriterLock):
             table.cleanup_metadata()
 
     def acquire(self) -> Holder:
-        table = self._table()
-        current = self._live(self._current(table))
-        now = self.clock()
-        if current is not None:
-            raise WriterLockHeld(self.pipeline, current)
-        mine = replace(Holder.mine(self.command, now), expires=now + self.ttl)
-        try:
-            self._commit(table, mine)
-        except Exception as e:  # noqa: BLE001 - lost the race, or the lake is not writable: tell which
-            other = self.holder()
-            # Ours: the store made the commit but its answer was lost (delta-rs, putting it again,
-            # found the version taken by it); else someone committed between our read and our write.
-            if other is not None and other.token != mine.token:
-                raise WriterLockHeld(self.pipeline, other) from None
-            if other is None:
-                raise LakeNotWritable(f"sink.path: cannot write the writer lease {self.uri}: "
-                                      f"{type(e).__name__}: {e}") from None
+        for _ in range(_ACQUIRE_ATTEMPTS):
+            table = self._table()
+            current = self._live(self._current(table))
+            now = self.clock()
+            if current is not None:
+                raise WriterLockHeld(self.pipeline, current)
+            mine = replace(Holder.mine(self.command, now), expires=now + self.ttl)
+            try:
+                self._commit(table, mine)
+                break
+            except Exception as e:  # noqa: BLE001 - lost the race, or the lake is not writable: tell which
+                after = self._table()
+                other = self._live(self._current(after))
+                # Ours: the store made the commit but its answer was lost (delta-rs, putting it again,
+                # found the version taken by it); else someone committed between our read and our write.
+                if other is not None and other.token == mine.token:
+                    break
+                if other is not None:
+                    raise WriterLockHeld(self.pipeline, other) from None
+                if _version(after) == _version(table):
+                    raise LakeNotWritable(f"sink.path: cannot write the writer lease {self.uri}: "
+                                          f"{type(e).__name__}: {e}") from None
+                # Someone wrote a lease that is already over by our clock (a release, a renewal
+                # that ran out): the lock is free, take it at the new version.
+        else:
+            raise LakeNotWritable(f"sink.path: the writer lease {self.uri} changed under each of "
+                                  f"{_ACQUIRE_ATTEMPTS} attempts to take it")
         self.held = mine
         if self.renew_in_background:
             self._stop.clear()
