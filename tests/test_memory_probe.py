@@ -1,6 +1,7 @@
 """The stream's memory probe (pipelines/stream/memory_probe.py): off without its environment
 variable; with it, a JSON record per period on the ``binlake.memory`` logger, only reading. The
-C heap's trim (pipelines/stream/malloc_trim.py): freed memory goes back, once per period."""
+C heap's trim (pipelines/stream/malloc_trim.py): freed memory goes back, once per period. The
+snapshot's peak RSS, read from any thread, is the process's (pipelines/snapshot/task.py)."""
 
 from __future__ import annotations
 
@@ -158,3 +159,27 @@ def test_threads_started_after_limit_arenas_make_no_more_heaps_than_it_allows():
     assert before == 1 and after == 7  # pipelines.arenas starts no thread: the main heap alone
     before, after = heaps("limit")
     assert after == before
+
+
+_PEAK_SCRIPT = """
+import resource, threading
+from pipelines.snapshot.task import peak_rss_mb
+held = bytearray(300 * 1024 * 1024)  # zero-filled: every page touched
+seen = []
+def read():
+    seen.append((peak_rss_mb(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+thread = threading.Thread(target=read)
+thread.start()
+thread.join()
+print(*seen[0])
+"""
+
+
+def test_peak_rss_read_in_another_thread_is_the_processes():
+    """A task thread's reading of the peak RSS counts memory another thread touched: the
+    process's peak, as ``RUSAGE_SELF`` gives it (without walking every thread)."""
+    out = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT], capture_output=True, text=True, cwd=REPO,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    peak, whole = map(float, out.stdout.split())
+    assert peak >= 300 and abs(peak - whole) < 1, (peak, whole)

@@ -14,7 +14,6 @@ Invariants:
 from __future__ import annotations
 
 import math
-import resource
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +31,7 @@ from pipelines.lake.files import SnapshotCommits, snapshot_commits
 from pipelines.lake.reads import count_rows
 from pipelines.lake.tables import DeltaTable, open_table, table_uri
 from pipelines.snapshot.plan import chunk_groups, streamed_already
+from pipelines.snapshot.task import peak_rss_mb
 
 
 @dataclass
@@ -121,7 +121,7 @@ def counted(cfg: BinlakeConfig, summary: SnapshotSummary, tables: dict[str, Delt
         dt_ = tables.get(sink) or open_table(table_uri(cfg.sink.path, sink), cfg.sink.storage_options)
         s.delta_rows = count_rows(dt_, s.table if router.routed(s.table) else None)
     summary.seconds = time.monotonic() - start
-    summary.driver_peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    summary.driver_peak_rss_mb = peak_rss_mb()
     return summary
 
 
