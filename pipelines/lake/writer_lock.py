@@ -28,7 +28,10 @@ Invariants (tests/test_writer_lock.py):
 - ``holder()`` never takes, renews or blocks the lock (``binlake status`` uses it);
 - a lease commit the store made but whose answer was lost (delta-rs finds the version
   taken by its own put and refuses to commit again) is recognised as ours by its token and
-  expiry, never taken for another holder's (tests/test_lake_faults.py).
+  expiry, never taken for another holder's (tests/test_lake_faults.py);
+- an acquisition that loses its commit to a write leaving the lease free by its clock (a
+  release, or a renewal already over for a host whose clock runs ahead) takes it at the next
+  version; one that loses to a live lease is :class:`WriterLockHeld`.
 
 The kind is chosen by the sink path (a URI with a scheme other than ``file`` → lease); the
 environment variable ``BINLAKE_WRITER_LOCK`` (``file`` | ``lease``) forces one, and
