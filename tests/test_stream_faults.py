@@ -9,7 +9,11 @@ key (tests/change_count.py)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import threading
+import time
 
 import pytest
 
@@ -17,9 +21,10 @@ from cdc_core.errors import TerminalError
 from cdc_core.retry import RetryPolicy
 from cdc_core.source.connection import connect, connection_settings
 from pipelines.stream import StreamEngine
+from pipelines.stream.reader import cpu_ticks
 from tests.change_count import assert_changes_counted
 from tests.fault_proxy import Rule, via, wait_until
-from tests.helpers import assert_equal, snapshot
+from tests.helpers import EngineThread, assert_equal, diff_tables, snapshot
 
 FAST = RetryPolicy(delays=(0.2, 0.5), budget_seconds=60, binlog_silence_seconds=2)
 BINLOG_DUMP = b"binlog.0"  # COM_BINLOG_DUMP names the binlog file to read from
@@ -60,6 +65,43 @@ def test_stalled_binlog_connection_is_read_again(db, spark, make_config, proxy):
     # The first answer is still held back (120 s): the stream asked for the binlog again and
     # read it on a new connection (reconnected by the binlog client or by the engine).
     assert stall.fired == 1 and stall.seen >= 2
+    assert_equal(cfg, [f"{name}.t"])
+    assert_changes_counted(cfg, [f"{name}.t"])
+
+
+def test_cpu_ticks_count_what_a_process_used():
+    """What tells a stuck reader from a busy one: the ticks grow while a process computes; a
+    process that is gone has none."""
+    before = cpu_ticks(os.getpid())
+    t0 = time.process_time()
+    while time.process_time() - t0 < 0.3:
+        pass
+    assert cpu_ticks(os.getpid()) >= before + 20  # 0.3 s at 100 ticks a second, less a tick or so
+    done = subprocess.Popen(["true"])
+    done.wait()
+    assert cpu_ticks(done.pid) is None
+
+
+def test_stuck_reader_process_is_ended_and_the_stream_reads_on(db, spark, make_config):
+    """The binlog reader process alive but stuck (stopped by SIGSTOP: it sends nothing and uses
+    no CPU, as one hung on a lock held at its fork would): the engine ends it once it has been
+    silent for twice the silence timeout and reads again from its checkpoint, instead of waiting
+    for it forever; what was written meanwhile reaches Delta, each change once."""
+    name, conn, cfg = _setup(db, spark, make_config)
+    engine = StreamEngine(cfg, retry=FAST)
+    thread = EngineThread(engine)
+    thread.start()
+    try:
+        thread.wait_streaming()
+        stuck = engine.reader.pid
+        os.kill(stuck, signal.SIGSTOP)
+        _backlog(conn)
+        assert wait_until(lambda: engine.reader.pid not in (None, stuck), 60), "the stuck reader was never replaced"
+        assert wait_until(lambda: diff_tables(cfg, [f"{name}.t"])[0].equal, 60, interval=0.5)
+    finally:
+        summary = thread.stop()
+    assert summary.reconnects >= 1
+    assert not os.path.exists(f"/proc/{stuck}"), "the stuck reader process was left behind"
     assert_equal(cfg, [f"{name}.t"])
     assert_changes_counted(cfg, [f"{name}.t"])
 

@@ -11,6 +11,12 @@ Invariants (tests/test_stream_crash.py, tests/test_stream_signals.py):
   as a transient ``ReaderError``.
 - Packed rows that fail to decode as they are taken end the records there with a fatal
   ``ReaderError``, as the reader process ends on a value it cannot decode.
+- A reader process that is alive but stuck (it sent nothing, and used no CPU, for twice its
+  binlog connection's read timeout: a healthy one gets a heartbeat every 0.25 s when idle, its
+  reads time out after that long, and one reading past events it does not capture uses CPU)
+  is reported as a transient ``ReaderError``: the engine reads again from its checkpoint
+  instead of waiting on it forever (tests/test_stream_faults.py). A process forked from a
+  threaded one can hang on a lock another thread held at the fork.
 
 Parallel decoding (``ParallelReader``, ``source.parallel_decode``; tests/test_parallel_decode.py):
 a backlog at a (re)start is cut at transaction ends (cdc_core/binlog/ranges.py) into chunks,
@@ -39,6 +45,7 @@ one reader goes on from its end, as without parallel decoding.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import multiprocessing
 import os
@@ -123,6 +130,17 @@ def undecoded_cut(records: list[ReaderRecord]) -> list[ReaderRecord]:
     return records
 
 
+def cpu_ticks(pid: int) -> int | None:
+    """The CPU time process ``pid`` has used (user and system, every thread), in clock ticks;
+    None where ``/proc`` cannot tell."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold spaces
+        return int(fields[11]) + int(fields[12])  # utime, stime: the stat file's 14th and 15th fields
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 class ReaderProcess:
     """One binlog reader process at a time, feeding a bounded queue (or, with ``spool``, a
     spool file)."""
@@ -132,6 +150,8 @@ class ReaderProcess:
         self.spool = spool
         self.process: multiprocessing.Process | None = None
         self._queue = None
+        # When the process was last heard from (a record, or CPU used), and its CPU ticks then.
+        self._heard: tuple[float, int | None] = (0.0, None)
 
     @property
     def pid(self) -> int | None:
@@ -151,22 +171,47 @@ class ReaderProcess:
         # Stop signals stay blocked across the fork: the child starts with them blocked and ignores
         # them before unblocking (run_reader), so a group signal landing in between cannot end it.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        # The child never collects what it inherits: its collections would walk the parent's whole
+        # heap (copying its pages), and a finalizer run there could wait on a lock another thread
+        # of the parent held at the fork.
+        gc.freeze()
         try:
             self.process.start()
         finally:
+            gc.unfreeze()
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        self._heard = (time.monotonic(), None)
 
     def take(self, timeout: float) -> list[ReaderRecord]:
         """The next records (a list, in binlog order), or [] if none came within ``timeout``."""
         try:
-            return undecoded_cut(self._queue.get(timeout=timeout))
+            records = self._queue.get(timeout=timeout)
+            self._heard = (time.monotonic(), None)
+            return undecoded_cut(records)
         except queue_mod.Empty:
             if self.process.is_alive():
-                return []
+                return self._silent()
         try:  # it may have put its last records just before it ended
             return undecoded_cut(self._queue.get(timeout=0.01))
         except queue_mod.Empty:
             return [ReaderError(ReadFailure.TRANSIENT, f"reader process exited with code {self.process.exitcode}")]
+
+    def _silent(self) -> list[ReaderRecord]:
+        """Nothing came and the process lives: [] while it may be working, a transient error once
+        it has sent nothing and used no CPU for twice its read timeout (it is stuck)."""
+        bound = self.spec.conn.read_timeout
+        now = time.monotonic()
+        since, ticks = self._heard
+        if bound is None or now - since < bound:
+            return []
+        used = cpu_ticks(self.process.pid)
+        if used is None or used != ticks:  # the first look, or it is working: look again after another bound
+            self._heard = (now, used)
+            return []
+        log.warning("the binlog reader process (pid %d) sent nothing and used no CPU for %.0f s: stuck; ending it",
+                    self.process.pid, now - since + bound)
+        return [ReaderError(ReadFailure.TRANSIENT, f"reader process {self.process.pid} stuck (nothing sent, no CPU "
+                                                   f"used for {now - since + bound:.0f} s)")]
 
     def queued(self) -> int:
         """Record lists the reader process has put and the engine has not taken yet (at most
