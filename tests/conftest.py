@@ -185,12 +185,22 @@ def pytest_testnodedown(node, error) -> None:
     _SERVER_DEATHS.extend(output.get("server_deaths", []))
 
 
+FAILURE_TAIL_LINES = 12  # of each failure's traceback, repeated at the very end of the output
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
-    """The session's row-by-row proof in one line, and any unexpected exit of its MariaDB."""
+    """The session's row-by-row proof in one line, and any unexpected exit of its MariaDB. Each
+    failure's last traceback lines again, last: where a log is cut in the middle (a CI page), its
+    end still says where each failing test stopped (a test that timed out: the call it waited in)."""
     from tests.helpers import COMPARED
 
     for death in _SERVER_DEATHS:
         terminalreporter.write_line(f"session MariaDB exited after {death}", red=True)
+    for report in terminalreporter.stats.get("failed", []):
+        lines = [line for line in str(report.longrepr).splitlines() if line.strip()]
+        terminalreporter.write_line(f"failed: {report.nodeid}, its traceback's end:", red=True)
+        for line in lines[-FAILURE_TAIL_LINES:]:
+            terminalreporter.write_line(f"  {line[:200]}")
 
     if COMPARED["tables"]:
         terminalreporter.write_line(f"Delta = MySQL row by row: {COMPARED['tables']} table comparisons, "
