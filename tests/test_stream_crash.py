@@ -533,6 +533,26 @@ def test_sigkill_while_catching_up_on_large_transactions(mariadb, db, spark, mak
     prove_after_kills(cfg, config, names, tmp_path / "logs", mariadb.password, modes, writer)
 
 
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state first), or None once gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``."""
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and (st := _stat(int(p))) and int(st[1]) == pid]
+
+
+def _running(pid: int) -> bool:
+    """``pid`` exists and has not ended (a zombie waiting to be reaped has)."""
+    st = _stat(pid)
+    return st is not None and st[0] not in ("Z", "X")
+
+
 def test_sigkill_of_the_engine_process_alone_frees_the_server_id(mariadb, db, make_config, tmp_path):
     """``kill -9 <pid>`` (or the OOM killer) ends the engine process but not, by itself,
     its reader process: the restart must still be able to stream with its server_id."""
@@ -548,8 +568,12 @@ def test_sigkill_of_the_engine_process_alone_frees_the_server_id(mariadb, db, ma
             cur.executemany("INSERT INTO t VALUES (%s, 0)", [(i,) for i in range(100)])
         wait_for(lambda: tables_equal(cfg, [f"{name}.t"]) or not s.alive(), 30, "the first rows in Delta")
         assert s.alive(), s.describe()
+        readers = _children(s.proc.pid)
+        assert readers, "no reader process under the engine"
         os.kill(s.proc.pid, signal.SIGKILL)  # the engine process only
         s.proc.wait()
+        # The kernel ends the reader with its engine (PR_SET_PDEATHSIG), before any restart.
+        wait_for(lambda: not any(_running(p) for p in readers), 10, "the reader process to end with its engine")
         with conn.cursor() as cur:
             cur.execute("UPDATE t SET counter = counter + 1 WHERE id < 50")
         final = run_stream(config, tmp_path / "logs", "--until", "now", password=mariadb.password, timeout=120)

@@ -142,12 +142,25 @@ def classify(error: BaseException) -> ReadFailure:
 PR_SET_PDEATHSIG = 1
 
 
+def _libc_prctl():
+    """libc's ``prctl``, or None where there is none (not Linux)."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+# Looked up as the module is imported, in the engine's process: the forked reader then calls it
+# without the dynamic loader, whose lock another thread of the engine may have held at the fork.
+_PRCTL = _libc_prctl()
+
+
 def _die_with_parent(parent: int) -> None:
     """A SIGKILLed engine must not leave its reader holding the replication connection
     (and the server_id): the kernel kills this process when the thread that forked it ends."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # not Linux: rely on the engine terminating the reader
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
+    else:  # not Linux: rely on the engine terminating the reader
         log.debug("prctl(PR_SET_PDEATHSIG) unavailable")
     if os.getppid() != parent:  # the engine died before prctl took effect
         os._exit(1)
