@@ -11,9 +11,10 @@ Invariants (tests/test_stream_crash.py, tests/test_stream_signals.py):
   as a transient ``ReaderError``.
 - Packed rows that fail to decode as they are taken end the records there with a fatal
   ``ReaderError``, as the reader process ends on a value it cannot decode.
-- A reader process that is alive but stuck (it sent nothing, and used no CPU, for twice its
-  binlog connection's read timeout: a healthy one gets a heartbeat every 0.25 s when idle, its
-  reads time out after that long, and one reading past events it does not capture uses CPU)
+- A reader process that is alive but stuck (it sent nothing for twice its binlog connection's
+  read timeout and used no CPU in the second half: a healthy one gets a heartbeat every 0.25 s
+  when idle, its reads time out after that long, and one reading past events it does not
+  capture uses CPU)
   is reported as a transient ``ReaderError``: the engine reads again from its checkpoint
   instead of waiting on it forever (tests/test_stream_faults.py). A process forked from a
   threaded one can hang on a lock another thread held at the fork.
@@ -198,7 +199,7 @@ class ReaderProcess:
 
     def _silent(self) -> list[ReaderRecord]:
         """Nothing came and the process lives: [] while it may be working, a transient error once
-        it has sent nothing and used no CPU for twice its read timeout (it is stuck)."""
+        it has sent nothing for twice its read timeout and used no CPU in the second (it is stuck)."""
         bound = self.spec.conn.read_timeout
         now = time.monotonic()
         since, ticks = self._heard
@@ -208,10 +209,10 @@ class ReaderProcess:
         if used is None or used != ticks:  # the first look, or it is working: look again after another bound
             self._heard = (now, used)
             return []
-        log.warning("the binlog reader process (pid %d) sent nothing and used no CPU for %.0f s: stuck; ending it",
-                    self.process.pid, now - since + bound)
-        return [ReaderError(ReadFailure.TRANSIENT, f"reader process {self.process.pid} stuck (nothing sent, no CPU "
-                                                   f"used for {now - since + bound:.0f} s)")]
+        stuck = f"reader process {self.process.pid} stuck (nothing sent for {now - since + bound:.0f} s, no CPU " \
+                f"used in the last {now - since:.0f} s)"
+        log.warning("%s: ending it", stuck)
+        return [ReaderError(ReadFailure.TRANSIENT, stuck)]
 
     def queued(self) -> int:
         """Record lists the reader process has put and the engine has not taken yet (at most
