@@ -50,6 +50,7 @@ from devtools.local_mariadb import LocalMariaDB
 from pipelines.lake.control_store import ControlStore
 from pipelines.lake.tables import table_uri
 from pipelines.stream.online_backfill import BACKFILL_KEY
+from pipelines.stream.reader import proc_stat
 from tests import pause_points
 from tests.change_count import assert_changes_counted
 from tests.helpers import (
@@ -533,23 +534,14 @@ def test_sigkill_while_catching_up_on_large_transactions(mariadb, db, spark, mak
     prove_after_kills(cfg, config, names, tmp_path / "logs", mariadb.password, modes, writer)
 
 
-def _stat(pid: int) -> list[str] | None:
-    """The fields of ``/proc/PID/stat`` after the command name (state first), or None once gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
 def _children(pid: int) -> list[int]:
     """The processes whose parent is ``pid``."""
-    return [int(p) for p in os.listdir("/proc") if p.isdigit() and (st := _stat(int(p))) and int(st[1]) == pid]
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and (st := proc_stat(int(p))) and int(st[1]) == pid]
 
 
 def _running(pid: int) -> bool:
     """``pid`` exists and has not ended (a zombie waiting to be reaped has)."""
-    st = _stat(pid)
+    st = proc_stat(pid)
     return st is not None and st[0] not in ("Z", "X")
 
 

@@ -131,15 +131,21 @@ def undecoded_cut(records: list[ReaderRecord]) -> list[ReaderRecord]:
     return records
 
 
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (the state first), or None where
+    there is no such process (or no ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    except (OSError, IndexError):
+        return None
+
+
 def cpu_ticks(pid: int) -> int | None:
     """The CPU time process ``pid`` has used (user and system, every thread), in clock ticks;
     None where ``/proc`` cannot tell."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold spaces
-        return int(fields[11]) + int(fields[12])  # utime, stime: the stat file's 14th and 15th fields
-    except (OSError, IndexError, ValueError):
-        return None
+    fields = proc_stat(pid)
+    return None if fields is None else int(fields[11]) + int(fields[12])  # utime, stime: the 14th and 15th
 
 
 class ReaderProcess:
