@@ -134,7 +134,8 @@ def test_every_way_of_stopping_ends_the_until_stopped_block(tmp_path, how):
         proc.send_signal(STOPS[how])
         proc.wait(30)
         deadline = time.monotonic() + 30  # a killed parent's child stops on its own
-        while not marker.exists() and time.monotonic() < deadline:
+        # write_text creates the file before it writes: wait for its text, not for the file
+        while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert marker.read_text() == "stopped"
     finally:
