@@ -19,6 +19,7 @@ Tests: tests/test_dagster_defs.py.
 """
 
 
+import gc
 import logging
 from pathlib import Path
 
@@ -57,7 +58,30 @@ def refresh_tables_job():
 def build_binlake_definitions(config: str | Path, catalog_path: str | Path | None = None,
                               translator: BinlakeTranslator | None = None) -> Definitions:
     """Definitions for the binlake config at ``config``, from the table catalog at
-    ``catalog_path`` (default: ``default_catalog_path(config)``) and the lake, never the source."""
+    ``catalog_path`` (default: ``default_catalog_path(config)``) and the lake, never the source.
+    What the process holds on return is frozen for the garbage collector (``gc.freeze``)."""
+    # Building allocates long-lived objects and next to no garbage (2,000 tables: some 250,000
+    # objects), yet the cyclic collector would walk the growing heap again and again (~0.5 s): it is
+    # paused meanwhile. The result is then frozen (gc.freeze: never walked again, still freed by
+    # reference counting), so the repository and jobs Dagster builds from it next do not walk it
+    # either (~0.4 s): the definitions live as long as the process that loads them (code server, run).
+    if gc.get_freeze_count():
+        # built before in this process (tests, a reload): what of that build is garbage by now is collected
+        gc.unfreeze()
+        gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        defs = _definitions(config, catalog_path, translator)
+    finally:
+        if enabled:
+            gc.enable()
+    gc.freeze()
+    return defs
+
+
+def _definitions(config: str | Path, catalog_path: str | Path | None,
+                 translator: BinlakeTranslator | None) -> Definitions:
     cfg = for_dagster(load_config(config))
     catalog_path = Path(catalog_path) if catalog_path else default_catalog_path(config)
     catalog = SourceCatalog.read(catalog_path)

@@ -8,6 +8,7 @@ committed, so a failed chunk can be re-run alone and the partition status shows 
 Tests: tests/test_dagster_snapshot.py.
 """
 
+import inspect
 
 from dagster import (
     AddDynamicPartitionsRequest,
@@ -28,20 +29,24 @@ from resources.binlake import BinlakeResource
 from resources.translator import chunk_index, chunk_partition_key, chunk_partitions, table_of
 
 
+def _snapshot(context: AssetExecutionContext, binlake: BinlakeResource, pyspark: LazyPySparkResource):
+    table = table_of(context.asset_key)
+    chunks = sorted(chunk_index(k) for k in context.partition_keys)
+    s = binlake.snapshot_chunks(context, pyspark, table, chunks)
+    context.log.info(f"{table}: {len(chunks)} chunk(s) done ({s.chunks_read} read now, {s.rows_written:,} rows); "
+                     f"Delta {s.delta_rows:,} rows, MySQL {s.mysql_rows:,} rows")
+    yield from ()  # each partition was materialised when its chunk committed: no output of its own
+
+
+# Dagster inspects an op function's signature some 14 times per op it builds; one function for
+# every table, its signature computed once here, saves most of that (2,000 tables: ~0.6 s).
+_snapshot.__signature__ = inspect.signature(_snapshot)
+
+
 def snapshot_asset(spec: AssetSpec) -> AssetsDefinition:
     """The asset of one captured table: materialising chunk partitions snapshots those chunks."""
-    table = table_of(spec.key)
-
-    @multi_asset(specs=[spec], name="snapshot__" + "__".join(spec.key.path),
-                 backfill_policy=BackfillPolicy.single_run())
-    def _snapshot(context: AssetExecutionContext, binlake: BinlakeResource, pyspark: LazyPySparkResource):
-        chunks = sorted(chunk_index(k) for k in context.partition_keys)
-        s = binlake.snapshot_chunks(context, pyspark, table, chunks)
-        context.log.info(f"{table}: {len(chunks)} chunk(s) done ({s.chunks_read} read now, {s.rows_written:,} rows); "
-                         f"Delta {s.delta_rows:,} rows, MySQL {s.mysql_rows:,} rows")
-        yield from ()  # each partition was materialised when its chunk committed: no output of its own
-
-    return _snapshot
+    return multi_asset(specs=[spec], name="snapshot__" + "__".join(spec.key.path),
+                       backfill_policy=BackfillPolicy.single_run())(_snapshot)
 
 
 @sensor(minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING,

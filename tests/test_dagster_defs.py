@@ -6,6 +6,7 @@ with the source unreachable. Specs carry the column schema, chunk partitions, ki
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -90,6 +91,27 @@ def test_asset_metadata_names_each_table_mode_and_changelogs_are_assets(db, make
     feed = specs[AssetKey([name, "a__changes"])]
     assert feed.metadata["binlake/table_mode"] == "changelog" and {d.asset_key for d in feed.deps} == {a.key}
     assert AssetKey([name, "b__changes"]) not in specs
+
+
+def test_definitions_are_frozen_and_a_rebuild_leaves_nothing_frozen_behind(db, make_config, tmp_path):
+    """Building freezes what it built (the collector never walks the definitions again) and
+    leaves the collector on; a rebuild in the same process (a reload, tests) first collects what
+    of the earlier build is garbage by then, so rebuilding does not pile up frozen objects."""
+    name, conn = db
+    _tables(conn)
+    cfg = make_config(name)
+    discover(cfg).write(tmp_path / "tables.json")
+    path = write_config_file(unreachable(cfg), tmp_path / "binlake.yaml")
+    frozen = []
+    for _ in range(4):
+        defs = build_binlake_definitions(path, tmp_path / "tables.json")
+        assert gc.isenabled()
+        frozen.append(gc.get_freeze_count())
+        defs.get_repository_def().get_all_jobs()
+        del defs
+    assert frozen[0] > 0
+    # each build without the earlier one's garbage collected adds about 1,000 objects here
+    assert frozen[3] < frozen[1] + 100, frozen
 
 
 def _run(args: list[str], env: dict) -> str:
