@@ -28,7 +28,7 @@ from deltalake.transaction import AddAction, RemoveAction
 
 from cdc_core.batch.table_commit import RowsApplied
 from cdc_core.schema.output import CDC_OP, CDC_SEQ
-from pipelines.lake.files import write_parquet
+from pipelines.lake.files import write_parquet, writer_properties
 from pipelines.lake.tables import delta_schema, post_commit_hooks, sql_ident
 
 
@@ -44,7 +44,8 @@ def apply_changes(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upsert
     (default: the table's own URI, percent-encoded by delta-rs). Returns what the commit did."""
     hooks = post_commit_hooks(dt)
     if not upsert.num_rows and not delete.num_rows:
-        write_deltalake(dt, append, mode="append", commit_properties=props, post_commithook_properties=hooks)
+        write_deltalake(dt, append, mode="append", writer_properties=writer_properties(append.schema),
+                        commit_properties=props, post_commithook_properties=hooks)
         return RowsApplied(inserted=append.num_rows)
     if _rewritable(dt) and all(_joinable(append.schema.field(k).type) for k in key):
         return _copy_on_write(dt, key, append, upsert, delete, props, hooks, uri or dt.table_uri, storage_options)
@@ -53,7 +54,8 @@ def apply_changes(dt: DeltaTable, key: tuple[str, ...], append: pa.Table, upsert
     # Every column named and quoted: delta-rs's update_all/insert_all do not quote column
     # names, so a name like "c`; x" or "a b" breaks them (tests/test_identifiers.py).
     columns = {sql_ident(c): f"s.{sql_ident(c)}" for c in source.schema.names}
-    metrics = (dt.merge(source, on, source_alias="s", target_alias="t", commit_properties=props,
+    metrics = (dt.merge(source, on, source_alias="s", target_alias="t",
+                        writer_properties=writer_properties(source.schema), commit_properties=props,
                         post_commithook_properties=hooks)
                .when_matched_delete("s._cdc_op = 'd'")
                .when_matched_update(columns, "s._cdc_op <> 'd'")
@@ -210,7 +212,8 @@ def deduplicate(dt: DeltaTable, key: tuple[str, ...], keys: list[tuple], props: 
     same = " AND ".join(f"t.{sql_ident(c)} = s.{sql_ident(c)}" for c in key)
     names = {sql_ident(c): f"s.{sql_ident(c)}" for c in target.names}
     metrics = (dt.merge(pa.concat_tables([removal, kept]), f"s.{CDC_OP} = 'd' AND {same}", source_alias="s",
-                        target_alias="t", commit_properties=props, post_commithook_properties=post_commit_hooks(dt))
+                        target_alias="t", writer_properties=writer_properties(target), commit_properties=props,
+                        post_commithook_properties=post_commit_hooks(dt))
                .when_matched_delete()
                .when_not_matched_insert(names, f"s.{CDC_OP} <> 'd'")
                .execute())
@@ -228,7 +231,8 @@ def apply_keyless(dt: DeltaTable, columns: tuple[str, ...], append: pa.Table, de
     which no MERGE condition can count. The cost: a scan of the table per batch with removals."""
     hooks = post_commit_hooks(dt)
     if not delete.num_rows:
-        write_deltalake(dt, append, mode="append", commit_properties=props, post_commithook_properties=hooks)
+        write_deltalake(dt, append, mode="append", writer_properties=writer_properties(append.schema),
+                        commit_properties=props, post_commithook_properties=hooks)
         return RowsApplied(inserted=append.num_rows)
     target = delta_schema(dt)
     gone = delete.group_by(list(columns), use_threads=False).aggregate([([], "count_all"), (CDC_SEQ, "max")])
@@ -250,7 +254,8 @@ def apply_keyless(dt: DeltaTable, columns: tuple[str, ...], append: pa.Table, de
     same = " AND ".join(f"(t.{sql_ident(c)} IS NOT DISTINCT FROM s.{sql_ident(c)})" for c in columns)
     names = {sql_ident(c): f"s.{sql_ident(c)}" for c in target.names}
     metrics = (dt.merge(source, f"s.{CDC_OP} = 'd' AND {same}", source_alias="s", target_alias="t",
-                        commit_properties=props, post_commithook_properties=hooks)
+                        writer_properties=writer_properties(source.schema), commit_properties=props,
+                        post_commithook_properties=hooks)
                .when_matched_delete()
                .when_not_matched_insert(names, f"s.{CDC_OP} <> 'd'")
                .execute())

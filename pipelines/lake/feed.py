@@ -28,6 +28,7 @@ from deltalake import DeltaTable, write_deltalake
 from cdc_core.offset.stream_offset import StreamOffset
 from cdc_core.schema.output import CDC_SEQ, delta_name
 from pipelines.lake.conform import conform
+from pipelines.lake.files import writer_properties
 from pipelines.lake.offsets import applied_position_key, stream_commit_properties
 from pipelines.lake.tables import delta_schema, post_commit_hooks
 
@@ -44,7 +45,8 @@ def append_changes(dt: DeltaTable, rows: pa.Table, pipeline: str, offset: Stream
     for f in rows.schema:
         if delta_name(target.names, f.name) is None:
             target = target.append(f.with_nullable(True))
-    write_deltalake(dt, conform(rows, target, source), mode="append", schema_mode="merge",
+    data = conform(rows, target, source)
+    write_deltalake(dt, data, mode="append", schema_mode="merge", writer_properties=writer_properties(data.schema),
                     commit_properties=stream_commit_properties(pipeline, offset),
                     post_commithook_properties=post_commit_hooks(dt))
     return rows.num_rows

@@ -40,7 +40,7 @@ from cdc_core.schema.modes import (
 )
 from cdc_core.schema.output import CDC_OP, CDC_SEQ
 from pipelines.lake.apply import FILE_ROW, files_matching
-from pipelines.lake.files import write_parquet
+from pipelines.lake.files import write_parquet, writer_properties
 from pipelines.lake.tables import delta_schema, post_commit_hooks
 
 _KEY, _VERSION = "_binlake_key", "_binlake_version"
@@ -68,7 +68,8 @@ def apply_history(dt: DeltaTable, key: tuple[str, ...], keys: pa.Table, versions
     statistics rule the others out): a key's latest time there is the floor of its new ones."""
     hooks = post_commit_hooks(dt)
     if not keys.num_rows:
-        write_deltalake(dt, versions, mode="append", commit_properties=props, post_commithook_properties=hooks)
+        write_deltalake(dt, versions, mode="append", writer_properties=writer_properties(versions.schema),
+                        commit_properties=props, post_commithook_properties=hooks)
         return RowsApplied(inserted=versions.num_rows)
     schema = versions.schema
     touched = keys.select(list(key)).append_column(_KEY, pa.array(np.arange(keys.num_rows)))
