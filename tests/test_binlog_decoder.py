@@ -11,7 +11,8 @@ from decimal import Decimal
 from pymysqlreplication.event import QueryEvent, XidEvent
 from pymysqlreplication.row_event import WriteRowsEvent
 
-from cdc_core.binlog import row_images
+from cdc_core.binlog import decoder as decoder_module
+from cdc_core.binlog import row_images, table_maps
 from cdc_core.binlog.decoder import ROW_EVENTS, RowDecoder
 from cdc_core.binlog.event_source import open_binlog
 from cdc_core.binlog.events import Op, ReaderError, ReadFailure, RowsEvent, TransactionEnd
@@ -79,6 +80,30 @@ def test_rows_keep_the_columns_they_were_written_with_and_layouts_change_once(db
     assert events[0][2] == [(1, 10, "x")] and events[1][2] == [(2, 20, "y")]
     assert [c.name for c in events[2][0].schema.columns] == ["c", "id", "a", "b_long"]
     assert events[2][2] == [(5, 3, 30, "z")] and events[2][0].id != events[0][0].id
+
+def test_row_events_after_one_table_map_share_its_decoding_computed_once(db, make_config, monkeypatch):
+    """One INSERT of many rows is one table map and several row events, and the next INSERT's table
+    map has the same bytes (cdc_core/binlog/table_maps.py: the same ``Table``): the decoding is looked
+    up by the table map's columns once, and the later events still get the library's corrections
+    (a SET column, which a codec turns into text after the library, is left to the library)."""
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, s SET('a','b','c'), pad VARCHAR(200))")
+        start = master_position(cur)
+        cur.execute("INSERT INTO t VALUES " + ", ".join(f"({i}, 'a,c', '{'x' * 150}')" for i in range(1, 401)))
+        cur.execute("INSERT INTO t VALUES (401, 'b', 'y')")
+        end = master_position(cur)
+    monkeypatch.setattr(table_maps, "_parsed", {})
+    keys = []
+    real = decoder_module.column_key
+    monkeypatch.setattr(decoder_module, "column_key", lambda col: keys.append(col.name) or real(col))
+    events = _read(make_config(name), start, end, f"{name}.t")
+    assert len(events) > 3  # the first INSERT's rows span several row events
+    assert keys == ["id", "s", "pad"]  # once, not per row event nor per statement
+    assert [new for _, new, _, _ in events] == [True] + [False] * (len(events) - 1)
+    rows = [r for _, _, rs, _ in events for r in rs]
+    assert rows == [(i, "a,c", "x" * 150) for i in range(1, 401)] + [(401, "b", "y")]
+
 
 # The types cdc_core/binlog/row_images.py leaves to the library (with COMPRESSED columns; MariaDB's JSON is
 # LONGTEXT in the binlog, which it decodes).

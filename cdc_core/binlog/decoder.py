@@ -111,21 +111,30 @@ class RowDecoder:
         self._keep = keep
         self._packed = packed
         self._by_map: dict[tuple, _Decoding] = {}  # (table id, column_key of each column) -> decoding
+        # table id -> (the table map's Table, its decoding, its columns' corrections): the row events
+        # after one table map share its Table, so only the first of them computes the key above
+        self._by_table: dict[int, tuple[object, _Decoding, list]] = {}
         self._last: dict[str, TableLayout] = {}  # "db.table" -> the layout last reported
         self._next_id = first_id - 1  # the ids this decoder hands out: first_id, first_id + 1, ...
 
     def reset(self) -> None:
         """Forget cached table maps (table ids are reused after a reconnect or a server restart)."""
         self._by_map.clear()
+        self._by_table.clear()
 
     def decoding(self, event) -> tuple[_Decoding, bool]:
         """The decoding of ``event``'s table map, and whether its layout is new for the table."""
-        binlog_columns.prepare(event)
         table = event.table_map[event.table_id]
+        same = self._by_table.get(event.table_id)
+        if same is not None and same[0] is table:
+            event.binlake_decoders = same[2]  # what prepare() would set: the columns are prepared
+            return same[1], False
+        binlog_columns.prepare(event)
         # Every attribute the decoding reads: a table id reused for changed columns decodes with them.
         key = (event.table_id, tuple(map(column_key, table.columns)))
         hit = self._by_map.get(key)
         if hit is not None:
+            self._by_table[event.table_id] = (table, hit, event.binlake_decoders)
             return hit, False
         schema = layout_schema(table, self._keep)
         last = self._last.get(schema.qualified_name)
@@ -139,6 +148,7 @@ class RowDecoder:
         kept = tuple(i for i, c in enumerate(table.columns) if c.name in names)
         images = compile_images(table.columns, None if len(kept) == len(table.columns) else kept)
         d = self._by_map[key] = _Decoding(last, names, fixes, images)
+        self._by_table[event.table_id] = (table, d, event.binlake_decoders)
         return d, new
 
     def rows(self, event, d: _Decoding) -> list | PackedRows:

@@ -30,6 +30,7 @@ from typing import Protocol
 
 from pymysqlreplication import BinLogStreamReader
 
+import cdc_core.binlog.table_maps  # noqa: F401 - the library's table maps parsed once per body
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.source.connection import ConnectionSettings
 
