@@ -102,11 +102,13 @@ def column_kind(col, read: Reader) -> Kind | None:
 @dataclass(frozen=True)
 class _Variant:
     """The rows of one null bitmap: where each value is (``at[i]``: None for a NULL, else (segment,
-    offset): segment k begins after the row's k-th non-NULL string), and its scan's code."""
+    offset): segment k begins after the row's k-th non-NULL string), the string that ends each
+    segment but the last (``texts``: its length's offset in the segment and the length's bytes),
+    and its scan's code."""
 
     nulls: bytes
     at: tuple
-    segments: int
+    texts: tuple[tuple[int, int], ...]
     code: tuple[str, ...]  # the scan's lines for one row, from after the bitmap test
 
 
@@ -122,10 +124,8 @@ class Layout:
     keep: tuple[int, ...] | None
     width: int  # the null bitmap's bytes
     variants: list[_Variant] = field(default_factory=list, repr=False)
-    first_list: list[int] = field(default_factory=list, repr=False)  # variant -> its first segment list
     scanner: object = field(default=None, repr=False)  # the scan of every known variant's rows
     closed: bool = False  # a row had a null bitmap beyond VARIANTS_MAX: every event goes the tuple path
-    lists: int = 0  # segment lists of all variants
 
     def arrow_type(self, column: int) -> pa.DataType:
         """The type of the arrays of the table map's ``column`` (an index)."""
@@ -136,48 +136,47 @@ class Layout:
         if len(self.variants) >= VARIANTS_MAX:
             self.closed = True  # not scanned again only to find another bitmap
             return False
-        self.first_list.append(self.lists)
         self.variants.append(self._variant(nulls))
-        self.lists += self.variants[-1].segments
         self.scanner = self._scanner()
         return True
 
     def _variant(self, nulls: bytes) -> _Variant:
         bits = int.from_bytes(nulls, "little")
         at: list = []
-        first = self.first_list[-1]
-        code = [f"p = pos + {self.width}", f"a{first}(p)"]
-        seg, off = 0, 0
+        texts: list[tuple[int, int]] = []
+        code = ["a(pos)"]
+        base, off = "pos", self.width  # where the current segment starts: ``base`` + the bitmap's bytes
         for i, k in enumerate(self.kinds):
             if bits >> i & 1:
                 at.append(None)
                 continue
-            at.append((seg, off))
+            at.append((len(texts), off - (self.width if base == "pos" else 0)))
             if k.fixed:
                 off += k.size
                 continue
-            p = f"p + {off}" if off else "p"
+            p = f"{base} + {off}" if off else base
             size = {1: f"buf[{p}]", 2: f"(buf[{p}] | buf[{p} + 1] << 8)"}.get(
                 k.size, f"int.from_bytes(buf[{p}:{p} + {k.size}], 'little')")
-            seg += 1
-            code += [f"p += {off + k.size} + {size}", f"a{first + seg}(p)"]
-            off = 0
-        code.append(f"pos = p + {off}" if off else "pos = p")
-        return _Variant(nulls, tuple(at), seg + 1, tuple(code))
+            texts.append((off - (self.width if base == "pos" else 0), k.size))
+            code.append(f"p = {base} + {off + k.size} + {size}")
+            base, off = "p", 0
+        if off or base == "pos":
+            code.append(f"pos = {base} + {off}")
+        else:  # the row ends with a string: the next one starts where it ends
+            code[-1] = "pos" + code[-1][1:]
+        return _Variant(nulls, tuple(at), tuple(texts), tuple(code))
 
     def _scanner(self):
-        """The scan of an event's rows: per row, its variant's number to ``o``, its segments' starts to
-        their lists (``appends``, variant by variant); it returns where it stopped: the end, or a row
-        whose null bitmap no known variant has."""
-        lists = self.lists
+        """The scan of an event's rows: per row, where its image starts to ``a``; it returns where it
+        stopped: the end, or a row whose null bitmap no known variant has."""
         test = "buf[pos]" if self.width == 1 else f"buf[pos:pos + {self.width}]"
-        lines = [f"{', '.join(f'a{j}' for j in range(lists))}, = appends", "while pos < end:", f"    b = {test}"]
+        lines = ["while pos < end:", f"    b = {test}"]
         for i, v in enumerate(self.variants):
             nulls = v.nulls[0] if self.width == 1 else repr(v.nulls)
             lines.append(f"    {'if' if i == 0 else 'elif'} b == {nulls}:")
-            lines += [f"        o({i})", *(f"        {line}" for line in v.code)]
+            lines += [f"        {line}" for line in v.code]
         lines += ["    else:", "        return pos", "return pos"]
-        source = "def scan(buf, pos, end, o, appends):\n" + "".join(f"    {line}\n" for line in lines)
+        source = "def scan(buf, pos, end, a):\n" + "".join(f"    {line}\n" for line in lines)
         scope: dict[str, object] = {}
         exec(source, scope)  # noqa: S102 - generated from column sizes, offsets and bitmaps only, no input text
         return scope["scan"]
@@ -197,38 +196,34 @@ def layout_of(columns: list, readers: tuple[Reader, ...], keep: tuple[int, ...] 
 
 @dataclass(frozen=True)
 class Scan:
-    """An insert event's rows as :func:`scan` found them: each row's variant (``ids``, row order)
-    and, per variant and segment (``Layout.first_list``), where its rows' segments start in ``data``
-    (arrays of machine integers: read by numpy, and freed, without an object per value)."""
+    """An insert event's rows as :func:`scan` found them: where each row's image starts in ``data``
+    (an array of machine integers: read by numpy, and freed, without an object per value)."""
 
     data: bytes
     rows: int
-    ids: array
-    starts: list[array]
+    at: array
 
 
 def scan(layout: Layout, buf: bytes, min_rows: int = 0) -> Scan | None:
-    """Where the values of the insert images in ``buf`` (a WRITE_ROWS event's row data) are, or
-    None when the tuple path must decode them (the bytes end elsewhere than the last row, too
-    many null bitmaps) or there are fewer than ``min_rows`` rows. The values are read later, many
-    events' at once (:func:`columns`)."""
+    """Where the insert images in ``buf`` (a WRITE_ROWS event's row data) start, or None when the
+    tuple path must decode them (the bytes end elsewhere than the last row, too many null bitmaps)
+    or there are fewer than ``min_rows`` rows. The values are read later, many events' at once
+    (:func:`columns`)."""
     if layout.closed:
         return None
     width, end, pos = layout.width, len(buf), 0
-    ids = array("b")
-    starts: list[array] = []
+    at = array("q")
     try:
         while True:
-            starts += [array("q") for _ in range(layout.lists - len(starts))]
             if layout.scanner is not None:
-                pos = layout.scanner(buf, pos, end, ids.append, [s.append for s in starts])
+                pos = layout.scanner(buf, pos, end, at.append)
             if pos >= end:
                 break
             if not layout.add(buf[pos:pos + width]):
                 return None
     except IndexError:  # a length beyond the bytes
         return None
-    return Scan(buf, len(ids), ids, starts) if pos == end and len(ids) >= min_rows else None
+    return Scan(buf, len(at), at) if pos == end and len(at) >= min_rows else None
 
 
 def columns(layout: Layout, scans: list[Scan]) -> list[pa.Array] | None:
@@ -243,26 +238,35 @@ def columns(layout: Layout, scans: list[Scan]) -> list[pa.Array] | None:
 def _columns(layout: Layout, scans: list[Scan]) -> list[pa.Array]:
     data = np.frombuffer(b"".join(s.data for s in scans), dtype=np.uint8)
     bases = np.cumsum([0] + [len(s.data) for s in scans[:-1]])
-
-    def starts(j: int) -> np.ndarray:  # list j of every event, at its place in ``data``
-        lists = [s.starts[j] for s in scans if j < len(s.starts)]
-        flat = np.frombuffer(b"".join(lists), dtype=np.int64)
-        return flat + np.repeat([b for s, b in zip(scans, bases) if j < len(s.starts)], [len(x) for x in lists])
-
-    ids = np.frombuffer(b"".join(s.ids for s in scans), dtype=np.int8)
-    n = len(ids)
+    at = np.frombuffer(b"".join(s.at for s in scans), dtype=np.int64) + np.repeat(bases, [s.rows for s in scans])
+    n = len(at)
+    variants = list(layout.variants)  # (the scans' rows are of these: a variant is added before its rows)
     parts = []
-    for i, v in enumerate(layout.variants):
-        if len(layout.variants) == 1:
-            rows = None  # every row: no reordering
-        else:
-            rows = np.flatnonzero(ids == i)
-            if not len(rows):
-                continue
-        first = layout.first_list[i]
-        parts.append(((v, [starts(first + k) for k in range(v.segments)]), rows))
+    if len(variants) == 1:  # every row: no reordering
+        parts.append(((variants[0], _segments(variants[0], data, at, layout.width)), None))
+    else:
+        bitmaps = data[at[:, None] + np.arange(layout.width)]
+        for v in variants:
+            rows = np.flatnonzero((bitmaps == np.frombuffer(v.nulls, dtype=np.uint8)).all(axis=1))
+            if len(rows):
+                parts.append(((v, _segments(v, data, at[rows], layout.width)), rows))
     keep = range(len(layout.kinds)) if layout.keep is None else layout.keep
     return [_column(layout.kinds[c], c, data, n, parts) for c in keep]
+
+
+def _segments(v: _Variant, data: np.ndarray, at: np.ndarray, width: int) -> list[np.ndarray]:
+    """Where each segment of the rows of variant ``v`` whose images start at ``at`` starts: the first
+    after the null bitmap, each next after the string ending the one before (its length read here)."""
+    start = at + width
+    out = [start]
+    for off, size in v.texts:
+        where = start + off
+        length = data[where].astype(np.int64)
+        for j in range(1, size):
+            length |= data[where + j].astype(np.int64) << (8 * j)
+        start = where + size + length
+        out.append(start)
+    return out
 
 
 def _column(kind: Kind, c: int, data: np.ndarray, n: int, parts: list) -> pa.Array:
