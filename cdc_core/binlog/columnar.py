@@ -145,23 +145,25 @@ class Layout:
         at: list = []
         texts: list[tuple[int, int]] = []
         code = ["a(pos)"]
-        base, off = "pos", self.width  # where the current segment starts: ``base`` + the bitmap's bytes
+        # The current segment starts at ``base`` + ``skip`` (the first after the null bitmap); ``off``
+        # is a value's offset in it.
+        base, skip, off = "pos", self.width, 0
         for i, k in enumerate(self.kinds):
             if bits >> i & 1:
                 at.append(None)
                 continue
-            at.append((len(texts), off - (self.width if base == "pos" else 0)))
+            at.append((len(texts), off))
             if k.fixed:
                 off += k.size
                 continue
-            p = f"{base} + {off}" if off else base
+            p = f"{base} + {skip + off}" if skip + off else base
             size = {1: f"buf[{p}]", 2: f"(buf[{p}] | buf[{p} + 1] << 8)"}.get(
                 k.size, f"int.from_bytes(buf[{p}:{p} + {k.size}], 'little')")
-            texts.append((off - (self.width if base == "pos" else 0), k.size))
-            code.append(f"p = {base} + {off + k.size} + {size}")
-            base, off = "p", 0
-        if off or base == "pos":
-            code.append(f"pos = {base} + {off}")
+            texts.append((off, k.size))
+            code.append(f"p = {base} + {skip + off + k.size} + {size}")
+            base, skip, off = "p", 0, 0
+        if skip + off:
+            code.append(f"pos = {base} + {skip + off}")
         else:  # the row ends with a string: the next one starts where it ends
             code[-1] = "pos" + code[-1][1:]
         return _Variant(nulls, tuple(at), tuple(texts), tuple(code))
