@@ -10,13 +10,13 @@ import random
 
 import pyarrow as pa
 from pymysqlreplication.event import XidEvent
-from pymysqlreplication.row_event import DeleteRowsEvent, WriteRowsEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc_core.binlog import row_images
 from cdc_core.binlog.columnar import columns
 from cdc_core.binlog.decoder import RowDecoder
 from cdc_core.binlog.event_source import open_binlog
-from cdc_core.binlog.row_images import COLUMNAR_MIN_ROWS, ColumnarRows
+from cdc_core.binlog.row_images import ColumnarRows
 from cdc_core.offset.position import master_position
 from cdc_core.schema.output import arrow_schema
 from cdc_core.source.connection import connection_settings
@@ -26,10 +26,11 @@ from tests.columnar_rows import COLUMNAR_TYPES, columnar_row
 
 def test_columns_equal_the_library(db, make_config, monkeypatch):
     """Every column kind, NULLs in five patterns, extremes, zero dates, fractions 0..6, negative decimals,
-    multi-byte text, in multi-row inserts: the columns read from the packed events (pickled and
-    unpickled, as the engine receives them) hold exactly ``pa.array`` of the library's values made
-    canonical, of the Delta column's type, row for row in binlog order; as a sequence they are the tuple
-    path's tuples; a delete, and an event of fewer rows than the columns are read for, unpickle into tuples."""
+    multi-byte text, in multi-row inserts and updates (NULLs set and cleared): the columns read from the
+    packed events (pickled and unpickled, as the engine receives them) hold exactly ``pa.array`` of the
+    library's values made canonical, of the Delta column's type, image for image in binlog order (an
+    update's before image, then its after image); as a sequence they are the tuple path's tuples (an
+    update's: pairs), a single-row insert's too; a delete unpickles into tuples."""
     name, conn = db
     # The decoders this process compiled before for the same columns (tests/test_stream.py's rows with
     # NULLs anywhere close their layout to columns) are not this test's.
@@ -45,43 +46,51 @@ def test_columns_equal_the_library(db, make_config, monkeypatch):
         cur.executemany(f"INSERT INTO c (id, {names}) VALUES ({marks})", [columnar_row(rng, i) for i in range(900)])
         cur.execute(f"INSERT INTO c (id, {names}) VALUES ({marks})", columnar_row(rng, 900))
         cur.execute("DELETE FROM c WHERE id < 100")
+        cur.execute("UPDATE c SET id = id + 1000, ti = NULL, vc = 'ü' WHERE id % 3 = 0 ORDER BY id DESC")
+        cur.execute("UPDATE c SET ti = 1, dt = NULL WHERE id % 3 = 1")
         end = master_position(cur)
     cfg = make_config(name)
     settings = connection_settings(cfg)
     got: dict[str, list] = {"packed": [], "library": []}
     deletes: dict[str, list] = {"packed": [], "library": []}
+    updates: dict[str, list] = {"packed": [], "library": []}
     schema = None
     for i, how in enumerate(got):
         reader = open_binlog(settings, cfg.source.server_id + 40 + i, start,
-                             only_events=[WriteRowsEvent, DeleteRowsEvent, XidEvent])
+                             only_events=[WriteRowsEvent, DeleteRowsEvent, UpdateRowsEvent, XidEvent])
         decoder = RowDecoder(packed=True)
         try:
             for event in reader:
-                if isinstance(event, WriteRowsEvent | DeleteRowsEvent) and event.table == "c":
+                if isinstance(event, WriteRowsEvent | DeleteRowsEvent | UpdateRowsEvent) and event.table == "c":
                     d, _ = decoder.decoding(event)
                     schema = d.layout.schema
                     rows = decoder.rows(event, dataclasses.replace(d, images=None) if how == "library" else d)
                     rows = pickle.loads(pickle.dumps(rows, pickle.HIGHEST_PROTOCOL)) if how == "packed" else rows
-                    (got if isinstance(event, WriteRowsEvent) else deletes)[how].append(rows)
+                    kind = (got if isinstance(event, WriteRowsEvent) else
+                            deletes if isinstance(event, DeleteRowsEvent) else updates)
+                    kind[how].append(rows)
                 if (reader.log_file, reader.log_pos) >= (end.file, end.pos):
                     break
         finally:
             reader.close()
     packed, library = got["packed"], got["library"]
     assert [len(r) for r in packed] == [len(r) for r in library] and sum(map(len, library)) == 901
-    assert all((type(r) is ColumnarRows) == (len(r) >= COLUMNAR_MIN_ROWS) for r in packed)
-    assert type(packed[-1]) is list  # the single row
-    read = [i for i, r in enumerate(packed) if type(r) is ColumnarRows]
-    assert len(read) > 10  # several events (rows are logged about 8 KiB an event)
-    arrays = columns(packed[read[0]].images.columnar, [packed[i].scan for i in read])
-    assert arrays is not None
-    values = [row for i in read for row in library[i]]
+    assert all(type(r) is ColumnarRows for r in packed) and len(packed[-1]) == 1  # the single row's too
+    assert len(packed) > 10  # several events (rows are logged about 8 KiB an event)
     target = arrow_schema(schema)
-    for i, (col, f) in enumerate(zip(schema.columns, target)):
-        expected = pa.array([binlog_value(col, row[i]) for row in values], f.type)
-        column = arrays[i] if arrays[i].type == f.type else arrays[i].cast(f.type)
-        assert column.equals(expected), (col.name, column.to_pylist()[:8], expected.to_pylist()[:8])
-        assert column.null_count > 0 or col.name == "id"  # every column has NULLs (and the NULL pattern varies)
-    assert [r for i in read for r in packed[i]] == values  # as a sequence: the tuple path's own tuples
+    update_images = [[image for pair in rows for image in pair] for rows in updates["library"]]
+    for events, images in ((packed, library), (updates["packed"], update_images)):
+        arrays = columns(events[0].images.columnar, [r.scan for r in events])
+        assert arrays is not None
+        values = [row for rows in images for row in rows]
+        for i, (col, f) in enumerate(zip(schema.columns, target)):
+            expected = pa.array([binlog_value(col, row[i]) for row in values], f.type)
+            column = arrays[i] if arrays[i].type == f.type else arrays[i].cast(f.type)
+            assert column.equals(expected), (col.name, column.to_pylist()[:8], expected.to_pylist()[:8])
+            assert column.null_count > 0 or col.name == "id"  # every column has NULLs (the NULL pattern varies)
+    assert [r for rows in packed for r in rows] == [r for rows in library for r in rows]  # the tuple path's tuples
+    assert all(type(r) is ColumnarRows and r.update for r in updates["packed"])
+    # 267 rows moved (to keys = 1 mod 3), then those and the 267 others = 1 mod 3 updated again
+    assert updates["packed"] == updates["library"] and sum(map(len, updates["library"])) == 801
     assert deletes["packed"] == deletes["library"] and sum(map(len, deletes["library"])) == 100
     assert all(type(r) is list for r in deletes["packed"])

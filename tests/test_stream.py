@@ -303,21 +303,25 @@ def test_snapshot_leaves_streamed_tables_to_the_stream(db, spark, make_config):
 
 
 
-def test_columnar_inserts(db, make_config, monkeypatch):
-    """Multi-row inserts of every column kind cdc_core/binlog/columnar.py decodes (NULLs, extremes, negative
-    decimals, zero dates, fractions 0..6, multi-byte text), beside a table of the same rows inserted then updated
-    and deleted in the same batch, a table with a TEXT column and one with NULLs anywhere (more null bitmaps than
-    the columns are read for): Delta equals MySQL row by row, and equals, value for value and type for type,
-    what the tuple path writes from the same binlog."""
+def test_columnar_changes(db, make_config, monkeypatch):
+    """Multi-row inserts and updates of every column kind cdc_core/binlog/columnar.py decodes (NULLs, extremes,
+    negative decimals, zero dates, fractions 0..6, multi-byte text), in two batches: a table of the same rows
+    inserted then updated and deleted in the same batch; one whose rows are updated in place, moved to other
+    keys (in chains, a key moved onto one just freed), inserted again at the keys they left and given NULLs,
+    first in the batch that inserted them, then in a batch of its own over rows Delta already holds; a table
+    with a TEXT column and one with NULLs anywhere (more null bitmaps than the columns are read for): Delta
+    equals MySQL row by row, and equals, value for value and type for type (``_cdc_op`` and ``_cdc_seq``
+    too), what the tuple path writes from the same binlog."""
     from cdc_core.batch import table_batch
-    from cdc_core.binlog import row_images
 
     name, conn = db
     cols = ", ".join(f"`{c}` {t}" for c, t in COLUMNAR_TYPES.items())
     with conn.cursor() as cur:
         cur.execute("SET SESSION sql_mode = '', time_zone = '+00:00'")
-        for table in ("c", "m", "r"):
+        for table in ("c", "m", "u"):
             cur.execute(f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, {cols})")
+        # A column more: table maps of equal columns share their decoding, and the NULL bitmaps met.
+        cur.execute(f"CREATE TABLE r (id BIGINT PRIMARY KEY, {cols}, rx INT)")
         cur.execute(f"CREATE TABLE t (id BIGINT PRIMARY KEY, {cols}, tx TEXT)")
     configs = {how: make_config(name, source={"startup": {"mode": "latest"}}, pipeline={"name": f"col_{how}"},
                                 stream={"catchup_batch_rows": 1_000_000, "catchup_batch_seconds": 3600})
@@ -326,30 +330,51 @@ def test_columnar_inserts(db, make_config, monkeypatch):
                for how, cfg in configs.items()}
     for cfg in configs.values():
         stream_until_now(cfg)  # the start, before any row
+    plans: list[dict | None] = []
+    original = table_batch.TableBatch._columnar_plan
+    monkeypatch.setattr(table_batch.TableBatch, "_columnar_plan",
+                        lambda self: plans.append(original(self)) or plans[-1])
+
+    def stream_both() -> None:
+        stream_until_now(configs["columnar"])
+        with monkeypatch.context() as m:
+            m.setattr(table_batch, "COLUMNAR_MIN_ROWS", 10 ** 9)
+            stream_until_now(configs["tuples"])
+
+    def moves(cur, away: int) -> None:
+        cur.execute("UPDATE u SET i = i DIV 2, vc = 'kept' WHERE id % 3 = 1")  # in place
+        cur.execute(f"UPDATE u SET id = id + {away} WHERE id % 4 = 0 AND id < 10000")  # moved
+        cur.execute(f"UPDATE u SET id = id + 4, ch = 'chain' WHERE id >= {away} ORDER BY id DESC")  # onto keys freed
+        cur.executemany(f"INSERT INTO u (id, {names}) VALUES ({marks})",
+                        [columnar_row(rng, i) for i in range(0, 1200, 8)])  # again at keys they left
+        cur.execute("UPDATE u SET f = NULL, dt3 = NULL, vl = 'ünïcode' WHERE id % 8 IN (0, 5)")  # new NULL bitmaps
+
     rng = random.Random(38)
+    names = ", ".join(f"`{c}`" for c in COLUMNAR_TYPES)
+    marks = ", ".join(["%s"] * (len(COLUMNAR_TYPES) + 1))
     with conn.cursor() as cur:
         cur.execute("SET SESSION sql_mode = '', time_zone = '+00:00'")
-        names = ", ".join(f"`{c}`" for c in COLUMNAR_TYPES)
-        marks = ", ".join(["%s"] * (len(COLUMNAR_TYPES) + 1))
         for start in range(0, 1200, 300):
             rows = [columnar_row(rng, i) for i in range(start, start + 300)]
-            for table in ("c", "m"):
+            for table in ("c", "m", "u"):
                 cur.executemany(f"INSERT INTO {table} (id, {names}) VALUES ({marks})", rows)
             cur.executemany(f"INSERT INTO r (id, {names}) VALUES ({marks})",
                             [columnar_row(rng, i, patterned=False) for i in range(start, start + 300)])
             cur.executemany(f"INSERT INTO t (id, {names}, tx) VALUES ({marks}, %s)", [(*r, f"x{r[0]}") for r in rows])
         cur.execute("UPDATE m SET i = i DIV 2, vc = 'moved', id = id + 5000 WHERE id % 3 = 0")
         cur.execute("DELETE FROM m WHERE id % 5 = 0")
-        cur.executemany(f"INSERT INTO m (id, {names}) VALUES ({marks})",
-                        [columnar_row(rng, i) for i in range(0, 1200, 5)])
-    read = []
-    original = table_batch.columns
-    monkeypatch.setattr(table_batch, "columns", lambda *a: read.append(original(*a)) or read[-1])
-    stream_until_now(configs["columnar"])
-    assert read and all(c is not None for c in read)  # table c's inserts, read as columns
-    monkeypatch.setattr(row_images, "COLUMNAR_MIN_ROWS", 10 ** 9)
-    stream_until_now(configs["tuples"])
-    tables = [f"{name}.{t}" for t in ("c", "m", "t", "r")]
+        cur.executemany(f"INSERT INTO m (id, {names}) VALUES ({marks})",  # keys the batch deleted, and new ones
+                        [columnar_row(rng, i) for i in [*range(0, 1200, 5), *range(2000, 2100)]])
+        moves(cur, 10000)
+    stream_both()
+    with conn.cursor() as cur:  # a batch of its own, over rows Delta holds
+        cur.execute("SET SESSION sql_mode = '', time_zone = '+00:00'")
+        moves(cur, 20000)
+        cur.execute("UPDATE u SET d = -d WHERE id % 7 = 2")
+    stream_both()
+    assert {k for p in plans if p for k in p} == {"append", "upsert", "delete"}  # columns folded in every way
+    assert None in plans  # m's inserts at keys its delete folded as tuples: those are folded as tuples too
+    tables = [f"{name}.{t}" for t in ("c", "m", "t", "r", "u")]
     for cfg in configs.values():
         assert_equal(cfg, tables)
     for table in tables:

@@ -26,13 +26,21 @@ Invariants (tested in tests/test_table_batch.py):
 - ``changes`` counts the binlog row changes folded in, per op (an update is one change,
   whatever its images became): the changes the batch's commit covers, also those the
   hand-off dropped and those that fold to nothing (docs/contracts.md: binlake.stream.changes).
-- Inserts decoded into columns (cdc_core/binlog/row_images.py: ColumnarRows) are held as
-  they are and become the plan's ``appended`` Arrow table, the rows the tuple path would append,
-  equal value for value and type for type, when no key repeats among them and the keys the batch
-  folded otherwise. An update or a delete of the table first folds the held events as tuples, in
-  their order, so the keys folded after a held insert are only other inserts' (a key inserted
-  twice is deleted between): folding the held events last, when a key repeats, is their order
-  too (tests/test_stream.py: test_columnar_inserts).
+- Inserts and updates decoded into columns (cdc_core/binlog/row_images.py: ColumnarRows) are held
+  as they are and folded in Arrow when the batch is planned (``_columnar_plan``): the plan's
+  ``arrow`` rows are the rows the tuple path would plan of them, equal value for value and type for
+  type. Their fold is the tuple path's: their actions in binlog order are each image written (an
+  insert's, an update's after image) and, before it, the before image deleted of an update that
+  changes its key; per key the last action gives the row and its op (a delete's row its before
+  image), the first whether the key may exist in Delta (not when an insert came first).
+- The held events come after every event the batch folded otherwise, but for inserts not held
+  (another table map's, rows the columns do not read) while only inserts are held: any other event
+  (a delete, an update or insert not held) first folds the held events as tuples, in their order.
+  Such an insert's key repeats no held insert's key (a key inserted twice is deleted between), so
+  its order against them is of no account. When the held changes are fewer than
+  ``COLUMNAR_MIN_ROWS``, a held key is one the batch folded otherwise, or a key column holds a NULL,
+  the held events are folded as tuples after the others, which is their order too
+  (tests/test_stream.py: test_columnar_changes).
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from operator import itemgetter
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cdc_core.binlog.columnar import columns
 from cdc_core.binlog.row_images import ColumnarRows
@@ -53,6 +62,10 @@ from cdc_core.schema.table import TableSchema
 from cdc_core.types.mapping import binlog_value, binlog_value_unchanged
 
 Drop = Callable[[object, BinlogPosition], bool]
+
+# A table's held changes of fewer rows in a batch are folded as tuples (a live stream's small batches): the
+# columns' cost per batch (numpy calls per column, null bitmap and segment) passes the tuples' below it.
+COLUMNAR_MIN_ROWS = 256
 
 
 def _identity(v):
@@ -67,15 +80,15 @@ class TablePlan:
     append: list[tuple] = field(default_factory=list)
     upsert: list[tuple] = field(default_factory=list)
     delete: list[tuple] = field(default_factory=list)
-    appended: pa.Table | None = None  # more rows to append, as Arrow (inserts decoded into columns)
+    arrow: dict[str, pa.Table] = field(default_factory=dict)  # more rows by kind, as Arrow (changes read as columns)
 
     @property
     def empty(self) -> bool:
-        return not (self.append or self.upsert or self.delete or self.appended is not None)
+        return not (self.append or self.upsert or self.delete or self.arrow)
 
     def has(self, kind: str) -> bool:
         """Whether the plan has rows of ``kind`` (append, upsert, delete)."""
-        return bool(getattr(self, kind)) or (kind == "append" and self.appended is not None)
+        return bool(getattr(self, kind)) or kind in self.arrow
 
 
 class TableBatch:
@@ -115,7 +128,8 @@ class TableBatch:
             self._convert = convert
         self.drop = drop
         self.drop_idx = self.names.index(drop_column) if drop_column else None
-        self.held: list[tuple[ColumnarRows, int, int]] = []  # columnar inserts not folded: (rows, base, first row)
+        self.held: list[tuple[ColumnarRows, BinlogPosition, int]] = []  # changes read as columns, not folded yet
+        self._held_updates = False  # whether an update is among them
         self.events = 0
         self.rows_in = 0
         self.changes = {"c": 0, "u": 0, "d": 0}  # binlog row changes by op (see the module invariants)
@@ -144,16 +158,21 @@ class TableBatch:
         after) pairs) into the batch; its rows are numbered from ``first_row`` in ``_cdc_seq``
         (cdc_core/binlog/events.py: RowsEvent); its time (µs, ``RowsEvent.time_us``) and ``gtid``
         are for the tables that keep them (cdc_core/batch/mode_batch.py)."""
-        conv = self._convert
         self.events += 1
         self.rows_in += len(rows)
         self.changes[op] += len(rows)
-        base = pos.seq(0)
-        if op == "c" and self.drop is None and type(self) is TableBatch and self._takes(rows):
-            self.held.append((rows, base, first_row))
+        if op != "d" and self.drop is None and type(self) is TableBatch and self._takes(rows):
+            self.held.append((rows, pos, first_row))
+            self._held_updates = self._held_updates or op == "u"
             return
-        if op != "c":
+        if op != "c" or self._held_updates:
             self._fold_held()
+        self._fold(op, rows, pos, first_row)
+
+    def _fold(self, op: str, rows: list, pos: BinlogPosition, first_row: int) -> None:
+        """Fold one row event's value tuples (``add_event``'s arguments)."""
+        conv = self._convert
+        base = pos.seq(0)
         if op == "c" and self.drop is None and type(self)._write is TableBatch._write:
             self._insert(rows, base, first_row)
             return
@@ -191,37 +210,65 @@ class TableBatch:
         return True
 
     def _fold_held(self) -> None:
-        """Fold the held columnar inserts as tuples, in their order (before anything later)."""
-        held, self.held = self.held, []
-        for rows, base, first_row in held:
-            self._insert(rows.tuples(), base, first_row)
+        """Fold the held events as tuples, in their order (before anything later)."""
+        held, self.held, self._held_updates = self.held, [], False
+        for rows, pos, first_row in held:
+            self._fold("u" if rows.update else "c", rows.tuples(), pos, first_row)
 
-    def _appended(self) -> pa.Table | None:
-        """The held inserts as the Arrow rows the tuple path would append, or None when a key repeats
-        among them or the tuple path must decode them (folded as tuples then)."""
-        target = self._target
-        read = columns(self.held[0][0].images.columnar, [rows.scan for rows, _, _ in self.held])
+    def _columnar_plan(self) -> dict[str, pa.Table] | None:
+        """The held events' rows to append, upsert and delete, as the Arrow rows the tuple path would
+        plan of them (see the module invariants), or None when the tuple path must fold them: a key
+        the batch folded otherwise, a NULL in a key column, or values it must decode."""
+        held, target = self.held, self._target
+        read = columns(held[0][0].images.columnar, [rows.scan for rows, _, _ in held])
         if read is None:
             return None
         arrays = [a if a.type == f.type else a.cast(f.type) for a, f in zip(read, target)]
-        key = [self.names.index(k) for k in self.schema.row_key]
-        rows = sum(len(r) for r, _, _ in self.held)
-        keys = [arrays[i] for i in key]
-        if self.final:  # the keys the batch folded (inserts of fewer rows, events before an update or delete)
+        key = [arrays[self.names.index(k)] for k in self.schema.row_key]
+        if any(a.null_count for a in key):
+            return None
+        # Per image: whether it is an update's before image, whether an insert's, its change's _cdc_seq
+        # (the event position's seq with the change's index from the event's first_row, at most 4095).
+        images = np.array([rows.scan.rows for rows, _, _ in held], dtype=np.int64)
+        step = np.repeat([2 if rows.update else 1 for rows, _, _ in held], images)
+        within = np.arange(int(images.sum()), dtype=np.int64) - np.repeat(np.cumsum(images) - images, images)
+        before = (step == 2) & (within % 2 == 0)
+        inserted = step == 1
+        change = within // step + np.repeat([first for _, _, first in held], images)
+        seq = np.repeat(np.array([pos.seq(0) for _, pos, _ in held], dtype=np.int64), images) | np.minimum(change, 4095)
+        # The actions in order: every after image, and the before image of an update changing its key.
+        acts = ~before
+        b = np.flatnonzero(before)
+        for a in key:
+            acts[b] |= ~np.asarray(pc.equal(a.take(b), a.take(b + 1)))
+        idx = np.flatnonzero(acts)
+        keys = [a.take(idx) for a in key]
+        order = pa.array(idx)
+        if self.final:  # the keys the batch folded otherwise: none of them may be a held one's
             folded = list(self.final)
             by_column = [folded] if len(key) == 1 else [list(c) for c in zip(*folded)]
             keys = [pa.concat_arrays([a, pa.array(c, a.type)]) for a, c in zip(keys, by_column)]
-        keys = pa.Table.from_arrays(keys, names=[str(j) for j in range(len(key))])
-        if keys.group_by(keys.column_names).aggregate([]).num_rows != keys.num_rows:
+            order = pa.concat_arrays([order, pa.array(np.full(len(folded), -1, dtype=np.int64))])
+        names = [f"k{j}" for j in range(len(keys))]
+        groups = pa.Table.from_arrays([*keys, order], names=[*names, "i"]).group_by(names).aggregate(
+            [("i", "min"), ("i", "max")])
+        first, last = (np.asarray(groups.column(c)) for c in ("i_min", "i_max"))
+        if ((first < 0) & (last >= 0)).any():
             return None
-        counts = [len(r) for r, _, _ in self.held]
-        # row i of an event: its position's seq with the row's index from the event's first_row, at most 4095
-        before = np.repeat(np.cumsum([0, *counts[:-1]]) - [first for _, _, first in self.held], counts)
-        index = np.minimum(np.arange(rows, dtype=np.int64) - before, 4095)
-        seq = np.repeat(np.array([base for _, base, _ in self.held], dtype=np.int64), counts) | index
-        op = pa.Array.from_buffers(pa.string(), rows, [None, pa.py_buffer(np.arange(rows + 1, dtype=np.int32)),
-                                                       pa.py_buffer(b"c" * rows)])
-        return pa.Table.from_arrays([*arrays, op, pa.array(seq, pa.int64())], schema=target)
+        first, last = first[last >= 0], last[last >= 0]  # (the keys folded otherwise are in ``final``)
+        may_exist = ~inserted[first]  # an insert's key is new to Delta when the insert came first
+        deleted = before[last]
+        op = np.where(deleted, ord("d"), np.where(inserted[last], ord("c"), ord("u"))).astype(np.uint8)
+        out = {}
+        for kind, rows in (("append", ~deleted & ~may_exist), ("upsert", ~deleted & may_exist),
+                           ("delete", deleted & may_exist)):
+            at = last[rows]
+            if len(at):
+                ops = pa.Array.from_buffers(pa.string(), len(at), [
+                    None, pa.py_buffer(np.arange(len(at) + 1, dtype=np.int32)), pa.py_buffer(op[rows].tobytes())])
+                out[kind] = pa.Table.from_arrays([*(a.take(at) for a in arrays), ops, pa.array(seq[at], pa.int64())],
+                                                 schema=target)
+        return out
 
     def _insert(self, rows: list, base: int, first_row: int) -> None:
         """``add_event``'s inserts without a hand-off filter, folded by ``_write``'s steps inline
@@ -257,13 +304,12 @@ class TableBatch:
 
     def plan(self) -> TablePlan:
         """The batch's net effect (see the module invariants)."""
-        appended = None
-        if self.held:
-            appended = self._appended()
-            if appended is None:
-                self._fold_held()
-            self.held = []
-        out, at, deletes = TablePlan(appended=appended), self._op_at, self._deletes_rows
+        arrow = self._columnar_plan() if sum(len(rows) for rows, _, _ in self.held) >= COLUMNAR_MIN_ROWS else None
+        if arrow is None:
+            self._fold_held()
+        else:
+            self.held, self._held_updates = [], False
+        out, at, deletes = TablePlan(arrow=arrow or {}), self._op_at, self._deletes_rows
         for k, row in self.final.items():
             if row[at] == "d" and deletes:
                 if self.may_exist[k]:
@@ -326,12 +372,12 @@ def keyless_problem(schema: TableSchema) -> str | None:
 
 
 def plan_arrow(schema: TableSchema, plan: TablePlan, kind: str, target: pa.Schema | None = None) -> pa.Table:
-    """A plan's rows of ``kind`` (append, upsert, delete) as Arrow: its tuples, then (appends) its
-    ``appended`` rows."""
+    """A plan's rows of ``kind`` (append, upsert, delete) as Arrow: its tuples, then its ``arrow`` rows."""
     rows = plan_to_arrow(schema, getattr(plan, kind), target)
-    if kind != "append" or plan.appended is None:
+    more = plan.arrow.get(kind)
+    if more is None:
         return rows
-    return pa.concat_tables([rows, plan.appended]) if rows.num_rows else plan.appended
+    return pa.concat_tables([rows, more]) if rows.num_rows else more
 
 
 def plan_to_arrow(schema: TableSchema, rows: list[tuple], target: pa.Schema | None = None) -> pa.Table:

@@ -1,12 +1,14 @@
-"""Insert row events decoded into Arrow columns: the values of many rows at once, from the
-event's bytes, instead of a tuple of Python objects per row.
+"""Insert and update row events decoded into Arrow columns: the values of many rows at once, from
+the event's bytes, instead of a tuple of Python objects per row.
 
 A packed WRITE_ROWS event (cdc_core/binlog/row_images.py: ``PackedRows``) of a table map whose
-every column is of a kind below is decoded in two steps. Where it is unpickled, :func:`scan` (code
-generated per table map over the null bitmaps met so far, at most ``VARIANTS_MAX``) notes per row
-only its bitmap's number and where each run of fixed-size values starts (a row's layout is fixed
-but for its strings' lengths); when the batch is planned, :func:`columns` reads each column of all
-its events' rows from those positions with numpy, and Arrow arrays are built from the buffers:
+every column is of a kind below is decoded in two steps (an UPDATE_ROWS event alike: its before and
+after images are images in turn). Where it is unpickled, :func:`scan` (code generated per table map
+over the null bitmaps met so far, at most ``VARIANTS_MAX``) notes only where each image starts;
+when the batch is planned, :func:`columns` finds each image's variant (its null bitmap) and where
+its runs of fixed-size values start (an image's layout is fixed but for its strings' lengths), reads
+each column of all its events' images from those positions with numpy, and builds Arrow arrays from
+the buffers:
 
 - integers (every width, signed and unsigned), FLOAT, DOUBLE: their little-endian bytes;
 - DECIMAL(p ≤ 18, s): the packed digits as a scaled int64, Arrow decimal128(p, s);
@@ -15,7 +17,7 @@ its events' rows from those positions with numpy, and Arrow arrays are built fro
 - CHAR/VARCHAR/TEXT in a charset decoded as UTF-8: their bytes, offsets from the lengths.
 
 Invariants (tests/test_columnar.py: the arrays equal the tuple path's values through
-``pa.array``, and python-mysql-replication's; tests/test_stream.py: test_columnar_inserts,
+``pa.array``, and python-mysql-replication's; tests/test_stream.py: test_columnar_changes,
 Delta equal to MySQL and to the tuple path):
 - An array holds exactly what ``pa.array`` of the tuple path's values (after
   cdc_core/types/mapping.py: binlog_value) holds, of the same type: zero and impossible dates of
@@ -198,8 +200,9 @@ def layout_of(columns: list, readers: tuple[Reader, ...], keep: tuple[int, ...] 
 
 @dataclass(frozen=True)
 class Scan:
-    """An insert event's rows as :func:`scan` found them: where each row's image starts in ``data``
-    (an array of machine integers: read by numpy, and freed, without an object per value)."""
+    """An event's row images as :func:`scan` found them (``rows`` images; an update's row is two): where
+    each starts in ``data`` (an array of machine integers: read by numpy, and freed, without an object
+    per value)."""
 
     data: bytes
     rows: int
@@ -207,9 +210,9 @@ class Scan:
 
 
 def scan(layout: Layout, buf: bytes, min_rows: int = 0) -> Scan | None:
-    """Where the insert images in ``buf`` (a WRITE_ROWS event's row data) start, or None when the
-    tuple path must decode them (the bytes end elsewhere than the last row, too many null bitmaps)
-    or there are fewer than ``min_rows`` rows. The values are read later, many events' at once
+    """Where the images in ``buf`` (a WRITE_ROWS or UPDATE_ROWS event's row data) start, or None when the
+    tuple path must decode them (the bytes end elsewhere than the last image, too many null bitmaps)
+    or there are fewer than ``min_rows`` images. The values are read later, many events' at once
     (:func:`columns`)."""
     if layout.closed:
         return None

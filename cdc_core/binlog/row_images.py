@@ -35,9 +35,11 @@ which decodes them as it unpickles them, with the same readers (compiled once pe
 own process: ``images_of``). Pickling per-row tuples of Python values, and unpickling them, cost
 about as much as decoding them; bytes pickle for nothing.
 - A packed event unpickles into the very list of value tuples the reader would have sent; an insert
-  event of at least ``COLUMNAR_MIN_ROWS`` rows whose table map cdc_core/binlog/columnar.py reads
-  unpickles into ``ColumnarRows``, scanned for its columns, which to every other reader is a sequence
-  of those same tuples (decoded from the same bytes on first use; tests/test_columnar.py).
+  or update event whose table map cdc_core/binlog/columnar.py reads unpickles into ``ColumnarRows``,
+  scanned for its columns (an update's before and after images in turn), which to every other reader
+  is a sequence of those same tuples (updates: pairs; decoded from the same bytes on first use;
+  tests/test_columnar.py). Whether they are read as columns is decided per batch, by its rows
+  (cdc_core/batch/table_batch.py: ``COLUMNAR_MIN_ROWS``).
 - An image that fails to decode unpickles into ``Undecoded`` (the error's text) instead of a list;
   the engine's taker reports it as the reader would have (pipelines/stream/reader.py).
 """
@@ -233,30 +235,32 @@ class PackedRows:
 
 
 class ColumnarRows:
-    """An insert event's rows scanned for columnar decoding where they were unpickled (``scan``,
-    cdc_core/binlog/columnar.py), for cdc_core/batch/table_batch.py to read as columns with the rest of
-    its batch; to every other reader a sequence of the very value tuples the tuple path gives,
-    decoded from the same bytes on first use."""
+    """An insert or update event's rows scanned for columnar decoding where they were unpickled (``scan``,
+    cdc_core/binlog/columnar.py: an update's images in turn, before then after), for
+    cdc_core/batch/table_batch.py to read as columns with the rest of its batch; to every other reader a
+    sequence of the very value tuples (updates: (before, after) pairs) the tuple path gives, decoded from
+    the same bytes on first use."""
 
-    __slots__ = ("images", "data", "scan", "_tuples")
+    __slots__ = ("images", "data", "scan", "update", "_tuples")
 
-    def __init__(self, images: RowImages, data: bytes, scanned: Scan):
+    def __init__(self, images: RowImages, data: bytes, scanned: Scan, update: bool = False):
         self.images = images
         self.data = data
         self.scan = scanned
+        self.update = update
         self._tuples: list | None = None
 
     def __reduce__(self):
-        return _unpacked, (self.images, self.data, False, True)
+        return _unpacked, (self.images, self.data, self.update, not self.update)
 
     def tuples(self) -> list:
         """The rows as value tuples (the tuple path's, decoded once)."""
         if self._tuples is None:
-            self._tuples = self.images.decode(self.data, False)
+            self._tuples = self.images.decode(self.data, self.update)
         return self._tuples
 
     def __len__(self) -> int:
-        return self.scan.rows
+        return self.scan.rows // 2 if self.update else self.scan.rows
 
     def __iter__(self):
         return iter(self.tuples())
@@ -270,17 +274,13 @@ class ColumnarRows:
     __hash__ = None  # type: ignore[assignment] - a list is not hashable either
 
 
-# An insert event of fewer rows is decoded by the tuple path (a live stream's single-row inserts):
-# the columns' cost per event (numpy calls per null bitmap and segment) passes the tuples' below it.
-COLUMNAR_MIN_ROWS = 8
-
-
 def _unpacked(images: RowImages, data: bytes, update: bool, insert: bool = False) -> list | ColumnarRows | Undecoded:
     try:
-        if insert and images.columnar is not None:
-            scanned = scan(images.columnar, data, COLUMNAR_MIN_ROWS)
-            if scanned is not None:
-                return ColumnarRows(images, data, scanned)
+        if (insert or update) and images.columnar is not None:
+            per_row = 2 if update else 1  # an update's row is two images
+            scanned = scan(images.columnar, data, per_row)
+            if scanned is not None and scanned.rows % per_row == 0:
+                return ColumnarRows(images, data, scanned, update)
         return images.decode(data, update)
     except Exception as e:  # noqa: BLE001 - reported by the taker, as the reader reports its errors
         return Undecoded(f"{type(e).__name__}: {e}")

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -77,8 +78,10 @@ def _rows(part: _Part) -> RowsApplied:
     p, at = part.plan, len(part.schema.columns)
     if isinstance(p, HistoryPlan):
         return RowsApplied(inserted=len(p.versions), updated=sum(1 for k in p.keys if k[-1]))
-    applied = [sum(1 for rows in (p.append, p.upsert, p.delete) for r in rows if r[at] == op) for op in ("c", "u", "d")]
-    return RowsApplied(applied[0] + (p.appended.num_rows if p.appended is not None else 0), *applied[1:])
+    ops = Counter(r[at] for rows in (p.append, p.upsert, p.delete) for r in rows)
+    for rows in p.arrow.values():
+        ops.update(rows.column(at).to_pylist())
+    return RowsApplied(ops["c"], ops["u"], ops["d"])
 
 
 def _built_for(cache: dict, key: str, source, build):
