@@ -384,3 +384,38 @@ def test_columnar_changes(db, make_config, monkeypatch):
         for column in columnar.column_names:
             assert columnar.column(column).to_pylist() == tuples.column(column).to_pylist(), (table, column)
         assert columnar.equals(tuples)
+
+
+@pytest.mark.parametrize("how", ["single_insert", "insert_read_as_columns", "update_read_as_columns", "history"])
+def test_rows_that_fail_to_decode_stop_the_stream_naming_their_table_and_position(db, make_config, how):
+    """An impossible DATE (ALLOW_INVALID_DATES), which the tuple path refuses as python-mysql-replication
+    does: in a single-row insert (decoded as it is unpickled), in a multi-row insert and in an update of
+    300 rows (read as columns, which find the date impossible and leave them to the tuple path when the
+    batch is planned), in a table kept in history mode (folded as tuples as the event is read): the stream
+    stops with a terminal error naming the error, the table and the event's position, and stops there
+    again when run again."""
+    from cdc_core.errors import TerminalError
+
+    name, conn = db
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, d DATE)")
+    modes = {"sink": {"table_modes": {".*": "history"}}} if how == "history" else {}
+    cfg = make_config(name, source={"startup": {"mode": "latest"}}, **modes)
+    stream_until_now(cfg)
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO t VALUES (%s, '2020-01-01')", [(i,) for i in range(100, 400)])
+    stream_until_now(cfg)
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'")
+        if how == "single_insert":
+            cur.execute("INSERT INTO t VALUES (2, '2020-02-30')")
+        elif how == "insert_read_as_columns":
+            cur.executemany("INSERT INTO t VALUES (%s, %s)", [(i, "2020-02-30" if i == 50 else "2020-01-02")
+                                                              for i in range(2, 99)])
+        else:
+            cur.execute("UPDATE t SET d = '2020-02-30' WHERE id >= 100")
+    for _ in range(2):
+        with pytest.raises(TerminalError) as failed:
+            StreamEngine(cfg, until_now=True).run()
+        assert "ValueError: day is out of range for month" in str(failed.value)
+        assert f"decoding {name}.t's rows at binlog." in str(failed.value)

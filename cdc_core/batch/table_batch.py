@@ -55,7 +55,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc_core.binlog.columnar import columns
-from cdc_core.binlog.row_images import ColumnarRows
+from cdc_core.binlog.row_images import ColumnarRows, UndecodedRows
 from cdc_core.offset.position import BinlogPosition
 from cdc_core.schema.output import output_schema
 from cdc_core.schema.table import TableSchema
@@ -63,7 +63,8 @@ from cdc_core.types.mapping import binlog_value, binlog_value_unchanged
 
 Drop = Callable[[object, BinlogPosition], bool]
 
-# A table's held changes of fewer rows in a batch are folded as tuples (a live stream's small batches): the
+# A table's held changes of fewer rows in a batch (not counting those decoded as tuples already, the events of
+# fewer than row_images.DECODED_BELOW rows) are folded as tuples (a live stream's small batches): the
 # columns' cost per batch (numpy calls per column, null bitmap and segment) passes the tuples' below it. Measured
 # on single-row events of a 7-column table: about even at 256 changes; at 16, twice the tuples' CPU; at 2,048,
 # 0.8-0.9 of it (multi-row events cross over sooner).
@@ -215,7 +216,11 @@ class TableBatch:
         """Fold the held events as tuples, in their order (before anything later)."""
         held, self.held, self._held_updates = self.held, [], False
         for rows, pos, first_row in held:
-            self._fold("u" if rows.update else "c", rows.tuples(), pos, first_row)
+            try:
+                tuples = rows.tuples()
+            except UndecodedRows as e:
+                raise UndecodedRows(f"{e} (decoding {self.schema.qualified_name}'s rows at {pos})") from e
+            self._fold("u" if rows.update else "c", tuples, pos, first_row)
 
     def _columnar_plan(self) -> dict[str, pa.Table] | None:
         """The held events' rows to append, upsert and delete, as the Arrow rows the tuple path would
@@ -306,7 +311,9 @@ class TableBatch:
 
     def plan(self) -> TablePlan:
         """The batch's net effect (see the module invariants)."""
-        arrow = self._columnar_plan() if sum(len(rows) for rows, _, _ in self.held) >= COLUMNAR_MIN_ROWS else None
+        # (rows decoded as tuples already are folded as tuples, unless few beside others)
+        pending = sum(len(rows) for rows, _, _ in self.held if not rows.decoded)
+        arrow = self._columnar_plan() if pending >= COLUMNAR_MIN_ROWS else None
         if arrow is None:
             self._fold_held()
         else:

@@ -54,6 +54,7 @@ from pymysqlreplication.constants import BINLOG
 from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 
 from cdc_core.binlog.columnar import Layout, Scan, layout_of, scan
+from cdc_core.errors import TerminalError
 from cdc_core.types.codec import Reader, inline_of
 from cdc_core.types.registry import table_map_codec
 
@@ -234,29 +235,44 @@ class PackedRows:
         return self.images.decode(self.data, self.update)
 
 
+class UndecodedRows(TerminalError):
+    """A row event's images read as columns failed to decode as tuples where they were first asked
+    for (the error the tuple path raised, and where it is known, the table and the event's position)."""
+
+
 class ColumnarRows:
     """An insert or update event's rows scanned for columnar decoding where they were unpickled (``scan``,
     cdc_core/binlog/columnar.py: an update's images in turn, before then after), for
     cdc_core/batch/table_batch.py to read as columns with the rest of its batch; to every other reader a
     sequence of the very value tuples (updates: (before, after) pairs) the tuple path gives, decoded from
-    the same bytes on first use."""
+    the same bytes on first use (an event of fewer than ``DECODED_BELOW`` rows: as it is unpickled), or
+    ``UndecodedRows``."""
 
     __slots__ = ("images", "data", "scan", "update", "_tuples")
 
-    def __init__(self, images: RowImages, data: bytes, scanned: Scan, update: bool = False):
+    def __init__(self, images: RowImages, data: bytes, scanned: Scan, update: bool = False,
+                 tuples: list | None = None):
         self.images = images
         self.data = data
         self.scan = scanned
         self.update = update
-        self._tuples: list | None = None
+        self._tuples = tuples
 
     def __reduce__(self):
         return _unpacked, (self.images, self.data, self.update, not self.update)
 
+    @property
+    def decoded(self) -> bool:
+        """Whether the tuples are decoded already."""
+        return self._tuples is not None
+
     def tuples(self) -> list:
-        """The rows as value tuples (the tuple path's, decoded once)."""
+        """The rows as value tuples (the tuple path's, decoded once); ``UndecodedRows`` when they fail to decode."""
         if self._tuples is None:
-            self._tuples = self.images.decode(self.data, self.update)
+            try:
+                self._tuples = self.images.decode(self.data, self.update)
+            except Exception as e:
+                raise UndecodedRows(f"{type(e).__name__}: {e}") from e
         return self._tuples
 
     def __len__(self) -> int:
@@ -274,13 +290,20 @@ class ColumnarRows:
     __hash__ = None  # type: ignore[assignment] - a list is not hashable either
 
 
+# An event of fewer rows read as columns is decoded as tuples as it is unpickled too: a decoding error is
+# then the taker's to report, as for any other event (a live stream's single-row changes are most often
+# folded as tuples; a batch of larger events is read as columns, its tuples never decoded).
+DECODED_BELOW = 8
+
+
 def _unpacked(images: RowImages, data: bytes, update: bool, insert: bool = False) -> list | ColumnarRows | Undecoded:
     try:
         if (insert or update) and images.columnar is not None:
             per_row = 2 if update else 1  # an update's row is two images
             scanned = scan(images.columnar, data, per_row)
             if scanned is not None and scanned.rows % per_row == 0:
-                return ColumnarRows(images, data, scanned, update)
+                tuples = images.decode(data, update) if scanned.rows < DECODED_BELOW * per_row else None
+                return ColumnarRows(images, data, scanned, update, tuples)
         return images.decode(data, update)
     except Exception as e:  # noqa: BLE001 - reported by the taker, as the reader reports its errors
         return Undecoded(f"{type(e).__name__}: {e}")

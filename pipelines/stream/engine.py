@@ -74,6 +74,7 @@ from cdc_core.binlog.events import (
     TransactionEnd,
 )
 from cdc_core.binlog.reader import STOP_SIGNALS, ReaderSpec
+from cdc_core.binlog.row_images import UndecodedRows
 from cdc_core.config import BinlakeConfig
 from cdc_core.errors import STORE, TerminalError, is_transient
 from cdc_core.lifecycle import Lifecycle, State
@@ -420,6 +421,12 @@ class StreamEngine:
         return False
 
     def _on_rows(self, ev: RowsEvent) -> None:
+        try:
+            self._fold_rows(ev)
+        except UndecodedRows as e:  # rows read as columns, decoded as tuples here (cdc_core/binlog/row_images.py)
+            raise StreamFailed(f"reading the binlog failed: {e} (decoding {ev.table}'s rows at {ev.position})") from e
+
+    def _fold_rows(self, ev: RowsEvent) -> None:
         s = self.state
         name = ev.table
         if name in self._cascades:
