@@ -12,12 +12,14 @@ import pyarrow as pa
 from pymysqlreplication.event import XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from cdc_core.batch import table_batch
+from cdc_core.batch.table_batch import TableBatch, plan_arrow
 from cdc_core.binlog import row_images
 from cdc_core.binlog.columnar import columns
 from cdc_core.binlog.decoder import RowDecoder
 from cdc_core.binlog.event_source import open_binlog
 from cdc_core.binlog.row_images import ColumnarRows
-from cdc_core.offset.position import master_position
+from cdc_core.offset.position import BinlogPosition, master_position
 from cdc_core.schema.output import arrow_schema
 from cdc_core.source.connection import connection_settings
 from cdc_core.types.mapping import binlog_value
@@ -30,7 +32,9 @@ def test_columns_equal_the_library(db, make_config, monkeypatch):
     packed events (pickled and unpickled, as the engine receives them) hold exactly ``pa.array`` of the
     library's values made canonical, of the Delta column's type, image for image in binlog order (an
     update's before image, then its after image); as a sequence they are the tuple path's tuples (an
-    update's: pairs), a single-row insert's too; a delete unpickles into tuples."""
+    update's: pairs), a single-row insert's and a delete's too. Folded in one batch in Arrow, they plan
+    exactly the rows the tuple path plans of the library's tuples, also when a change folded as tuples
+    first holds keys the columns then meet (folded as tuples then)."""
     name, conn = db
     # The decoders this process compiled before for the same columns (tests/test_stream.py's rows with
     # NULLs anywhere close their layout to columns) are not this test's.
@@ -90,8 +94,33 @@ def test_columns_equal_the_library(db, make_config, monkeypatch):
             assert column.equals(expected), (col.name, column.to_pylist()[:8], expected.to_pylist()[:8])
             assert column.null_count > 0 or col.name == "id"  # every column has NULLs (the NULL pattern varies)
     assert [r for rows in packed for r in rows] == [r for rows in library for r in rows]  # the tuple path's tuples
-    assert all(type(r) is ColumnarRows and r.update for r in updates["packed"])
+    assert all(type(r) is ColumnarRows and r.op == "u" for r in updates["packed"])
     # 267 rows moved (to keys = 1 mod 3), then those and the 267 others = 1 mod 3 updated again
     assert updates["packed"] == updates["library"] and sum(map(len, updates["library"])) == 801
     assert deletes["packed"] == deletes["library"] and sum(map(len, deletes["library"])) == 100
-    assert all(type(r) is list for r in deletes["packed"])
+    assert all(type(r) is ColumnarRows and r.op == "d" for r in deletes["packed"])
+
+    def planned(events: list, columnar: bool) -> tuple[dict, dict]:
+        """The plan of ``events`` (op, rows) in one batch: its Arrow part, and its rows of each kind."""
+        with monkeypatch.context() as m:
+            m.setattr(table_batch, "COLUMNAR_MIN_ROWS", 0 if columnar else 10 ** 9)
+            batch = TableBatch(schema)
+            for i, (op, rows) in enumerate(events):
+                fresh = pickle.loads(pickle.dumps(rows, pickle.HIGHEST_PROTOCOL))  # tuples not decoded yet
+                batch.add_event(op, fresh, BinlogPosition("binlog.000001", 4 + 100 * i))
+            plan = batch.plan()
+        return plan.arrow, {kind: sorted(map(repr, plan_arrow(schema, plan, kind).to_pylist()))
+                            for kind in ("append", "upsert", "delete")}
+
+    def events(how: str) -> list:
+        return [(op, rows) for op, group in (("c", got), ("d", deletes), ("u", updates)) for rows in group[how]]
+
+    _, expected = planned(events("library"), columnar=False)
+    arrow, rows = planned(events("packed"), columnar=True)
+    assert set(arrow) == {"append", "upsert"} and rows == expected  # keys moved to: upserted, as by the tuples
+    # The first delete event folded as tuples: the inserts before it too, whose keys the later columns meet.
+    first_delete = len(got["packed"])
+    mixed = [(op, deletes["library"][0] if i == first_delete else rows)
+             for i, (op, rows) in enumerate(events("packed"))]
+    arrow, rows = planned(mixed, columnar=True)
+    assert not arrow and rows == expected

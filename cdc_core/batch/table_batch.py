@@ -26,16 +26,17 @@ Invariants (tested in tests/test_table_batch.py):
 - ``changes`` counts the binlog row changes folded in, per op (an update is one change,
   whatever its images became): the changes the batch's commit covers, also those the
   hand-off dropped and those that fold to nothing (docs/contracts.md: binlake.stream.changes).
-- Inserts and updates decoded into columns (cdc_core/binlog/row_images.py: ColumnarRows) are held
-  as they are and folded in Arrow when the batch is planned (``_columnar_plan``): the plan's
-  ``arrow`` rows are the rows the tuple path would plan of them, equal value for value and type for
-  type. Their fold is the tuple path's: their actions in binlog order are each image written (an
-  insert's, an update's after image) and, before it, the before image deleted of an update that
-  changes its key; per key the last action gives the row and its op (a delete's row its before
-  image), the first whether the key may exist in Delta (not when an insert came first).
+- Row events decoded into columns (cdc_core/binlog/row_images.py: ColumnarRows) are held as they
+  are and folded in Arrow when the batch is planned (``_columnar_plan``): the plan's ``arrow`` rows
+  are the rows the tuple path would plan of them, equal value for value and type for type. Their
+  fold is the tuple path's: their actions in binlog order are each image written (an insert's, an
+  update's after image), each image deleted (a delete's, and before its after image the before
+  image of an update that changes its key); per key the last action gives the row and its op (a
+  delete's row its before image), the first whether the key may exist in Delta (not when an insert
+  came first).
 - The held events come after every event the batch folded otherwise, but for inserts not held
   (another table map's, rows the columns do not read) while only inserts are held: any other event
-  (a delete, an update or insert not held) first folds the held events as tuples, in their order.
+  not held first folds the held events as tuples, in their order.
   Such an insert's key repeats no held insert's key (a key inserted twice is deleted between), so
   its order against them is of no account. When the held changes are fewer than
   ``COLUMNAR_MIN_ROWS``, a held key is one the batch folded otherwise, or a key column holds a NULL,
@@ -132,7 +133,7 @@ class TableBatch:
         self.drop = drop
         self.drop_idx = self.names.index(drop_column) if drop_column else None
         self.held: list[tuple[ColumnarRows, BinlogPosition, int]] = []  # changes read as columns, not folded yet
-        self._held_updates = False  # whether an update is among them
+        self._held_changes = False  # whether an update or a delete is among them
         self.events = 0
         self.rows_in = 0
         self.changes = {"c": 0, "u": 0, "d": 0}  # binlog row changes by op (see the module invariants)
@@ -164,11 +165,11 @@ class TableBatch:
         self.events += 1
         self.rows_in += len(rows)
         self.changes[op] += len(rows)
-        if op != "d" and self.drop is None and type(self) is TableBatch and self._takes(rows):
+        if self.drop is None and type(self) is TableBatch and self._takes(rows):
             self.held.append((rows, pos, first_row))
-            self._held_updates = self._held_updates or op == "u"
+            self._held_changes = self._held_changes or op != "c"
             return
-        if op != "c" or self._held_updates:
+        if op != "c" or self._held_changes:
             self._fold_held()
         self._fold(op, rows, pos, first_row)
 
@@ -214,13 +215,13 @@ class TableBatch:
 
     def _fold_held(self) -> None:
         """Fold the held events as tuples, in their order (before anything later)."""
-        held, self.held, self._held_updates = self.held, [], False
+        held, self.held, self._held_changes = self.held, [], False
         for rows, pos, first_row in held:
             try:
                 tuples = rows.tuples()
             except UndecodedRows as e:
                 raise UndecodedRows(f"{e} (decoding {self.schema.qualified_name}'s rows at {pos})") from e
-            self._fold("u" if rows.update else "c", tuples, pos, first_row)
+            self._fold(rows.op, tuples, pos, first_row)
 
     def _columnar_plan(self) -> dict[str, pa.Table] | None:
         """The held events' rows to append, upsert and delete, as the Arrow rows the tuple path would
@@ -234,18 +235,21 @@ class TableBatch:
         key = [arrays[self.names.index(k)] for k in self.schema.row_key]
         if any(a.null_count for a in key):
             return None
-        # Per image: whether it is an update's before image, whether an insert's, its change's _cdc_seq
-        # (the event position's seq with the change's index from the event's first_row, at most 4095).
+        # Per image: whether it is a before image (an update's first, a delete's), whether an insert's, its
+        # change's _cdc_seq (the event position's seq with the change's index from the event's first_row, at
+        # most 4095).
         images = np.array([rows.scan.rows for rows, _, _ in held], dtype=np.int64)
-        step = np.repeat([2 if rows.update else 1 for rows, _, _ in held], images)
+        ops = np.repeat(np.frombuffer("".join(rows.op for rows, _, _ in held).encode(), dtype=np.uint8), images)
+        step = np.where(ops == ord("u"), 2, 1)
         within = np.arange(int(images.sum()), dtype=np.int64) - np.repeat(np.cumsum(images) - images, images)
-        before = (step == 2) & (within % 2 == 0)
-        inserted = step == 1
+        update_before = (ops == ord("u")) & (within % 2 == 0)
+        before = update_before | (ops == ord("d"))
+        inserted = ops == ord("c")
         change = within // step + np.repeat([first for _, _, first in held], images)
         seq = np.repeat(np.array([pos.seq(0) for _, pos, _ in held], dtype=np.int64), images) | np.minimum(change, 4095)
-        # The actions in order: every after image, and the before image of an update changing its key.
-        acts = ~before
-        b = np.flatnonzero(before)
+        # The actions in order: every after image, every delete, and an update's before image when it changes its key.
+        acts = ~update_before
+        b = np.flatnonzero(update_before)
         for a in key:
             acts[b] |= ~np.asarray(pc.equal(a.take(b), a.take(b + 1)))
         idx = np.flatnonzero(acts)
@@ -317,7 +321,7 @@ class TableBatch:
         if arrow is None:
             self._fold_held()
         else:
-            self.held, self._held_updates = [], False
+            self.held, self._held_changes = [], False
         out, at, deletes = TablePlan(arrow=arrow or {}), self._op_at, self._deletes_rows
         for k, row in self.final.items():
             if row[at] == "d" and deletes:

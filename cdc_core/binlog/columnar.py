@@ -1,10 +1,10 @@
-"""Insert and update row events decoded into Arrow columns: the values of many rows at once, from
-the event's bytes, instead of a tuple of Python objects per row.
+"""Row events decoded into Arrow columns: the values of many rows at once, from the event's bytes,
+instead of a tuple of Python objects per row.
 
-A packed WRITE_ROWS event (cdc_core/binlog/row_images.py: ``PackedRows``) of a table map whose
-every column is of a kind below is decoded in two steps (an UPDATE_ROWS event alike: its before and
-after images are images in turn). Where it is unpickled, :func:`scan` (code generated per table map
-over the null bitmaps met so far, at most ``VARIANTS_MAX``) notes only where each image starts;
+A packed row event (cdc_core/binlog/row_images.py: ``PackedRows``) of a table map whose every column
+is of a kind below is decoded in two steps (an update's before and after images are images in turn).
+Where it is unpickled, :func:`scan` (code generated per table map over the null bitmaps met so far, at
+most ``VARIANTS_MAX``) notes only where each image starts;
 when the batch is planned, :func:`columns` finds each image's variant (its null bitmap) and where
 its runs of fixed-size values start (an image's layout is fixed but for its strings' lengths), reads
 each column of all its events' images from those positions with numpy, and builds Arrow arrays from
@@ -210,7 +210,7 @@ class Scan:
 
 
 def scan(layout: Layout, buf: bytes, min_rows: int = 0) -> Scan | None:
-    """Where the images in ``buf`` (a WRITE_ROWS or UPDATE_ROWS event's row data) start, or None when the
+    """Where the images in ``buf`` (a row event's row data) start, or None when the
     tuple path must decode them (the bytes end elsewhere than the last image, too many null bitmaps)
     or there are fewer than ``min_rows`` images. The values are read later, many events' at once
     (:func:`columns`)."""

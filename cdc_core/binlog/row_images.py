@@ -34,10 +34,10 @@ of such a table map carries its row data as bytes (``PackedRows``) across the qu
 which decodes them as it unpickles them, with the same readers (compiled once per table map in its
 own process: ``images_of``). Pickling per-row tuples of Python values, and unpickling them, cost
 about as much as decoding them; bytes pickle for nothing.
-- A packed event unpickles into the very list of value tuples the reader would have sent; an insert
-  or update event whose table map cdc_core/binlog/columnar.py reads unpickles into ``ColumnarRows``,
-  scanned for its columns (an update's before and after images in turn), which to every other reader
-  is a sequence of those same tuples (updates: pairs; decoded from the same bytes on first use;
+- A packed event unpickles into the very list of value tuples the reader would have sent; a row
+  event whose table map cdc_core/binlog/columnar.py reads unpickles into ``ColumnarRows``, scanned
+  for its columns (an update's before and after images in turn), which to every other reader is a
+  sequence of those same tuples (updates: pairs; decoded from the same bytes on first use;
   tests/test_columnar.py). Whether they are read as columns is decided per batch, by its rows
   (cdc_core/batch/table_batch.py: ``COLUMNAR_MIN_ROWS``).
 - An image that fails to decode unpickles into ``Undecoded`` (the error's text) instead of a list;
@@ -86,7 +86,7 @@ class RowImages:
     mask: int  # ``full`` as an integer
     columns: tuple = field(compare=False)  # the table map's columns it was compiled from
     variants: dict = field(default_factory=dict, compare=False, repr=False)  # null bitmap -> image reader
-    columnar: Layout | None = field(default=None, compare=False, repr=False)  # inserts as columns, if it can
+    columnar: Layout | None = field(default=None, compare=False, repr=False)  # images as columns, if it can
 
     def __reduce__(self):
         return images_of, (self.columns, self.keep)
@@ -241,25 +241,24 @@ class UndecodedRows(TerminalError):
 
 
 class ColumnarRows:
-    """An insert or update event's rows scanned for columnar decoding where they were unpickled (``scan``,
+    """A row event's rows (``op``: c, u or d) scanned for columnar decoding where they were unpickled (``scan``,
     cdc_core/binlog/columnar.py: an update's images in turn, before then after), for
     cdc_core/batch/table_batch.py to read as columns with the rest of its batch; to every other reader a
     sequence of the very value tuples (updates: (before, after) pairs) the tuple path gives, decoded from
     the same bytes on first use (an event of fewer than ``DECODED_BELOW`` rows: as it is unpickled), or
     ``UndecodedRows``."""
 
-    __slots__ = ("images", "data", "scan", "update", "_tuples")
+    __slots__ = ("images", "data", "scan", "op", "_tuples")
 
-    def __init__(self, images: RowImages, data: bytes, scanned: Scan, update: bool = False,
-                 tuples: list | None = None):
+    def __init__(self, images: RowImages, data: bytes, scanned: Scan, op: str = "c", tuples: list | None = None):
         self.images = images
         self.data = data
         self.scan = scanned
-        self.update = update
+        self.op = op
         self._tuples = tuples
 
     def __reduce__(self):
-        return _unpacked, (self.images, self.data, self.update, not self.update)
+        return _unpacked, (self.images, self.data, self.op == "u", self.op == "c")
 
     @property
     def decoded(self) -> bool:
@@ -270,13 +269,13 @@ class ColumnarRows:
         """The rows as value tuples (the tuple path's, decoded once); ``UndecodedRows`` when they fail to decode."""
         if self._tuples is None:
             try:
-                self._tuples = self.images.decode(self.data, self.update)
+                self._tuples = self.images.decode(self.data, self.op == "u")
             except Exception as e:
                 raise UndecodedRows(f"{type(e).__name__}: {e}") from e
         return self._tuples
 
     def __len__(self) -> int:
-        return self.scan.rows // 2 if self.update else self.scan.rows
+        return self.scan.rows // 2 if self.op == "u" else self.scan.rows
 
     def __iter__(self):
         return iter(self.tuples())
@@ -298,12 +297,12 @@ DECODED_BELOW = 8
 
 def _unpacked(images: RowImages, data: bytes, update: bool, insert: bool = False) -> list | ColumnarRows | Undecoded:
     try:
-        if (insert or update) and images.columnar is not None:
+        if images.columnar is not None:
             per_row = 2 if update else 1  # an update's row is two images
             scanned = scan(images.columnar, data, per_row)
             if scanned is not None and scanned.rows % per_row == 0:
                 tuples = images.decode(data, update) if scanned.rows < DECODED_BELOW * per_row else None
-                return ColumnarRows(images, data, scanned, update, tuples)
+                return ColumnarRows(images, data, scanned, "u" if update else "c" if insert else "d", tuples)
         return images.decode(data, update)
     except Exception as e:  # noqa: BLE001 - reported by the taker, as the reader reports its errors
         return Undecoded(f"{type(e).__name__}: {e}")
