@@ -81,6 +81,9 @@ def test_columns_equal_the_library(db, make_config, monkeypatch):
     assert [len(r) for r in packed] == [len(r) for r in library] and sum(map(len, library)) == 901
     assert all(type(r) is ColumnarRows for r in packed) and len(packed[-1]) == 1  # the single row's too
     assert packed[-1].decoded and not packed[0].decoded  # (a small event's tuples decoded as it was unpickled)
+    images = packed[0].images  # pickled as its columns' keys: unpickled, the decoder compiled for them
+    assert images.keys == tuple(map(row_images.column_key, images.columns))
+    assert pickle.loads(pickle.dumps(images)) is images and all(r.images is images for r in packed)
     assert len(packed) > 10  # several events (rows are logged about 8 KiB an event)
     target = arrow_schema(schema)
     update_images = [[image for pair in rows for image in pair] for rows in updates["library"]]

@@ -146,7 +146,7 @@ class RowDecoder:
         fixes = tuple((fix, c.name) for c in table.columns
                       if c.name in names and (fix := table_map_codec(c).library_fix(c)) is not None)
         kept = tuple(i for i, c in enumerate(table.columns) if c.name in names)
-        images = compile_images(table.columns, None if len(kept) == len(table.columns) else kept)
+        images = compile_images(table.columns, None if len(kept) == len(table.columns) else kept, key[1])
         d = self._by_map[key] = _Decoding(last, names, fixes, images)
         self._by_table[event.table_id] = (table, d, event.binlake_decoders)
         return d, new

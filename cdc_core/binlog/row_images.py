@@ -46,9 +46,11 @@ about as much as decoding them; bytes pickle for nothing.
 
 from __future__ import annotations
 
+import pickle
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from pymysqlreplication.constants import BINLOG
 from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
@@ -78,7 +80,9 @@ def column_key(col) -> tuple:
 @dataclass(frozen=True)
 class RowImages:
     """A table map's row-image decoder: the kept columns' values of each image, in table-map order.
-    It pickles as its table map's columns (``images_of`` compiles them again where it is unpickled)."""
+    It pickles as its columns' keys and its table map's columns, themselves pickled once: where it is
+    unpickled, ``images_of`` finds the decoder compiled for those keys, or unpickles the columns and
+    compiles them again (a packed event's rows carry their decoder: most events find it compiled)."""
 
     readers: tuple[Reader, ...]
     keep: tuple[int, ...] | None  # indexes of the kept columns; None: all of them
@@ -87,9 +91,14 @@ class RowImages:
     columns: tuple = field(compare=False)  # the table map's columns it was compiled from
     variants: dict = field(default_factory=dict, compare=False, repr=False)  # null bitmap -> image reader
     columnar: Layout | None = field(default=None, compare=False, repr=False)  # images as columns, if it can
+    keys: tuple = field(default=(), compare=False, repr=False)  # column_key of each column
 
     def __reduce__(self):
-        return images_of, (self.columns, self.keep)
+        return images_of, (self.keys, self.keep, self._pickled_columns)
+
+    @cached_property
+    def _pickled_columns(self) -> bytes:
+        return pickle.dumps(self.columns, pickle.HIGHEST_PROTOCOL)
 
     def applies(self, event) -> bool:
         """Whether ``event``'s images hold every column (binlog_row_image=FULL), as the readers expect
@@ -315,20 +324,21 @@ _COMPILED: dict[tuple, RowImages] = {}  # (column keys, keep) -> the decoder, in
 _COMPILED_MAX = 1024  # distinct table maps kept; forgotten all at once beyond (recompiled on use)
 
 
-def images_of(columns: tuple, keep: tuple[int, ...] | None) -> RowImages:
-    """The decoder of ``columns`` keeping ``keep``, compiled once per process (unpickling a ``RowImages``)."""
-    key = (tuple(map(column_key, columns)), keep)
-    hit = _COMPILED.get(key)
+def images_of(keys: tuple, keep: tuple[int, ...] | None, pickled_columns: bytes) -> RowImages:
+    """The decoder of the columns whose ``column_key`` are ``keys`` (``pickled_columns``, unpickled only
+    to compile them) keeping ``keep``, compiled once per process (unpickling a ``RowImages``)."""
+    hit = _COMPILED.get((keys, keep))
     if hit is None:
         if len(_COMPILED) >= _COMPILED_MAX:
             _COMPILED.clear()
-        hit = _COMPILED[key] = compile_images(list(columns), keep)
+        hit = _COMPILED[keys, keep] = compile_images(pickle.loads(pickled_columns), keep, keys)  # noqa: S301 - our own reader's bytes
     return hit
 
 
-def compile_images(columns: list, keep: tuple[int, ...] | None) -> RowImages | None:
-    """The decoder of a table map's ``columns`` (prepared by binlog_columns.prepare) keeping the
-    columns at ``keep`` (None: all), or None when a column needs the library (see the module doc)."""
+def compile_images(columns: list, keep: tuple[int, ...] | None, keys: tuple | None = None) -> RowImages | None:
+    """The decoder of a table map's ``columns`` (prepared by binlog_columns.prepare; ``keys``: their
+    ``column_key``, if known) keeping the columns at ``keep`` (None: all), or None when a column needs the
+    library (see the module doc)."""
     readers = []
     for col in columns:
         r = _reader(col) if col.name else None
@@ -338,4 +348,5 @@ def compile_images(columns: list, keep: tuple[int, ...] | None) -> RowImages | N
     n = len(columns)
     mask = (1 << n) - 1
     return RowImages(tuple(readers), keep, mask.to_bytes((n + 7) // 8, "little"), mask, tuple(columns),
-                     columnar=layout_of(columns, tuple(readers), keep))
+                     columnar=layout_of(columns, tuple(readers), keep),
+                     keys=keys if keys is not None else tuple(map(column_key, columns)))
