@@ -26,12 +26,9 @@ import json
 import os
 import pickle
 import statistics
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from checkouts import REPO, compare  # (bench/: the script's own folder, first on its path)
 
 DB = "fold_bench"
 COLUMNS = ("id BIGINT PRIMARY KEY, qty INT, name VARCHAR(32), price DECIMAL(12,2), created_at DATETIME, "
@@ -142,31 +139,13 @@ def measure(port: int, password: str, start: dict, end: dict, repeat: int) -> di
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--tree", action="append", type=Path, help="a checkout to measure (repeatable)")
-    p.add_argument("--child", help=argparse.SUPPRESS)
-    args = p.parse_args()
-    if args.child:
-        print(json.dumps(measure(**json.loads(args.child))))
-        return
-    sys.path.insert(0, str(REPO))
-    from devtools.local_mariadb import LocalMariaDB
 
-    trees = args.tree or [REPO]
-    server = LocalMariaDB(server_id=1).start()
-    try:
+    def loaded(server, _args) -> dict:
         start, end = load(server)
-        child = json.dumps({"port": server.port, "password": server.password, "start": start, "end": end,
-                            "repeat": 1})
-        results: dict[str, list[dict]] = {str(t): [] for t in trees}
-        for k in range(args.repeat):
-            for tree in trees:  # this script, that tree's code
-                env = {**os.environ, "PYTHONPATH": str(tree)}
-                r = subprocess.run([sys.executable, __file__, "--child", child], env=env, check=True,
-                                   capture_output=True, text=True, cwd=tree)
-                results[str(tree)].append(json.loads(r.stdout))
-                print(f"run {k + 1} {tree} done", flush=True)
-    finally:
-        server.cleanup()
+        return {"start": start, "end": end, "repeat": 1}
+
+    args, results = compare(p, __file__, loaded, measure,
+                            lambda k, tree, _: print(f"run {k + 1} {tree} done", flush=True))
     print(f"\nCPU µs per row change, medians over {args.repeat} runs (load {os.getloadavg()[0]:.2f})")
     print(f"  {'tree':40s} {'part':12s} " + "".join(f"{f'batch {n:,}':>13s}" for n in BATCHES))
     figures = {}

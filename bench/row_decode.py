@@ -8,7 +8,7 @@ transactions of 1,000 rows: ``fast`` (BIGINT PK, INT, VARCHAR(32), DECIMAL(12,2)
 DOUBLE, VARCHAR(64), as bench/snapshot.py: every column has binlake's own row-image reader)
 and ``library`` (INT PK, TIME(3), SET, BIT(5), TIMESTAMP(6), YEAR: columns the library
 decodes, with binlake's corrections), N rows each, inserted then updated. Then, K times
-alternating over the trees given (default: this checkout), a child process reads the range
+alternating over the trees given (default: this checkout), a child process with that tree's code reads the range
 with ``open_binlog`` and times, per table, only the decoding of its row events
 (``RowDecoder.decoding`` + ``RowDecoder.rows``, the thread's CPU time around them), and separately
 ``binlog_value`` over every value decoded. Reading the events from the server is outside the
@@ -22,15 +22,11 @@ clock frequency still vary); the repeats alternate trees so that what remains hi
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from checkouts import compare  # (bench/: the script's own folder, first on its path)
 
 DB = "decode_bench"
 TABLES = {
@@ -123,32 +119,17 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=100_000, help="rows per table")
     p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--tree", action="append", type=Path, help="a checkout to measure (repeatable)")
-    p.add_argument("--child", help=argparse.SUPPRESS)
-    args = p.parse_args()
-    if args.child:
-        print(json.dumps(measure(**json.loads(args.child))))
-        return
-    sys.path.insert(0, str(REPO))
-    from devtools.local_mariadb import LocalMariaDB
 
-    trees = args.tree or [REPO]
-    server = LocalMariaDB(server_id=1).start()
-    try:
+    def loaded(server, args) -> dict:
         start, end = load(server, args.rows)
-        child = json.dumps({"port": server.port, "password": server.password, "start": start, "end": end})
-        results: dict[str, list[dict]] = {str(t): [] for t in trees}
-        for k in range(args.repeat):
-            for tree in trees:
-                env = {**os.environ, "PYTHONPATH": str(tree)}
-                r = subprocess.run([sys.executable, str(tree / "bench" / "row_decode.py"), "--child", child],
-                                   env=env, check=True, capture_output=True, text=True, cwd=tree)
-                results[str(tree)].append(json.loads(r.stdout))
-                print(f"run {k + 1} {tree}: " + ", ".join(
-                    f"{t} {s['rows'] / s['decode_s']:,.0f} rows/CPU s decode, {s['rows'] / s['convert_s']:,.0f} "
-                    "rows/CPU s binlog_value" for t, s in results[str(tree)][-1].items()), flush=True)
-    finally:
-        server.cleanup()
+        return {"start": start, "end": end}
+
+    def report(k: int, tree, result: dict) -> None:
+        print(f"run {k + 1} {tree}: " + ", ".join(
+            f"{t} {s['rows'] / s['decode_s']:,.0f} rows/CPU s decode, {s['rows'] / s['convert_s']:,.0f} "
+            "rows/CPU s binlog_value" for t, s in result.items()), flush=True)
+
+    args, results = compare(p, __file__, loaded, measure, report)
     print(f"\nmedians over {args.repeat} runs ({2 * args.rows:,} row changes per table; load {os.getloadavg()[0]:.2f})")
     for tree, runs in results.items():
         for t in TABLES:
