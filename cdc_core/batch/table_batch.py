@@ -67,8 +67,8 @@ Drop = Callable[[object, BinlogPosition], bool]
 # A table's held changes of fewer rows in a batch (not counting those decoded as tuples already, the events of
 # fewer than row_images.DECODED_BELOW rows) are folded as tuples (a live stream's small batches): the
 # columns' cost per batch (numpy calls per column, null bitmap and segment) passes the tuples' below it. Measured
-# on single-row events of a 7-column table: about even at 256 changes; at 16, twice the tuples' CPU; at 2,048,
-# 0.8-0.9 of it (multi-row events cross over sooner).
+# on single-row events of a 7-column table, each decoded on use: about even at 256 changes, at 16 twice the
+# tuples' CPU.
 COLUMNAR_MIN_ROWS = 256
 
 
@@ -275,10 +275,10 @@ class TableBatch:
                            ("delete", deleted & may_exist)):
             at = last[rows]
             if len(at):
-                ops = pa.Array.from_buffers(pa.string(), len(at), [
+                op_column = pa.Array.from_buffers(pa.string(), len(at), [
                     None, pa.py_buffer(np.arange(len(at) + 1, dtype=np.int32)), pa.py_buffer(op[rows].tobytes())])
-                out[kind] = pa.Table.from_arrays([*(a.take(at) for a in arrays), ops, pa.array(seq[at], pa.int64())],
-                                                 schema=target)
+                out[kind] = pa.Table.from_arrays([*(a.take(at) for a in arrays), op_column,
+                                                  pa.array(seq[at], pa.int64())], schema=target)
         return out
 
     def _insert(self, rows: list, base: int, first_row: int) -> None:
